@@ -1,0 +1,3 @@
+from mpsup.cli import main
+
+main()

@@ -1,0 +1,314 @@
+"""Named readiness checks. Each reads HostFacts and returns one Finding; none can stop another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from mpsup.doctor import wheels
+from mpsup.host.facts import HostFacts, _version_tuple
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    title: str
+    status: Status
+    summary: str
+    fix: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "status": self.status.value,
+            "summary": self.summary,
+            "fix": self.fix,
+            "details": self.details,
+        }
+
+
+Check = Callable[[HostFacts], Finding]
+CHECKS: list[tuple[str, str, Check]] = []
+
+
+def check(name: str, title: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKS.append((name, title, fn))
+        return fn
+
+    return register
+
+
+def _f(name: str, status: Status, summary: str, fix: str | None = None, **details: Any) -> Finding:
+    title = next(t for n, t, _ in CHECKS if n == name)
+    return Finding(name, title, status, summary, fix if status is not Status.OK else None, details)
+
+
+ARM64_PYTHON_FIX = (
+    "install a native arm64 Python (python.org universal2 installer, `brew install python` "
+    "from /opt/homebrew, or `uv python install`), then make the venv from it"
+)
+
+
+@check("apple-silicon", "Apple silicon Mac")
+def check_apple_silicon(f: HostFacts) -> Finding:
+    n = "apple-silicon"
+    if f.is_macos is None:
+        return _f(n, Status.UNKNOWN, "could not tell the operating system (uname gave nothing)", "run on the Mac itself")
+    if not f.is_macos:
+        return _f(
+            n, Status.FAIL, f"not a Mac ({f.kernel or 'unknown OS'}): MPS needs an Apple-silicon Mac",
+            "run mpsup on an Apple-silicon Mac (M1 or newer)", kernel=f.kernel,
+        )
+    arm = f.arm64_hardware
+    if arm is None and f.kernel_machine:
+        arm = f.kernel_machine == "arm64" or None
+    if arm is None:
+        return _f(n, Status.UNKNOWN, "macOS, but the CPU architecture is not known", "check `sysctl hw.optional.arm64`")
+    if not arm:
+        return _f(n, Status.FAIL, "Intel Mac: MPS on Intel Macs is not supported by current PyTorch",
+                  "use an Apple-silicon Mac (M1 or newer)")
+    return _f(n, Status.OK, f"Apple silicon ({f.cpu_brand or f.gpu.chip or 'arm64'})", chip=f.cpu_brand)
+
+
+@check("macos-version", "macOS >= 15.0")
+def check_macos_version(f: HostFacts) -> Finding:
+    n = "macos-version"
+    if f.is_macos is False:
+        return _f(n, Status.UNKNOWN, "not macOS", "run on the Mac itself")
+    if not f.macos_version:
+        return _f(n, Status.UNKNOWN, "macOS version not known (no SystemVersion.plist, sw_vers or kern.osproductversion)",
+                  "run `sw_vers` and check that it works")
+    shown = f"macOS {f.macos_version}" + (f" ({f.macos_build})" if f.macos_build else "")
+    note = ""
+    if f.compat_version_seen:
+        note = f"; Python reports {f.compat_version_seen}, a compatibility alias, ignored"
+    details = {"version": f.macos_version, "build": f.macos_build, "source": f.macos_version_source}
+    if _version_tuple(f.macos_version) < wheels.MIN_MACOS_FOR_MPS:
+        return _f(n, Status.FAIL, f"{shown}: MPS in torch 2.15 needs macOS 15 or later{note}",
+                  "update macOS (System Settings > General > Software Update) to 15 or later", **details)
+    return _f(n, Status.OK, f"{shown}{note}", **details)
+
+
+@check("python", "Python >= 3.11, native arm64")
+def check_python(f: HostFacts) -> Finding:
+    n = "python"
+    i = f.interpreter
+    if not i:
+        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+    desc = f"{i.get('implementation', '?')} {i.get('version', '?')} ({i.get('machine', '?')}, {i.get('bits', '?')}-bit)"
+    details = {k: i.get(k) for k in ("executable", "version", "implementation", "machine", "bits")}
+    problems: list[tuple[str, str]] = []
+    version = _version_tuple(str(i.get("version", "")))
+    if version and version[:2] < wheels.MIN_PYTHON:
+        problems.append(("torch 2.15 needs Python 3.11 or later",
+                         "make a venv from Python 3.11+ (`uv venv -p 3.12` or python.org's installer)"))
+    if i.get("implementation") not in (None, "cpython"):
+        problems.append(("PyTorch wheels are built for CPython only", "use CPython 3.11+"))
+    if i.get("bits") not in (None, 64):
+        problems.append(("a 32-bit Python gets no torch", "use a 64-bit CPython"))
+    if f.is_macos:
+        rosetta = f.translated is True or (i.get("machine") == "x86_64" and f.arm64_hardware is True)
+        if rosetta:
+            problems.append((f"x86_64 Python under Rosetta 2: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+                             ARM64_PYTHON_FIX))
+        elif i.get("machine") not in (None, "arm64"):
+            problems.append((f"{i.get('machine')} Python, not arm64", ARM64_PYTHON_FIX))
+    if problems:
+        return _f(n, Status.FAIL, f"{desc}: " + "; ".join(p for p, _ in problems), problems[0][1], **details)
+    return _f(n, Status.OK, desc, **details)
+
+
+@check("torch-wheels", "PyTorch wheels for this Python")
+def check_torch_wheels(f: HostFacts) -> Finding:
+    n = "torch-wheels"
+    i = f.interpreter
+    if not i or not i.get("version"):
+        return _f(n, Status.UNKNOWN, "Python version not known", "pass a working interpreter with --python PATH")
+    tag = wheels.python_tag(str(i["version"]), bool(i.get("free_threaded")))
+    have = ", ".join(wheels.MACOS_ARM64_WHEEL_TAGS)
+    if tag in wheels.MACOS_ARM64_WHEEL_TAGS:
+        return _f(n, Status.OK, f"macOS arm64 wheels are published for {tag}", tag=tag)
+    return _f(n, Status.FAIL, f"no macOS arm64 torch wheel for {tag} (published: {have})",
+              "use one of those Pythons, e.g. `uv venv -p 3.12`", tag=tag)
+
+
+@check("environment", "Environment")
+def check_environment(f: HostFacts) -> Finding:
+    n = "environment"
+    i = f.interpreter
+    if not i:
+        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+    kind = "venv" if i.get("in_venv") else "conda" if i.get("conda") else "system Python"
+    parts = [kind, "pip present" if i.get("pip") else "no pip", "uv present" if i.get("uv") else "no uv (optional)"]
+    details = {"kind": kind, "pip": i.get("pip"), "uv": i.get("uv"), "externally_managed": i.get("externally_managed")}
+    if i.get("externally_managed") and kind == "system Python":
+        return _f(n, Status.WARN, ", ".join([*parts, "externally managed (PEP 668)"]),
+                  "installs need a venv: `python3 -m venv ~/.venvs/torch` (mpsup install-rc makes one for you)", **details)
+    if not i.get("pip") and not i.get("uv"):
+        return _f(n, Status.WARN, ", ".join(parts), "install pip (`python -m ensurepip`) or uv", **details)
+    return _f(n, Status.OK, ", ".join(parts), **details)
+
+
+@check("torch-mps", "torch and MPS")
+def check_torch_mps(f: HostFacts) -> Finding:
+    n = "torch-mps"
+    i = f.interpreter
+    if not i:
+        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+    t = f.torch
+    if t is None:
+        why = i.get("torch_error", "not installed")
+        return _f(n, Status.WARN, f"torch is not importable ({why})",
+                  "`pip install torch` in this environment, or `mpsup install-rc` for a side-by-side one")
+    ver = t.get("version", "?")
+    details = {k: t.get(k) for k in ("version", "mps_built", "mps_available", "mps_op_ok")}
+    if f.is_macos is False:
+        return _f(n, Status.UNKNOWN, f"torch {ver}; MPS cannot exist off a Mac", "run on the Mac itself", **details)
+    if not t.get("mps_built"):
+        cause = "an x86_64 build" if i.get("machine") == "x86_64" else "a build without MPS"
+        return _f(n, Status.FAIL, f"torch {ver} has no MPS support compiled in ({cause})",
+                  f"install an arm64 macOS wheel of torch from a native arm64 Python; {ARM64_PYTHON_FIX}", **details)
+    if not t.get("mps_available"):
+        cause = "unknown cause"
+        if f.macos_version and _version_tuple(f.macos_version) < wheels.MIN_MACOS_FOR_MPS and _version_tuple(ver) >= (2, 15):
+            cause = f"torch {ver} needs macOS 15 for MPS although its wheel installs on macOS {f.macos_version}"
+        elif f.macos_version and _version_tuple(f.macos_version) < (14, 0):
+            cause = f"macOS {f.macos_version} is too old for this torch's MPS backend"
+        elif i.get("machine") == "x86_64" or f.translated:
+            cause = "an x86_64 process (Rosetta) cannot use MPS"
+        return _f(n, Status.FAIL, f"torch {ver}: MPS built but not available ({cause})",
+                  "update macOS to 15 or later" if "macOS" in cause else ARM64_PYTHON_FIX, **details)
+    if t.get("mps_op_ok") is False:
+        return _f(n, Status.FAIL, f"torch {ver}: a tensor op on mps failed: {t.get('mps_error', '?')}",
+                  "reinstall torch; if it persists, report it with `mpsup doctor --save-snapshot`", **details)
+    return _f(n, Status.OK, f"torch {ver}, MPS built and available, a test op ran", **details)
+
+
+def _gib(n: float | int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+@check("gpu-memory", "GPU and memory")
+def check_gpu_memory(f: HostFacts) -> Finding:
+    n = "gpu-memory"
+    t = f.torch or {}
+    chip = t.get("mps_name") or f.gpu.chip or f.cpu_brand
+    cores = t.get("mps_core_count") or f.gpu.gpu_cores
+    memory = f.memory_bytes or (f.gpu.memory_gb * 2**30 if f.gpu.memory_gb else None)
+    rec = t.get("recommended_max_memory")
+    details = {"chip": chip, "gpu_cores": cores, "metal": f.gpu.metal, "memory_bytes": memory,
+               "recommended_max_memory": rec}
+    if not f.is_macos:
+        return _f(n, Status.UNKNOWN, "no Apple GPU here", "run on the Mac itself", **details)
+    if chip is None and memory is None:
+        return _f(n, Status.UNKNOWN, "GPU and memory not known (system_profiler and sysctl gave nothing)",
+                  "check `system_profiler SPDisplaysDataType`", **details)
+    parts = [chip or "GPU ?", f"{cores} GPU cores" if cores else "GPU cores ?", f.gpu.metal or "Metal ?",
+             f"{_gib(memory)} unified memory"]
+    if rec:
+        parts.append(f"MPS working set up to {_gib(rec)}")
+    if memory is not None and memory < 12 * 2**30:
+        return _f(n, Status.WARN, ", ".join(parts) + ": large models will not fit",
+                  "bench with --model on smaller checkpoints or fewer tokens", **details)
+    return _f(n, Status.OK, ", ".join(parts), **details)
+
+
+@check("hygiene", "Benchmark conditions")
+def check_hygiene(f: HostFacts) -> Finding:
+    n = "hygiene"
+    warnings: list[tuple[str, str]] = []
+    known: list[str] = []
+    if f.battery is not None and f.battery.on_battery is not None:
+        if f.battery.on_battery:
+            warnings.append((f"on battery ({f.battery.percent}%)", "plug in the power adapter"))
+        else:
+            known.append(f"on {f.battery.source}")
+    if f.low_power_mode is not None:
+        if f.low_power_mode:
+            warnings.append(("Low Power Mode is on", "turn off Low Power Mode (System Settings > Battery)"))
+        else:
+            known.append("Low Power Mode off")
+    if f.thermal is not None and f.thermal.known:
+        if f.thermal.thermal_warning or f.thermal.performance_warning or (
+            f.thermal.cpu_speed_limit is not None and f.thermal.cpu_speed_limit < 100
+        ):
+            warnings.append(("thermal or performance warning recorded", "let the Mac cool down and retry"))
+        else:
+            known.append("no thermal warning")
+    load = (f.interpreter or {}).get("loadavg")
+    cpus = (f.interpreter or {}).get("cpu_count") or 1
+    if load:
+        if load[0] > max(1.0, 0.5 * cpus):
+            warnings.append((f"load average {load[0]:.1f} on {cpus} CPUs", "close other busy programs before benchmarking"))
+        else:
+            known.append(f"load {load[0]:.1f}")
+    details = {
+        "on_battery": f.battery.on_battery if f.battery else None,
+        "low_power_mode": f.low_power_mode,
+        "thermal_warning": bool(f.thermal and (f.thermal.thermal_warning or f.thermal.performance_warning)),
+        "loadavg": load,
+    }
+    if warnings:
+        return _f(n, Status.WARN, "; ".join(w for w, _ in warnings), "; ".join(x for _, x in warnings), **details)
+    if not known:
+        return _f(n, Status.UNKNOWN, "power, thermal state and load not known", "run `pmset -g batt` on the Mac", **details)
+    return _f(n, Status.OK, ", ".join(known), **details)
+
+
+MPS_ENV_EFFECTS: dict[str, str] = {
+    "PYTORCH_ENABLE_MPS_FALLBACK": "unsupported ops silently run on the CPU, so timings mix CPU and GPU",
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "caps MPS memory as a share of the recommended size; 0.0 removes the cap and can freeze the Mac",
+    "PYTORCH_MPS_LOW_WATERMARK_RATIO": "sets when the allocator starts freeing cached memory",
+    "PYTORCH_MPS_FAST_MATH": "enables Metal fast math: faster, less precise results",
+    "PYTORCH_MPS_PREFER_METAL": "prefers Metal kernels over MPSGraph for matmul",
+    "PYTORCH_DEBUG_MPS_ALLOCATOR": "allocator debugging output, which slows allocation",
+    "PYTORCH_MPS_LOG_PROFILE_INFO": "profiling logs, which add overhead",
+    "PYTORCH_MPS_TRACE_SIGNPOSTS": "OS signposts for Instruments, which add overhead",
+    "OMP_NUM_THREADS": "limits CPU threads (the CPU reference and CPU-side work)",
+}
+
+
+@check("mps-env", "MPS environment variables")
+def check_mps_env(f: HostFacts) -> Finding:
+    n = "mps-env"
+    active = {k: v for k, v in f.env.items() if k in MPS_ENV_EFFECTS or k.startswith("PYTORCH_MPS_")}
+    if not active:
+        return _f(n, Status.OK, "none set: torch's defaults apply")
+    effects = {k: f"{k}={v}: {MPS_ENV_EFFECTS.get(k, 'read by torch MPS')}" for k, v in sorted(active.items())}
+    risky = []
+    if active.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") not in ("0", ""):
+        risky.append("PYTORCH_ENABLE_MPS_FALLBACK")
+    ratio = active.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+    if ratio is not None:
+        try:
+            if float(ratio) == 0.0:
+                risky.append("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+        except ValueError:
+            risky.append("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+    summary = "; ".join(effects.values())
+    if risky:
+        return _f(n, Status.WARN, summary, f"unset {' and '.join(risky)} while benchmarking", variables=active)
+    return _f(n, Status.OK, summary, variables=active)
+
+
+def run_checks(facts: HostFacts) -> list[Finding]:
+    findings = []
+    for name, title, fn in CHECKS:
+        try:
+            findings.append(fn(facts))
+        except Exception as exc:  # a broken check must not hide the others
+            findings.append(Finding(name, title, Status.UNKNOWN, f"check crashed: {type(exc).__name__}: {exc}",
+                                    "report this with `mpsup doctor --save-snapshot`"))
+    return findings

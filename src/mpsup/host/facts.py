@@ -1,0 +1,117 @@
+"""Snapshot -> facts: what the checks need to know, each field None when not known."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mpsup.host import parsers
+from mpsup.host import snapshot as snap
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    kernel: str | None  # "Darwin", "Linux", ...
+    kernel_machine: str | None  # machine from `uname -a`
+    arm64_hardware: bool | None  # hw.optional.arm64
+    translated: bool | None  # sysctl.proc_translated
+    macos_version: str | None
+    macos_build: str | None
+    macos_version_source: str | None
+    compat_version_seen: str | None  # 10.16 or 16.0 style version a Python may report
+    cpu_brand: str | None
+    memory_bytes: int | None
+    gpu: parsers.GpuInfo
+    battery: parsers.Battery | None
+    low_power_mode: bool | None
+    thermal: parsers.Thermal | None
+    env: dict[str, str]
+    interpreter: dict[str, Any] | None
+
+    @property
+    def is_macos(self) -> bool | None:
+        if self.kernel is not None:
+            return self.kernel == "Darwin"
+        if self.interpreter and self.interpreter.get("platform"):
+            return self.interpreter.get("platform") == "darwin"
+        return None
+
+    @property
+    def torch(self) -> dict[str, Any] | None:
+        return (self.interpreter or {}).get("torch")
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def is_compat_version(v: str | None) -> bool:
+    # Pythons built against old SDKs see macOS 11+ as 10.16; some see macOS 26 as 16.0.
+    return v is not None and _version_tuple(v)[:2] in ((10, 16), (16, 0))
+
+
+def _macos_version(s: snap.Snapshot, sysctl: dict[str, str]) -> tuple[str | None, str | None, str | None]:
+    candidates: list[tuple[str, parsers.OsVersion]] = []
+    plist = s.files.get(snap.SYSTEM_VERSION_PLIST)
+    if plist:
+        candidates.append(("SystemVersion.plist", parsers.parse_system_version_plist(plist)))
+    sw = s.output(snap.SW_VERS)
+    if sw:
+        candidates.append(("sw_vers", parsers.parse_sw_vers(sw)))
+    if sysctl.get("kern.osproductversion"):
+        candidates.append(
+            ("kern.osproductversion", parsers.OsVersion("macOS", sysctl["kern.osproductversion"], None))
+        )
+    build = next((c.build for _, c in candidates if c.build), None) or sysctl.get("kern.osversion")
+    # Prefer a source that is not a compatibility alias: a process can be shown 10.16 by all of them.
+    for source, c in candidates:
+        if c.version and not is_compat_version(c.version):
+            return c.version, build, source
+    for source, c in candidates:
+        if c.version:
+            return c.version, build, source
+    return None, build, None
+
+
+def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
+    uname_text = s.output(snap.UNAME)
+    uname = parsers.parse_uname_a(uname_text) if uname_text else parsers.Uname(None, None, None)
+    sysctl_text = s.output(snap.SYSCTL) or ""
+    sysctl = parsers.parse_sysctl(sysctl_text)
+    version, build, source = _macos_version(s, sysctl)
+    interp = s.interpreter
+    compat = None
+    if interp and is_compat_version(interp.get("mac_ver")):
+        compat = interp.get("mac_ver")
+    elif is_compat_version(sysctl.get("kern.osproductversioncompat")):
+        compat = sysctl.get("kern.osproductversioncompat")
+    arm64 = parsers.sysctl_int(sysctl, "hw.optional.arm64")
+    translated = parsers.sysctl_int(sysctl, "sysctl.proc_translated")
+    prof_text = s.output(snap.SYSTEM_PROFILER)
+    gpu = parsers.parse_system_profiler(prof_text) if prof_text else parsers.GpuInfo(None, None, None, None, None)
+    batt_text = s.output(snap.PMSET_BATT)
+    pm_text = s.output(snap.PMSET)
+    therm_text = s.output(snap.PMSET_THERM)
+    return HostFacts(
+        kernel=uname.system,
+        kernel_machine=uname.machine,
+        arm64_hardware=None if arm64 is None else arm64 == 1,
+        translated=None if translated is None else translated == 1,
+        macos_version=version,
+        macos_build=build,
+        macos_version_source=source,
+        compat_version_seen=compat,
+        cpu_brand=sysctl.get("machdep.cpu.brand_string"),
+        memory_bytes=parsers.sysctl_int(sysctl, "hw.memsize"),
+        gpu=gpu,
+        battery=parsers.parse_pmset_batt(batt_text) if batt_text else None,
+        low_power_mode=parsers.low_power_mode(parsers.parse_pmset_settings(pm_text)) if pm_text else None,
+        thermal=parsers.parse_pmset_therm(therm_text) if therm_text else None,
+        env=dict(s.env),
+        interpreter=interp,
+    )

@@ -1,0 +1,251 @@
+"""Pure parsers of macOS command output. Each takes text and returns plain values.
+
+They are lenient about whitespace, prompts and stray markup, because real captures come
+pasted from terminals and issue trackers.
+"""
+
+from __future__ import annotations
+
+import json
+import plistlib
+import re
+from dataclasses import dataclass
+
+_KEY_VALUE = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?):\s+(\S.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class OsVersion:
+    product_name: str | None
+    version: str | None
+    build: str | None
+
+
+def parse_sw_vers(text: str) -> OsVersion:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _KEY_VALUE.match(line)
+        if m and m.group(1) in ("ProductName", "ProductVersion", "BuildVersion"):
+            fields.setdefault(m.group(1), m.group(2))
+    return OsVersion(fields.get("ProductName"), fields.get("ProductVersion"), fields.get("BuildVersion"))
+
+
+def parse_system_version_plist(text: str) -> OsVersion:
+    try:
+        data = plistlib.loads(text.encode())
+    except Exception:
+        return OsVersion(None, None, None)
+    if not isinstance(data, dict):
+        return OsVersion(None, None, None)
+    version = data.get("ProductUserVisibleVersion") or data.get("ProductVersion")
+    return OsVersion(data.get("ProductName"), version, data.get("ProductBuildVersion"))
+
+
+_SYSCTL_LINE = re.compile(r"^([a-z][A-Za-z0-9_.\-]*):\s?(.*)$")
+
+
+def parse_sysctl(text: str) -> dict[str, str]:
+    """`sysctl a b c` prints `name: value`; a value may continue on following lines."""
+    values: dict[str, str] = {}
+    last: str | None = None
+    for raw in text.splitlines():
+        m = _SYSCTL_LINE.match(raw)
+        if m:
+            last = m.group(1)
+            values[last] = m.group(2).strip()
+        elif last is not None and raw.strip():
+            values[last] = f"{values[last]}\n{raw.strip()}"
+    return values
+
+
+def sysctl_int(values: dict[str, str], name: str) -> int | None:
+    raw = values.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class Battery:
+    source: str | None  # "AC Power", "Battery Power", "UPS Power"
+    percent: int | None
+    state: str | None  # "charging", "discharging", "charged", "AC attached; not charging", ...
+
+    @property
+    def on_battery(self) -> bool | None:
+        if self.source is None:
+            return None
+        return self.source.lower().startswith("battery")
+
+
+_BATT_SOURCE = re.compile(r"(?:Now drawing|Currently drawing) from '([^']+)'")
+_BATT_LINE = re.compile(r"(\d{1,3})%;\s*([^;]+?)(?:;|$)")
+
+
+def parse_pmset_batt(text: str) -> Battery:
+    source = None
+    percent = None
+    state = None
+    m = _BATT_SOURCE.search(text)
+    if m:
+        source = m.group(1)
+    for line in text.splitlines():
+        m2 = _BATT_LINE.search(line)
+        if m2:
+            percent = int(m2.group(1))
+            rest = line[m2.end(1) + 2 :]
+            state = "; ".join(p.strip() for p in rest.split(";")[:2] if p.strip() and "present" not in p)
+            break
+    return Battery(source, percent, state or None)
+
+
+def parse_pmset_settings(text: str) -> dict[str, str]:
+    """`pmset -g`: settings in use. Later sections ("Currently in use") override earlier ones."""
+    settings: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.replace("*", "").strip()
+        if not line or line.endswith(":") or "%" in line.split(" ", 1)[0]:
+            continue
+        m = re.match(r"^([A-Za-z][A-Za-z ]*?[A-Za-z])\s+(\S.*)$", line)
+        if m:
+            settings[m.group(1)] = m.group(2).strip()
+    return settings
+
+
+def low_power_mode(settings: dict[str, str]) -> bool | None:
+    # Apple silicon says "lowpowermode"; some Macs say "powermode" (1 = low power, 2 = high).
+    for key in ("lowpowermode", "powermode"):
+        if key in settings:
+            first = settings[key].split()[0]
+            if first.isdigit():
+                return first == "1"
+    return None
+
+
+@dataclass(frozen=True)
+class Thermal:
+    thermal_warning: str | None  # None: no warning recorded
+    performance_warning: str | None
+    cpu_speed_limit: int | None
+    known: bool
+
+
+def parse_pmset_therm(text: str) -> Thermal:
+    if not text.strip():
+        return Thermal(None, None, None, known=False)
+    thermal = perf = None
+    known = False
+    for line in text.splitlines():
+        s = line.strip()
+        low = s.lower()
+        if "thermal warning level" in low:
+            known = True
+            if "no thermal warning" not in low:
+                thermal = s
+        elif "performance warning level" in low:
+            known = True
+            if "no performance warning" not in low:
+                perf = s
+    m = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
+    limit = int(m.group(1)) if m else None
+    return Thermal(thermal, perf, limit, known=known or limit is not None)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    chip: str | None
+    gpu_cores: int | None
+    metal: str | None
+    memory_gb: float | None
+    model: str | None
+
+
+def _indented_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z][A-Za-z0-9 ()]*?):\s+(\S.*?)\s*$", line)
+        if m:
+            fields.setdefault(m.group(1), m.group(2))
+    return fields
+
+
+def _memory_gb(raw: str | None) -> float | None:
+    if not raw:
+        return None
+    m = re.match(r"([\d.]+)\s*(GB|TB|MB)", raw)
+    if not m:
+        return None
+    value = float(m.group(1))
+    return value * {"GB": 1.0, "TB": 1024.0, "MB": 1 / 1024}[m.group(2)]
+
+
+def parse_system_profiler_text(text: str) -> GpuInfo:
+    fields = _indented_fields(text)
+    cores = None
+    if "Chipset Model" in fields and fields.get("Type") == "GPU":
+        cores_raw = fields.get("Total Number of Cores")
+    else:
+        cores_raw = None
+        # Hardware and Displays sections both say "Total Number of Cores"; take the GPU's.
+        for block in re.split(r"\n(?=\s*Chipset Model:)", text)[1:]:
+            cores_raw = _indented_fields(block).get("Total Number of Cores")
+    if cores_raw and cores_raw.split()[0].isdigit():
+        cores = int(cores_raw.split()[0])
+    return GpuInfo(
+        chip=fields.get("Chip") or fields.get("Chipset Model"),
+        gpu_cores=cores,
+        metal=fields.get("Metal Support") or fields.get("Metal Family"),
+        memory_gb=_memory_gb(fields.get("Memory")),
+        model=fields.get("Model Name"),
+    )
+
+
+def parse_system_profiler_json(text: str) -> GpuInfo:
+    """`system_profiler -json SPHardwareDataType SPDisplaysDataType`. Raises ValueError if not JSON."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("system_profiler JSON is not an object")
+    hw = (data.get("SPHardwareDataType") or [{}])[0]
+    displays = data.get("SPDisplaysDataType") or []
+    gpu = next((d for d in displays if isinstance(d, dict) and d.get("sppci_model")), None) or (
+        displays[0] if displays and isinstance(displays[0], dict) else {}
+    )
+    cores_raw = gpu.get("sppci_cores")
+    metal_raw = gpu.get("spdisplays_mtlgpufamilysupport") or gpu.get("spdisplays_metalfamily") or ""
+    metal = metal_raw.replace("spdisplays_", "").replace("metal", "Metal ") if metal_raw else None
+    return GpuInfo(
+        chip=hw.get("chip_type") or gpu.get("sppci_model"),
+        gpu_cores=int(cores_raw) if isinstance(cores_raw, str) and cores_raw.isdigit() else None,
+        metal=metal.strip() if metal else None,
+        memory_gb=_memory_gb(hw.get("physical_memory")),
+        model=hw.get("machine_name"),
+    )
+
+
+def parse_system_profiler(text: str) -> GpuInfo:
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return parse_system_profiler_json(stripped)
+        except (ValueError, AttributeError, TypeError, IndexError):
+            return GpuInfo(None, None, None, None, None)
+    return parse_system_profiler_text(text)
+
+
+@dataclass(frozen=True)
+class Uname:
+    system: str | None
+    release: str | None
+    machine: str | None
+
+
+def parse_uname_a(text: str) -> Uname:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    parts = line.split()
+    if not parts:
+        return Uname(None, None, None)
+    machine = parts[-1] if len(parts) > 2 else None
+    return Uname(parts[0], parts[2] if len(parts) > 2 else None, machine)

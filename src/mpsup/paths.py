@@ -1,0 +1,24 @@
+"""Where mpsup keeps its data: MPSUP_HOME, else platformdirs' user data dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    override = os.environ.get("MPSUP_HOME")
+    if override:
+        return Path(override).expanduser()
+    # Imported lazily so that modules needing no data dir don't pay for it.
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("mpsup", appauthor=False))
+
+
+def runs_dir() -> Path:
+    return data_dir() / "runs"
+
+
+def envs_dir() -> Path:
+    return data_dir() / "envs"
