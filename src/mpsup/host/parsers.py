@@ -41,7 +41,7 @@ def parse_system_version_plist(text: str) -> OsVersion:
     return OsVersion(data.get("ProductName"), version, data.get("ProductBuildVersion"))
 
 
-_SYSCTL_LINE = re.compile(r"^([a-z][A-Za-z0-9_.\-]*):\s?(.*)$")
+_SYSCTL_LINE = re.compile(r"^([a-z][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)+):\s?(.*)$")
 
 
 def parse_sysctl(text: str) -> dict[str, str]:
@@ -97,7 +97,11 @@ def parse_pmset_batt(text: str) -> Battery:
         if m2:
             percent = int(m2.group(1))
             rest = line[m2.end(1) + 2 :]
-            state = "; ".join(p.strip() for p in rest.split(";")[:2] if p.strip() and "present" not in p)
+            rest = re.sub(r"\s*present:\s*\w+\s*$", "", rest)
+            parts = [p.strip() for p in rest.split(";") if p.strip()]
+            # The time estimate ("4:10 remaining", "(no estimate)") is noise for our purpose.
+            parts = [p for p in parts if not re.search(r"remaining|no estimate", p)]
+            state = "; ".join(parts)
             break
     return Battery(source, percent, state or None)
 
