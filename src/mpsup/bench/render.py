@@ -1,0 +1,157 @@
+"""Bench output: progress on stderr, tables per part, and the JSON summary."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mpsup.stats import geometric_mean
+
+PART_TITLES = {
+    "linear": "BF16 linear layers of real models",
+    "moe": "MoE grouped matmul vs per-expert loop",
+    "fp8": "FP8",
+    "pad": "Constant padding (Wan2.2 VAE decoder)",
+    "roofline": "Roofline probes",
+    "model": "Your model's workloads",
+}
+
+
+def fmt_time(s: float | None) -> str:
+    if s is None or math.isnan(s):
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} us"
+    if s < 1:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s:.2f} s"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if not n:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+@contextmanager
+def bench_progress(console: Console) -> Iterator[Any]:
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=console, transient=False)
+    task = None
+
+    def on_event(event: str, info: dict[str, Any]) -> None:
+        nonlocal task
+        if event == "start":
+            task = progress.add_task("bench", total=info["total"], current="")
+        elif task is not None and event == "workload":
+            progress.update(task, current=info["name"])
+        elif task is not None and event in ("done", "smoke"):
+            if event == "smoke" and info.get("env") not in (None, "baseline"):
+                return
+            progress.advance(task)
+
+    with progress:
+        yield on_event
+
+
+def _rate(env: dict[str, Any]) -> str:
+    med = env.get("median")
+    if not med:
+        return "-"
+    flops, moved = env.get("flops_per_call"), env.get("bytes_per_call")
+    parts = []
+    if flops:
+        parts.append(f"{flops / med / 1e12:.2f} TFLOP/s")
+    if moved:
+        parts.append(f"{moved / med / 1e9:.1f} GB/s")
+    return ", ".join(parts) or "-"
+
+
+def _memory(env: dict[str, Any]) -> str:
+    m = env.get("memory") or {}
+    return fmt_bytes(m.get("peak_allocated") or m.get("driver_allocated") or m.get("peak_rss"))
+
+
+def render_run(record: dict[str, Any], console: Console) -> None:
+    envs = record["environments"]
+    env = envs[0]
+    console.print(f"[bold]torch {env.get('torch_version')}[/] on {env.get('device_name')} "
+                  f"({record['device']}, {env.get('threads')} CPU threads) · run {record['id']}")
+    if record.get("smoke"):
+        t = Table(title="Smoke tests (device vs CPU reference)", title_justify="left")
+        t.add_column("feature")
+        for e in envs:
+            t.add_column(e["label"])
+        for s in record["smoke"]:
+            cells = []
+            for e in envs:
+                r = s["envs"].get(e["label"], {})
+                style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
+                msg = r.get("status", "?")
+                if r.get("status") != "pass" and r.get("message"):
+                    msg += f": {r['message'][:70]}"
+                cells.append(f"[{style}]{msg}[/]" if style else msg)
+            t.add_row(s["feature"], *cells)
+        console.print(t)
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for w in record["workloads"]:
+        parts.setdefault(w.get("part", "other"), []).append(w)
+    for part, ws in parts.items():
+        t = Table(title=PART_TITLES.get(part, part), title_justify="left")
+        t.add_column("workload")
+        t.add_column("source", overflow="fold", max_width=28)
+        for e in envs:
+            t.add_column(f"{e['label']} median", justify="right")
+        t.add_column("95% CI", justify="right")
+        t.add_column("achieved", justify="right")
+        t.add_column("peak mem", justify="right")
+        for w in ws:
+            first = w["envs"].get(envs[0]["label"], {})
+            if w["status"] not in ("ok",) and not first.get("median"):
+                t.add_row(w["name"], w.get("source", ""), *[f"[yellow]{w['status']}[/]"] + [""] * (len(envs) - 1),
+                          (w.get("reason") or "")[:60], "", "")
+                continue
+            meds = [fmt_time(w["envs"].get(e["label"], {}).get("median")) for e in envs]
+            ci = f"{fmt_time(first.get('ci_low'))} - {fmt_time(first.get('ci_high'))}"
+            t.add_row(w["name"], w.get("source", ""), *meds, ci, _rate(first), _memory(first))
+        console.print(t)
+    linear = [w["envs"][envs[0]["label"]]["median"] for w in record["workloads"]
+              if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")]
+    if linear:
+        console.print(f"Suite geometric mean time over {len(linear)} linear shapes: {fmt_time(geometric_mean(linear))}")
+    if record.get("partial"):
+        console.print("[yellow]Interrupted: this record is partial.[/]")
+    for change in record.get("hygiene", {}).get("changed", []):
+        console.print(f"[yellow]Conditions changed during the run: {change}[/]")
+
+
+def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for w in record["workloads"]:
+        counts[w["status"]] = counts.get(w["status"], 0) + 1
+    label = record["environments"][0]["label"]
+    return {
+        "id": record["id"],
+        "path": path,
+        "mode": record["mode"],
+        "device": record["device"],
+        "partial": record["partial"],
+        "environments": record["environments"],
+        "status_counts": counts,
+        "smoke": {s["feature"]: {k: v["status"] for k, v in s["envs"].items()} for s in record.get("smoke", [])},
+        "workloads": [
+            {"name": w["name"], "kind": w["kind"], "status": w["status"],
+             "median_s": w["envs"].get(label, {}).get("median"),
+             "ci_low_s": w["envs"].get(label, {}).get("ci_low"), "ci_high_s": w["envs"].get(label, {}).get("ci_high")}
+            for w in record["workloads"]
+        ],
+    }

@@ -1,0 +1,260 @@
+"""Orchestration: workers per environment, the memory guard, warmup, sampling, interleaved pairs.
+
+One environment: each workload is sampled until its median is known to +-1% or its budget ends.
+Two environments: both workers stay up and take turns per workload (A B B A ...), so drift and heat
+hit both alike; each round yields one paired ratio."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from mpsup.bench.policy import SamplingPolicy
+from mpsup.bench.suite import SMOKE_FEATURES
+from mpsup.bench.workerproc import WorkerDied, WorkerProcess, worker_env
+from mpsup.bench.workloads import Workload
+from mpsup.errors import UserError
+from mpsup.stats import median_ci
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+def _no_progress(_event: str, _info: dict[str, Any]) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    label: str  # "baseline", "candidate", or "baseline-2" for an A/A run
+    python: Path
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    device: str
+    policy: SamplingPolicy = field(default_factory=SamplingPolicy)
+    threads: int | None = None
+    memory_share: float = 0.5  # of the device's safe memory a workload may take
+    smoke: bool = True
+    clock: Callable[[], float] = time.perf_counter
+
+
+class EnvSession:
+    """A live worker for one environment, restarted after a crash."""
+
+    def __init__(self, env: EnvSpec, options: BenchOptions) -> None:
+        self.env = env
+        self.options = options
+        self.worker: WorkerProcess | None = None
+        self.facts: dict[str, Any] = {}
+        self.crashes = 0
+
+    def start(self) -> dict[str, Any]:
+        self.worker = WorkerProcess(self.env.python, env=worker_env(self.options.threads))
+        try:
+            hello = self.worker.request({"op": "hello", "device": self.options.device, "threads": self.options.threads},
+                                        timeout=300)
+        except WorkerDied as exc:
+            raise UserError(f"{self.env.python}: the worker could not start ({exc}; {exc.stderr_tail.strip()[-300:]})") from None
+        if hello.get("type") != "hello":
+            raise UserError(f"{self.env.python}: the worker could not start: {hello.get('message')}")
+        if not hello.get("available"):
+            raise UserError(f"--device {self.options.device}: not available in {self.env.python} ({hello.get('reason')})")
+        self.facts = {**hello, "python": str(self.env.python), "label": self.env.label}
+        self.facts.pop("type", None)
+        return self.facts
+
+    def request(self, doc: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+        if self.worker is None or not self.worker.alive:
+            self.start()
+        assert self.worker is not None
+        try:
+            return self.worker.request(doc, timeout=timeout)
+        except WorkerDied:
+            self.crashes += 1
+            self.worker.close()
+            self.worker = None
+            raise
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+def _guard(w: Workload, sessions: list[EnvSession], share: float) -> str | None:
+    for s in sessions:
+        limit = s.facts.get("memory_limit")
+        if limit and w.memory_bytes > share * limit:
+            return (f"needs {w.memory_bytes / 2**30:.2f} GiB, over {share:.0%} of the {limit / 2**30:.1f} GiB "
+                    f"this device can safely give; skipped (overcommitting unified memory can freeze a Mac)")
+    return None
+
+
+def _env_result(ready: dict[str, Any]) -> dict[str, Any]:
+    return {"status": "ok", "calls": ready["calls"], "bytes_per_call": ready.get("bytes_per_call"),
+            "flops_per_call": ready.get("flops_per_call"), "items_per_call": ready.get("items_per_call"),
+            "warmup": [], "samples": [], "device_samples": [], "memory": {}}
+
+
+def _summarize(r: dict[str, Any]) -> None:
+    if r.get("samples"):
+        ci = median_ci(r["samples"])
+        r["median"], r["ci_low"], r["ci_high"] = ci.estimate, ci.low, ci.high
+        if r.get("device_samples"):
+            r["device_median"] = median(r["device_samples"])
+
+
+class Runner:
+    def __init__(self, envs: list[EnvSpec], options: BenchOptions, progress: Progress = _no_progress) -> None:
+        self.options = options
+        self.sessions = [EnvSession(e, options) for e in envs]
+        self.progress = progress
+        self.interrupted = False
+
+    def start(self) -> list[dict[str, Any]]:
+        return [s.start() for s in self.sessions]
+
+    def close(self) -> None:
+        for s in self.sessions:
+            s.close()
+
+    def _setup(self, s: EnvSession, w: Workload, calls: int | None) -> dict[str, Any]:
+        try:
+            ans = s.request({"op": "setup", "workload": w.spec(), "calls": calls,
+                             "target_sample_s": self.options.policy.target_sample_s})
+        except WorkerDied as exc:
+            return {"status": "crash", "reason": str(exc), "stderr": exc.stderr_tail[-1000:]}
+        if ans.get("type") == "error":
+            return {"status": ans.get("status", "error"), "reason": ans.get("message", "")}
+        return _env_result(ans)
+
+    def _sample(self, s: EnvSession, r: dict[str, Any], count: int, into: str) -> list[float]:
+        ans = s.request({"op": "sample", "count": count})
+        if ans.get("type") == "error":
+            raise RuntimeError(ans.get("message", "sampling failed"))
+        r[into].extend(ans["host"])
+        if into == "samples" and ans.get("device"):
+            r["device_samples"].extend(ans["device"])
+        return ans["host"]
+
+    def _teardown(self, s: EnvSession, r: dict[str, Any]) -> None:
+        ans = s.request({"op": "teardown"})
+        r["memory"] = ans.get("memory", {})
+
+    def measure(self, w: Workload) -> dict[str, Any]:
+        result: dict[str, Any] = {**w.to_json(), "envs": {}}
+        skip = _guard(w, self.sessions, self.options.memory_share)
+        if skip:
+            result.update(status="skipped", reason=skip)
+            return result
+        envs: dict[str, dict[str, Any]] = {}
+        live: list[EnvSession] = []
+        calls: int | None = None
+        for s in self.sessions:
+            r = self._setup(s, w, calls)
+            envs[s.env.label] = r
+            if r["status"] == "ok":
+                calls = calls or r["calls"]
+                live.append(s)
+        result["envs"] = envs
+        try:
+            if live:
+                self._warmup(live, envs)
+                if len(live) == 2:
+                    self._paired(live, envs, result)
+                else:
+                    self._single(live[0], envs[live[0].env.label])
+                for s in live:
+                    self._teardown(s, envs[s.env.label])
+        except WorkerDied as exc:
+            for s in live:
+                if envs[s.env.label]["status"] == "ok":
+                    envs[s.env.label].update(status="crash", reason=str(exc))
+        except RuntimeError as exc:
+            for s in live:
+                envs[s.env.label].update(status="error", reason=str(exc))
+        for r in envs.values():
+            _summarize(r)
+        statuses = {r["status"] for r in envs.values()}
+        result["status"] = "ok" if statuses == {"ok"} else sorted(statuses - {"ok"})[0]
+        bad = next((r for r in envs.values() if r["status"] != "ok"), None)
+        if bad:
+            result["reason"] = bad.get("reason", "")
+        return result
+
+    def _warmup(self, live: list[EnvSession], envs: dict[str, dict[str, Any]]) -> None:
+        pol = self.options.policy
+        t0 = self.options.clock()
+        settled = {s.env.label: False for s in live}
+        while not all(settled.values()):
+            for s in live:
+                if settled[s.env.label]:
+                    continue
+                r = envs[s.env.label]
+                self._sample(s, r, 1, "warmup")
+                settled[s.env.label] = pol.warmup_settled(r["warmup"], self.options.clock() - t0) or len(r["warmup"]) >= 50
+
+    def _single(self, s: EnvSession, r: dict[str, Any]) -> None:
+        pol = self.options.policy
+        t0 = self.options.clock()
+        while True:
+            self._sample(s, r, pol.batch, "samples")
+            stop, why = pol.should_stop(r["samples"], self.options.clock() - t0)
+            if stop:
+                r["stop"] = why
+                return
+
+    def _paired(self, live: list[EnvSession], envs: dict[str, dict[str, Any]], result: dict[str, Any]) -> None:
+        pol = self.options.policy
+        t0 = self.options.clock()
+        a, b = live
+        ra, rb = envs[a.env.label], envs[b.env.label]
+        rounds: list[dict[str, Any]] = []
+        ratios: list[float] = []
+        per_round = max(1, pol.batch // 2)
+        while True:
+            # A B, then B A: whoever goes second in one round goes first in the next.
+            order = (a, b) if len(rounds) % 2 == 0 else (b, a)
+            got = {}
+            for s in order:
+                got[s.env.label] = self._sample(s, envs[s.env.label], per_round, "samples")
+            ma, mb = median(got[a.env.label]), median(got[b.env.label])
+            ratios.append(ma / mb)
+            rounds.append({"first": order[0].env.label, a.env.label: got[a.env.label], b.env.label: got[b.env.label]})
+            elapsed = self.options.clock() - t0
+            enough = len(ratios) >= pol.min_samples and median_ci(ratios).rel_half_width <= pol.target_rel_ci
+            over = elapsed >= 2 * pol.budget_s and len(ratios) >= 3
+            if enough or over or len(ratios) >= pol.max_samples:
+                ra["stop"] = rb["stop"] = "converged" if enough else "budget" if over else "max-samples"
+                break
+        result["rounds"] = rounds
+        result["ratios"] = ratios
+
+    def smoke_features(self) -> tuple[str, ...]:
+        return SMOKE_FEATURES
+
+    def smoke(self, features: tuple[str, ...] = SMOKE_FEATURES) -> list[dict[str, Any]]:
+        from mpsup.metal import load_manifest
+
+        kernels = load_manifest()
+        out = []
+        for feature in features:
+            entry: dict[str, Any] = {"feature": feature, "envs": {}}
+            for s in self.sessions:
+                try:
+                    ans = s.request({"op": "smoke", "feature": feature, "kernels": kernels}, timeout=300)
+                    if ans.get("type") == "error":
+                        ans = {"status": "fail", "message": ans.get("message", "")}
+                    ans.pop("type", None)
+                    ans.pop("feature", None)
+                except WorkerDied as exc:
+                    ans = {"status": "crash", "message": str(exc)}
+                entry["envs"][s.env.label] = ans
+                self.progress("smoke", {"feature": feature, "env": s.env.label, "status": ans["status"]})
+            out.append(entry)
+        return out

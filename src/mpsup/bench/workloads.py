@@ -1,0 +1,77 @@
+"""A workload: one thing to time, described as plain data the worker can rebuild on any device."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpsup.errors import UserError
+
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # linear, grouped_mm, fp8_cast, scaled_mm, pad, copy, matmul, metal, int_mm, conv, embedding
+    part: str  # which table it belongs to: linear, moe, fp8, pad, roofline, model
+    dtype: str
+    params: dict[str, Any]
+    tags: tuple[str, ...] = ()
+    source: str = ""
+    memory_bytes: int = 0  # what its tensors take on the device, for the memory guard
+    count: int = 1  # how many times one forward of a model runs it
+    role: str = ""
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "params": self.params}
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "kind": self.kind, "part": self.part, "dtype": self.dtype,
+                               **{k: v for k, v in self.params.items() if k != "kernel"}, "tags": list(self.tags),
+                               "source": self.source, "memory_bytes": self.memory_bytes, "count": self.count}
+        if self.role:
+            doc["role"] = self.role
+        if self.kind == "metal":
+            doc["kernel"] = self.params["kernel"]["name"]
+        return doc
+
+
+@dataclass(frozen=True)
+class Selection:
+    patterns: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def parse(cls, text: str | None) -> Selection:
+        if not text:
+            return cls(())
+        pats = tuple(p.strip() for p in text.split(",") if p.strip())
+        for p in pats:
+            if p.startswith("re:"):
+                try:
+                    re.compile(p[3:])
+                except re.error as exc:
+                    raise UserError(f"--only {p!r}: not a valid regular expression ({exc})") from None
+        return cls(pats)
+
+    def matches(self, w: Workload) -> bool:
+        if not self.patterns:
+            return True
+        fields = [w.name, w.kind, w.part, *w.tags]
+        for p in self.patterns:
+            if p.startswith("re:"):
+                if any(re.search(p[3:], f) for f in fields):
+                    return True
+            elif any(fnmatch.fnmatchcase(f, p) for f in fields):
+                return True
+        return False
+
+
+def select(workloads: list[Workload], only: str | None) -> list[Workload]:
+    sel = Selection.parse(only)
+    chosen = [w for w in workloads if sel.matches(w)]
+    if not chosen:
+        raise UserError(f"--only {only!r} matches no workload (try `mpsup bench --list`)")
+    return chosen

@@ -1,0 +1,98 @@
+"""Statistics: distribution-free intervals for medians, bootstrap intervals for paired ratios,
+and the practical-size rule for calling a change. Standard library only, seeded, deterministic."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+
+    @property
+    def rel_half_width(self) -> float:
+        if self.estimate == 0 or math.isinf(self.low) or math.isinf(self.high):
+            return math.inf
+        return (self.high - self.low) / 2 / abs(self.estimate)
+
+    def to_json(self) -> dict[str, float]:
+        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+
+
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Interval for the median from order statistics (exact binomial): no normality assumed."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("no samples")
+    est = median(xs)
+    alpha = 1.0 - confidence
+    # Largest j with P(Bin(n, 1/2) < j) <= alpha/2; the interval is [x_(j), x_(n-j+1)] (1-based).
+    total = 1 << n
+    cumulative = 0
+    j = 0
+    while j < n:
+        nxt = cumulative + math.comb(n, j)
+        if nxt * 2 > alpha * total:  # nxt/total > alpha/2
+            break
+        cumulative = nxt
+        j += 1
+    if j == 0:
+        return Interval(est, -math.inf, math.inf)
+    return Interval(est, xs[j - 1], xs[n - j])
+
+
+def bootstrap_median_ci(values: Sequence[float], *, seed: int = 0, resamples: int = 2000,
+                        confidence: float = 0.95) -> Interval:
+    """Percentile bootstrap of the median; the seed makes a report reproducible."""
+    xs = list(values)
+    if not xs:
+        raise ValueError("no samples")
+    est = median(xs)
+    if len(xs) == 1:
+        return Interval(est, -math.inf, math.inf)
+    rng = random.Random(seed)
+    n = len(xs)
+    meds = sorted(median(rng.choices(xs, k=n)) for _ in range(resamples))
+    lo_i = int(math.floor((1 - confidence) / 2 * resamples))
+    hi_i = min(resamples - 1, int(math.ceil((1 + confidence) / 2 * resamples)) - 1)
+    return Interval(est, meds[lo_i], meds[hi_i])
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def bootstrap_geomean_ci(groups: Sequence[Sequence[float]], *, seed: int = 0, resamples: int = 1000,
+                         confidence: float = 0.95) -> Interval:
+    """Geometric mean over workloads of each workload's median ratio. Resampling happens inside each
+    workload (its rounds), so the interval reflects measurement noise, not the choice of workloads."""
+    est = geometric_mean([median(g) for g in groups])
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(resamples):
+        logs = [math.log(median(rng.choices(list(g), k=len(g)))) for g in groups]
+        stats.append(math.exp(sum(logs) / len(logs)))
+    stats.sort()
+    lo_i = int(math.floor((1 - confidence) / 2 * resamples))
+    hi_i = min(resamples - 1, int(math.ceil((1 + confidence) / 2 * resamples)) - 1)
+    return Interval(est, stats[lo_i], stats[hi_i])
+
+
+def classify_change(ci: Interval, threshold: float = 0.03) -> str:
+    """'faster', 'slower' or 'same' for a speedup interval (baseline time / candidate time).
+
+    A change counts only when the interval excludes 1 and the estimate clears the practical
+    threshold: a significant 0.4% is not worth an upgrade decision."""
+    if ci.low > 1.0 and ci.estimate >= 1.0 + threshold:
+        return "faster"
+    if ci.high < 1.0 and ci.estimate <= 1.0 / (1.0 + threshold):
+        return "slower"
+    return "same"
