@@ -26,9 +26,13 @@ def reference(name: str, src: torch.Tensor) -> torch.Tensor:
     if name == "copy":
         return src.clone()
     if name == "fma_chain_1024":
+        # The kernel's constants as fp32 literals, then exact arithmetic: what remains is the
+        # kernel's own rounding, about 1024 half-ulps at worst.
+        a = torch.tensor(0.999, dtype=torch.float32).item()
+        b = torch.tensor(0.001, dtype=torch.float32).item()
         y = src.to(torch.float64)
         for _ in range(1024):
-            y = y * 0.999 + 0.001
+            y = y * a + b
         return y.to(torch.float32)
     if name == "fp8_e4m3_decode":
         fp8 = getattr(torch, "float8_e4m3fn", None)
