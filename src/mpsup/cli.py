@@ -167,6 +167,96 @@ def _print_workload_list(workloads: list) -> None:
     stdout_console.print(t)
 
 
+class ReportFormat(StrEnum):
+    terminal = "terminal"
+    markdown = "markdown"
+    json = "json"
+    html = "html"
+
+
+@app.command()
+def report(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Run records or folders of them (several machines).")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="A stored run id.")] = None,
+    list_runs: Annotated[bool, typer.Option("--list", help="List stored runs.")] = False,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Id of a single run to use as baseline.")] = None,
+    candidate: Annotated[str | None, typer.Option("--candidate", help="Id of a single run to use as candidate.")] = None,
+    fmt: Annotated[ReportFormat, typer.Option("--format", help="terminal, markdown, json or html.")] = ReportFormat.terminal,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report to FILE.")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="Practical change floor.")] = 0.03,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed (same record, same report).")] = 0,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Say, with confidence intervals, whether the candidate PyTorch helps."""
+    from mpsup.report import load
+    from mpsup.report.analysis import analyze, merge_single_runs
+    from mpsup.report.render import multi_json, render_html, render_markdown, render_multi_terminal, render_terminal
+    from mpsup.store import atomic_write_text
+
+    def warn(msg: str) -> None:
+        stderr_console.print(f"[yellow]warning:[/] {msg}", highlight=False)
+
+    if as_json:
+        fmt = ReportFormat.json
+    if list_runs:
+        rows = load.stored_runs(warn)
+        if fmt is ReportFormat.json:
+            emit_json(rows)
+        else:
+            from rich.table import Table
+
+            t = Table(title=f"{len(rows)} stored runs")
+            for c in ("id", "created", "mode", "device", "torch", "workloads", "model"):
+                t.add_column(c)
+            for r in rows:
+                t.add_row(r["id"], str(r["created_at"]), str(r["mode"]) + (" (partial)" if r["partial"] else ""),
+                          r["device"], " vs ".join(str(x) for x in r["torch"]), str(r["workloads"]), r["model"] or "")
+            stdout_console.print(t)
+        return
+    if (baseline is None) != (candidate is None):
+        raise UserError("--baseline and --candidate go together (two single runs to pair)")
+    if baseline and candidate:
+        records = [merge_single_runs(load.by_id(baseline, warn), load.by_id(candidate, warn))]
+    elif run:
+        records = [load.by_id(run, warn)]
+    elif paths:
+        records = load.records_from_paths(paths, warn)
+    else:
+        records = [load.newest_paired(warn)]
+    analyses = [analyze(r, threshold=threshold, seed=seed) for r in records]
+    if fmt is ReportFormat.json:
+        doc = analyses[0].to_json() if len(analyses) == 1 else multi_json(analyses)
+        text = None
+    elif fmt is ReportFormat.markdown:
+        text = "\n".join(render_markdown(a) for a in analyses)
+    elif fmt is ReportFormat.html:
+        text = "".join(render_html(a) for a in analyses[:1])
+    else:
+        text = None
+    if output is not None:
+        if fmt is ReportFormat.terminal:
+            raise UserError("-o needs --format markdown, json or html")
+        import json as _json
+
+        atomic_write_text(output, text if text is not None else _json.dumps(doc, indent=2) + "\n")
+        stderr_console.print(f"report written to {output}")
+    elif fmt is ReportFormat.json:
+        emit_json(doc)
+    elif text is not None:
+        sys.stdout.write(text)
+    elif len(analyses) > 1:
+        render_multi_terminal(analyses, stdout_console)
+    else:
+        render_terminal(analyses[0], stdout_console)
+    if fail_on_regression:
+        verdicts = {a.verdict for a in analyses}
+        if "regression" in verdicts:
+            raise typer.Exit(1)
+        if "inconclusive" in verdicts:
+            raise typer.Exit(3)
+
+
 def main() -> None:
     # Typer's standalone mode turns usage errors into exit 2 with click's message; our own
     # errors carry their exit code and one line of text.

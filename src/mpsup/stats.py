@@ -66,6 +66,15 @@ def bootstrap_median_ci(values: Sequence[float], *, seed: int = 0, resamples: in
     return Interval(est, meds[lo_i], meds[hi_i])
 
 
+def paired_ratio_ci(ratios: Sequence[float], *, seed: int = 0, confidence: float = 0.95) -> Interval:
+    """Interval for the median paired ratio: the union of the seeded percentile bootstrap and the
+    exact order-statistic interval. With few rounds the bootstrap alone is too narrow (it cannot
+    see beyond the observed values); the order-statistic interval is valid for any n but coarse."""
+    boot = bootstrap_median_ci(ratios, seed=seed, confidence=confidence)
+    exact = median_ci(ratios, confidence=confidence)
+    return Interval(boot.estimate, min(boot.low, exact.low), max(boot.high, exact.high))
+
+
 def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 

@@ -216,7 +216,7 @@ class Runner:
         ra, rb = envs[a.env.label], envs[b.env.label]
         rounds: list[dict[str, Any]] = []
         ratios: list[float] = []
-        per_round = max(1, pol.batch // 2)
+        per_round = max(1, pol.batch)
         while True:
             # A B, then B A: whoever goes second in one round goes first in the next.
             order = (a, b) if len(rounds) % 2 == 0 else (b, a)

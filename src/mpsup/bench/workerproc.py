@@ -108,7 +108,9 @@ class WorkerProcess:
 
 
 def worker_env(threads: int | None) -> dict[str, str]:
-    env: dict[str, str] = {}
+    # OpenMP threads busy-wait after each parallel region by default; with two workers taking
+    # turns, the idle one's spinning threads would steal the cores the measured one needs.
+    env: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
     if threads:
         # Thread pools must be sized before torch starts them, not only via set_num_threads.
         env["OMP_NUM_THREADS"] = str(threads)

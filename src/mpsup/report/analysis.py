@@ -1,0 +1,289 @@
+"""Run records -> per-workload speedups, suite and model figures, smoke changes, and the verdict."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from mpsup.errors import UserError
+from mpsup.host.hygiene import noisy_conditions
+from mpsup.stats import Interval, bootstrap_geomean_ci, classify_change, geometric_mean, paired_ratio_ci
+
+PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
+
+
+@dataclass
+class WorkloadChange:
+    name: str
+    part: str
+    tags: list[str]
+    count: int
+    baseline_s: float | None
+    candidate_s: float | None
+    speedup: Interval | None
+    change: str  # faster, slower, same, n/a
+    size: float  # flops (or bytes) per call, for plots
+    share: float = 0.0  # of the baseline's estimated total time
+    memory_ratio: float | None = None
+    ratios: list[float] = field(default_factory=list)
+    status: str = "ok"
+
+    @property
+    def significant(self) -> bool:
+        return self.change in ("faster", "slower")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "part": self.part, "tags": self.tags, "count": self.count,
+            "baseline_s": self.baseline_s, "candidate_s": self.candidate_s,
+            "speedup": self.speedup.estimate if self.speedup else None,
+            "low": self.speedup.low if self.speedup else None, "high": self.speedup.high if self.speedup else None,
+            "significant": self.significant, "change": self.change, "share": self.share,
+            "memory_ratio": self.memory_ratio, "status": self.status,
+        }
+
+
+@dataclass
+class Analysis:
+    run_ids: list[str]
+    machine: str
+    baseline_torch: str
+    candidate_torch: str
+    device: str
+    mode: str
+    workloads: list[WorkloadChange]
+    suite_geomean: Interval | None
+    suite_split: dict[str, Interval]
+    model_speedup: Interval | None
+    peak_memory_ratio: float | None
+    smoke_changes: list[dict[str, str]]
+    noise: list[str]
+    verdict: str
+    sentence: str
+    threshold: float
+
+    def to_json(self) -> dict[str, Any]:
+        def iv(i: Interval | None) -> dict[str, float] | None:
+            return i.to_json() if i else None
+
+        return {
+            "schema": "mpsup.report/1",
+            "runs": self.run_ids,
+            "machine": self.machine,
+            "device": self.device,
+            "mode": self.mode,
+            "baseline_torch": self.baseline_torch,
+            "candidate_torch": self.candidate_torch,
+            "verdict": self.verdict,
+            "sentence": self.sentence,
+            "threshold": self.threshold,
+            "model_speedup": iv(self.model_speedup),
+            "suite_geomean": iv(self.suite_geomean),
+            "suite_split": {k: v.to_json() for k, v in self.suite_split.items()},
+            "published_suite_claim": PUBLISHED_SUITE_CLAIM,
+            "peak_memory_ratio": self.peak_memory_ratio,
+            "smoke_changes": self.smoke_changes,
+            "conditions": self.noise,
+            "workloads": [w.to_json() for w in self.workloads],
+        }
+
+
+def _peak(env: dict[str, Any]) -> float | None:
+    m = env.get("memory") or {}
+    v = m.get("peak_allocated") or m.get("driver_allocated") or m.get("peak_rss")
+    return float(v) if v else None
+
+
+def _size(w: dict[str, Any], env: dict[str, Any]) -> float:
+    return float(env.get("flops_per_call") or env.get("bytes_per_call") or 1.0)
+
+
+def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval, list[float]]:
+    """Two single runs: bootstrap the ratio of medians, each side resampled on its own."""
+    rng = random.Random(seed)
+    est = median(a) / median(b)
+    boots = sorted(median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))) for _ in range(2000))
+    return Interval(est, boots[49], boots[1949]), boots
+
+
+def _labels(record: dict[str, Any]) -> tuple[str, str]:
+    labels = [e["label"] for e in record["environments"]]
+    if len(labels) < 2:
+        raise UserError(f"run {record['id']} measured one environment; pair it with another "
+                        "(`mpsup report --baseline ID --candidate ID`) or run `mpsup bench --candidate ...`")
+    return labels[0], labels[1]
+
+
+def merge_single_runs(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
+    """Two single-environment runs of the same workloads, as one unpaired two-environment record."""
+    for key in ("device",):
+        if base.get(key) != cand.get(key):
+            raise UserError(f"runs {base['id']} and {cand['id']} were on different devices "
+                            f"({base.get(key)} vs {cand.get(key)}): not comparable")
+    bm, cm = base.get("model") or {}, cand.get("model") or {}
+    if bm.get("fingerprint") != cm.get("fingerprint"):
+        raise UserError(f"runs {base['id']} and {cand['id']} measured different models: not comparable")
+    names_b = {w["name"] for w in base["workloads"]}
+    names_c = {w["name"] for w in cand["workloads"]}
+    if names_b != names_c:
+        diff = sorted(names_b ^ names_c)
+        raise UserError(f"runs {base['id']} and {cand['id']} measured different workloads "
+                        f"({len(diff)} differ, e.g. {diff[0]}): not paired")
+    by_name = {w["name"]: w for w in cand["workloads"]}
+    workloads = []
+    for w in base["workloads"]:
+        merged = dict(w)
+        merged["envs"] = {"baseline": w["envs"].get(base["environments"][0]["label"], {}),
+                          "candidate": by_name[w["name"]]["envs"].get(cand["environments"][0]["label"], {})}
+        workloads.append(merged)
+    smoke = []
+    cand_smoke = {s["feature"]: s for s in cand.get("smoke", [])}
+    for s in base.get("smoke", []):
+        other = cand_smoke.get(s["feature"], {"envs": {}})
+        smoke.append({"feature": s["feature"], "envs": {
+            "baseline": next(iter(s["envs"].values()), {}), "candidate": next(iter(other["envs"].values()), {})}})
+    envs = [{**base["environments"][0], "label": "baseline"}, {**cand["environments"][0], "label": "candidate"}]
+    return {**base, "id": f"{base['id']}+{cand['id']}", "mode": "unpaired", "environments": envs,
+            "workloads": workloads, "smoke": smoke,
+            "hygiene": {"before": base.get("hygiene", {}).get("before", {}),
+                        "after": cand.get("hygiene", {}).get("after", {}),
+                        "changed": [*base.get("hygiene", {}).get("changed", []), *cand.get("hygiene", {}).get("changed", [])]}}
+
+
+def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str]]:
+    out = []
+    for s in record.get("smoke", []):
+        sa = s["envs"].get(a, {}).get("status")
+        sb = s["envs"].get(b, {}).get("status")
+        if sa is None or sb is None or sa == sb:
+            continue
+        if sa == "unsupported" and sb == "pass":
+            kind = "newly supported"
+        elif sa in ("fail", "crash") and sb == "pass":
+            kind = "fixed"
+        elif sa == "pass" and sb in ("fail", "crash"):
+            kind = "newly broken"
+        elif sb == "unsupported":
+            kind = "no longer supported"
+        else:
+            kind = "changed"
+        out.append({"feature": s["feature"], "baseline": sa, "candidate": sb, "change": kind})
+    return out
+
+
+def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
+    usable = [c for c in changes if c.speedup and c.baseline_s and c.ratios]
+    if not usable:
+        return None
+    total_base = sum(c.count * c.baseline_s for c in usable)  # type: ignore[operator]
+    est = total_base / sum(c.count * c.baseline_s / c.speedup.estimate for c in usable)  # type: ignore[operator,union-attr]
+    rng = random.Random(seed)
+    boots = []
+    for _ in range(1000):
+        t = 0.0
+        for c in usable:
+            r = median(rng.choices(c.ratios, k=len(c.ratios)))
+            t += c.count * c.baseline_s / r  # type: ignore[operator]
+        boots.append(total_base / t)
+    boots.sort()
+    return Interval(est, boots[24], boots[974])
+
+
+def _verdict(main: Interval | None, changes: list[WorkloadChange], noise: list[str], threshold: float,
+             memory_ratio: float | None, what: str, baseline_torch: str, candidate_torch: str) -> tuple[str, str]:
+    # A handful of "significant" workloads is what noise alone produces (5% of them by design), so a
+    # direction only counts when its workloads carry a real share of the time.
+    floor = max(1, math.ceil(0.05 * len(changes)))
+    faster = [c for c in changes if c.change == "faster"]
+    slower = [c for c in changes if c.change == "slower"]
+    if len(faster) <= floor and sum(c.share for c in faster) < 0.05:
+        faster = []
+    if len(slower) <= floor and sum(c.share for c in slower) < 0.05:
+        slower = []
+    if main is None:
+        return "inconclusive", "Inconclusive: no workload was measured in both environments."
+    cls = classify_change(main, threshold)
+    span = f"{main.estimate:.2f}x (95% CI {main.low:.2f}-{main.high:.2f}x)"
+    mem = ""
+    if memory_ratio and abs(memory_ratio - 1) >= 0.05:
+        mem = f" and peak memory {'falls' if memory_ratio < 1 else 'rises'} {abs(1 - memory_ratio):.0%}"
+    vs = f"torch {candidate_torch} vs {baseline_torch}"
+    too_wide = main.rel_half_width > 2 * threshold
+    if cls == "same" and (too_wide or noise):
+        why = ", ".join(noise) if noise else f"the interval {main.low:.2f}-{main.high:.2f}x is too wide"
+        return "inconclusive", f"Inconclusive: too noisy to tell ({why}); {what} {span}, {vs}."
+    top = sorted(faster, key=lambda c: -c.share)[:1]
+    where = f"; the gain comes mostly from {top[0].name}" if top else ""
+    if cls == "faster":
+        if slower:
+            return "mixed", (f"Mixed: {what} is {span} faster with {vs}{mem}, but {len(slower)} workload(s) got "
+                             f"slower (e.g. {slower[0].name}).")
+        return "benefit", f"Upgrade: {what} is estimated {span} faster with {vs}{mem}{where}."
+    if cls == "slower":
+        return "regression", f"Regression: {what} is {span} with {vs} (slower){mem}."
+    if faster and slower:
+        return "mixed", (f"Mixed: no overall change in {what} ({span}), but {len(faster)} workload(s) got faster "
+                         f"and {len(slower)} slower with {vs}.")
+    return "no-change", f"No measurable benefit for {what} ({span}) with {vs}{mem}."
+
+
+def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -> Analysis:
+    a, b = _labels(record)
+    changes: list[WorkloadChange] = []
+    for i, w in enumerate(record["workloads"]):
+        ea, eb = w["envs"].get(a, {}), w["envs"].get(b, {})
+        base_s, cand_s = ea.get("median"), eb.get("median")
+        speedup: Interval | None = None
+        ratios: list[float] = []
+        if w.get("ratios"):
+            ratios = [float(r) for r in w["ratios"] if r and r > 0 and math.isfinite(r)]
+            if ratios:
+                speedup = paired_ratio_ci(ratios, seed=seed + i)
+        elif ea.get("samples") and eb.get("samples"):
+            speedup, ratios = _unpaired_ratio(ea["samples"], eb["samples"], seed + i)
+        status = w.get("status", "ok") if speedup is None else "ok"
+        pa, pb = _peak(ea), _peak(eb)
+        changes.append(WorkloadChange(
+            name=w["name"], part=w.get("part", ""), tags=list(w.get("tags", [])), count=int(w.get("count", 1)),
+            baseline_s=base_s, candidate_s=cand_s, speedup=speedup,
+            change=classify_change(speedup, threshold) if speedup else "n/a",
+            size=_size(w, ea or eb), memory_ratio=(pb / pa) if pa and pb else None, ratios=ratios, status=status,
+        ))
+    total = sum(c.count * c.baseline_s for c in changes if c.baseline_s) or 1.0
+    for c in changes:
+        c.share = c.count * c.baseline_s / total if c.baseline_s else 0.0
+    linear = [c for c in changes if c.part == "linear" and c.ratios]
+    suite = bootstrap_geomean_ci([c.ratios for c in linear], seed=seed) if linear else None
+    split = {}
+    for tag in ("small", "large", "output-head"):
+        group = [c.ratios for c in linear if tag in c.tags]
+        if group:
+            split[tag] = bootstrap_geomean_ci(group, seed=seed)
+    model = _model_speedup(changes, seed) if record.get("model") else None
+    mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
+    mem = geometric_mean(mem_ratios) if mem_ratios else None
+    hyg = record.get("hygiene", {})
+    noise = sorted(set(noisy_conditions(hyg.get("before", {})) + noisy_conditions(hyg.get("after", {}))
+                       + list(hyg.get("changed", []))))
+    if model is not None:
+        main, what = model, "your model's forward"
+    elif suite is not None:
+        main, what = suite, "the suite's BF16 linear layers (geometric mean)"
+    else:
+        rs = [c.ratios for c in changes if c.ratios]
+        main = bootstrap_geomean_ci(rs, seed=seed) if rs else None
+        what = "the measured workloads (geometric mean)"
+    envs = record["environments"]
+    verdict, sentence = _verdict(main, changes, noise, threshold, mem, what,
+                                 str(envs[0].get("torch_version")), str(envs[1].get("torch_version")))
+    changes.sort(key=lambda c: -c.share)
+    return Analysis(
+        run_ids=[record["id"]], machine=str(envs[0].get("device_name", record["device"])),
+        baseline_torch=str(envs[0].get("torch_version")), candidate_torch=str(envs[1].get("torch_version")),
+        device=record["device"], mode=record.get("mode", ""), workloads=changes, suite_geomean=suite,
+        suite_split=split, model_speedup=model, peak_memory_ratio=mem, smoke_changes=_smoke_changes(record, a, b),
+        noise=noise, verdict=verdict, sentence=sentence, threshold=threshold,
+    )
