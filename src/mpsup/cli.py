@@ -195,7 +195,7 @@ def report(
     from mpsup.store import atomic_write_text
 
     def warn(msg: str) -> None:
-        stderr_console.print(f"[yellow]warning:[/] {msg}", highlight=False)
+        stderr_console.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
 
     if as_json:
         fmt = ReportFormat.json
