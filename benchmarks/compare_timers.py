@@ -21,9 +21,9 @@ from torch.utils import benchmark as tbench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from mpsup.bench.policy import SamplingPolicy  # noqa: E402
-from mpsup.bench.runner import BenchOptions, EnvSpec, Runner  # noqa: E402
-from mpsup.bench.suite import linear_workloads  # noqa: E402
+from mpsup.bench.policy import SamplingPolicy
+from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
+from mpsup.bench.suite import linear_workloads
 
 
 def pick_shapes(count: int, tokens: tuple[int, ...]) -> list:

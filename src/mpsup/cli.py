@@ -45,7 +45,8 @@ def doctor(
     """Is this Mac and this Python ready for a PyTorch MPS upgrade?"""
     from mpsup.doctor.render import render_doctor
     from mpsup.doctor.run import diagnose
-    from mpsup.host.snapshot import capture, load_snapshot, save_snapshot as write_snapshot
+    from mpsup.host.snapshot import capture, load_snapshot
+    from mpsup.host.snapshot import save_snapshot as write_snapshot
 
     if from_snapshot is not None and python is not None:
         raise UserError("--from-snapshot and --python cannot be combined: a snapshot already names its Python")

@@ -61,8 +61,8 @@ def bootstrap_median_ci(values: Sequence[float], *, seed: int = 0, resamples: in
     rng = random.Random(seed)
     n = len(xs)
     meds = sorted(median(rng.choices(xs, k=n)) for _ in range(resamples))
-    lo_i = int(math.floor((1 - confidence) / 2 * resamples))
-    hi_i = min(resamples - 1, int(math.ceil((1 + confidence) / 2 * resamples)) - 1)
+    lo_i = math.floor((1 - confidence) / 2 * resamples)
+    hi_i = min(resamples - 1, math.ceil((1 + confidence) / 2 * resamples) - 1)
     return Interval(est, meds[lo_i], meds[hi_i])
 
 
@@ -90,8 +90,8 @@ def bootstrap_geomean_ci(groups: Sequence[Sequence[float]], *, seed: int = 0, re
         logs = [math.log(median(rng.choices(list(g), k=len(g)))) for g in groups]
         stats.append(math.exp(sum(logs) / len(logs)))
     stats.sort()
-    lo_i = int(math.floor((1 - confidence) / 2 * resamples))
-    hi_i = min(resamples - 1, int(math.ceil((1 + confidence) / 2 * resamples)) - 1)
+    lo_i = math.floor((1 - confidence) / 2 * resamples)
+    hi_i = min(resamples - 1, math.ceil((1 + confidence) / 2 * resamples) - 1)
     return Interval(est, stats[lo_i], stats[hi_i])
 
 

@@ -36,7 +36,7 @@ class WorkerDied(Exception):
 class WorkerProcess:
     def __init__(self, python: Path, *, env: dict[str, str] | None = None) -> None:
         self.python = python
-        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker; closed in close()
         self.proc = subprocess.Popen(
             [str(python), "-u", "-c", BOOT, str(WORKER_DIR)],
             stdin=subprocess.PIPE,

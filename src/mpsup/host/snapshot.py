@@ -6,6 +6,7 @@ Format `mpsup.snapshot/1` is documented in docs/snapshot.md. Readers accept any
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -94,10 +95,8 @@ def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
         commands[key] = CommandOutput(res.returncode, res.stdout, res.stderr)
     files: dict[str, str] = {}
     plist = Path(SYSTEM_VERSION_PLIST)
-    try:
+    with contextlib.suppress(OSError):  # absent off macOS: "not known"
         files[SYSTEM_VERSION_PLIST] = plist.read_text(errors="replace")
-    except OSError:
-        pass
     interpreter = run_interpreter_probe(python or Path(sys.executable)) if run_probe else None
     return Snapshot(
         captured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

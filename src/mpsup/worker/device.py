@@ -135,7 +135,7 @@ class Device:
             "memory_limit": self.memory_limit(),
             "torch_version": str(torch.__version__),
             "threads": torch.get_num_threads(),
-            "python": "%d.%d.%d" % sys.version_info[:3],
+            "python": ".".join(str(v) for v in sys.version_info[:3]),
             "platform": platform.platform(),
             "machine": platform.machine(),
             "has_events": self.event_pair() is not None,
