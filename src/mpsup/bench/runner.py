@@ -222,6 +222,9 @@ class Runner:
             order = (a, b) if len(rounds) % 2 == 0 else (b, a)
             got = {}
             for s in order:
+                # The first block after the other worker had the device pays for the switch
+                # (GPU context, caches, clocks): take it, and keep it out of the comparison.
+                self._sample(s, envs[s.env.label], 1, "warmup")
                 got[s.env.label] = self._sample(s, envs[s.env.label], per_round, "samples")
             ma, mb = median(got[a.env.label]), median(got[b.env.label])
             ratios.append(ma / mb)
