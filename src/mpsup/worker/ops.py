@@ -111,7 +111,8 @@ def _grouped(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     w = rand((experts, n, k), dt, d)  # nn.Linear layout per expert
     offs, sizes = _group_offsets(routed, experts, d)
     es = a.element_size()
-    moved = (routed * k + experts * n * k + routed * n) * es
+    active = sum(1 for size in sizes if size)  # experts no token is routed to are never read
+    moved = (routed * k + active * n * k + routed * n) * es
     flops = 2.0 * routed * k * n
     if p.get("method") == "loop":
         bounds = []
