@@ -181,13 +181,16 @@ def fp8_workloads(device: str) -> list[Workload]:
     return out
 
 
-# Wan2.2-TI2V-5B VAE decoder: z48 latents, channel widths from its config, causal 3D convs whose
-# constant pad is (1, 1, 1, 1, 2, 0) for a 3x3x3 kernel. A 28-tile decode called it 8,764 times.
+# Wan2.2-TI2V-5B VAE decoder: base_dim 160 and dim_mult (1, 2, 4, 4) in its config give widths of
+# 640, 320 and 160 channels; each causal 3x3x3 conv is preceded by a constant pad of
+# (1, 1, 1, 1, 2, 0). A 28-tile decode called that pad 8,764 times.
+WAN_VAE_BASE_DIM = 160
+WAN_VAE_DIM_MULT = (1, 2, 4, 4)
 WAN_PAD_SHAPES: tuple[tuple[int, int, int, int], ...] = (
-    (384, 4, 34, 34),
-    (384, 4, 64, 64),
-    (192, 4, 128, 128),
-    (96, 4, 256, 256),
+    (WAN_VAE_BASE_DIM * 4, 4, 32, 32),
+    (WAN_VAE_BASE_DIM * 4, 4, 64, 64),
+    (WAN_VAE_BASE_DIM * 2, 4, 128, 128),
+    (WAN_VAE_BASE_DIM * 1, 4, 256, 256),
 )
 
 
