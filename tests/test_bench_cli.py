@@ -45,9 +45,11 @@ def test_full_suite_on_cpu(mpsup_home: Path):
     assert env["threads"] == 2 and env["torch_version"] == torch.__version__
     lin = next(w for w in record["workloads"] if w["name"] == "linear/4096x4096/t1")
     base = lin["envs"]["baseline"]
-    assert len(base["samples"]) >= 3 and base["ci_low"] <= base["median"] <= base["ci_high"]
+    assert len(base["samples"]) >= 3 and min(base["samples"]) <= base["median"] <= max(base["samples"])
     assert base["calls"] >= 1 and base["flops_per_call"] == 2 * 4096 * 4096
     assert base["memory"]["peak_rss"] > 0
+    small = next(w for w in record["workloads"] if w["name"] == "linear/384x384/t1")["envs"]["baseline"]
+    assert len(small["samples"]) >= 6 and small["ci_low"] <= small["median"] <= small["ci_high"]
     assert not list((mpsup_home / "runs").glob(".*tmp"))
 
 
@@ -163,3 +165,23 @@ def test_worker_never_sees_mpsup(tmp_path: Path):
                 assert not node.module.startswith("mpsup"), src
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("mpsup") for a in node.names), src
+
+
+def test_ctrl_c_keeps_a_partial_marked_record(mpsup_home: Path):
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "mpsup", "bench", "--device", "cpu", "--only", "linear/*/t1",
+                             "--tokens", "1", "--budget", "0.3", "--no-smoke", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(8)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    summary = json.loads(out)
+    assert summary["partial"] is True
+    record = load_record(list_record_paths()[0])
+    assert record["partial"] is True and record["interrupted"] is True
+    assert 0 < len(record["workloads"]) < 59

@@ -99,10 +99,12 @@ def test_stopping_rule_keeps_going_on_noisy_data_until_budget():
     assert pol.should_stop(samples, 1.0) == (True, "budget")
 
 
-def test_stopping_rule_needs_a_few_samples_even_past_budget():
+def test_stopping_rule_needs_six_samples_even_past_budget():
     pol = SamplingPolicy(budget_s=0.001)
-    assert pol.should_stop([1.0, 1.1], 5.0) == (False, "")
-    assert pol.should_stop([1.0, 1.1, 1.2], 5.0) == (True, "budget")
+    assert pol.should_stop([1.0, 1.1, 1.2, 1.0, 1.1], 5.0) == (False, "")
+    stop, why = pol.should_stop([1.0, 1.1, 1.2, 1.0, 1.1, 1.2], 5.0)
+    assert (stop, why) == (True, "budget")
+    assert median_ci([1.0, 1.1, 1.2, 1.0, 1.1, 1.2]).rel_half_width < 1
 
 
 def test_median_ci_coverage():

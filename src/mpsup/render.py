@@ -8,12 +8,15 @@ from typing import Any
 
 from rich.console import Console
 
+from mpsup.store import finite_json
+
 stdout_console = Console()
 stderr_console = Console(stderr=True)
 
 
 def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    """Strict JSON: NaN and infinities (which json.dumps would write as bare words) become null."""
+    sys.stdout.write(json.dumps(finite_json(doc), indent=2, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

@@ -22,8 +22,13 @@ class Interval:
             return math.inf
         return (self.high - self.low) / 2 / abs(self.estimate)
 
-    def to_json(self) -> dict[str, float]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high}
+    def to_json(self) -> dict[str, float | None]:
+        # JSON has no infinities: an unbounded side (too few rounds) is null.
+        return {"estimate": self.estimate, "low": finite_or_none(self.low), "high": finite_or_none(self.high)}
+
+
+def finite_or_none(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
 
 
 def median_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:

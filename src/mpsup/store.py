@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -24,5 +25,16 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def finite_json(doc: Any) -> Any:
+    """NaN and infinities become null: json.dumps would write them as bare words no parser accepts."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite_json(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [finite_json(v) for v in doc]
+    return doc
+
+
 def atomic_write_json(path: Path, doc: Any) -> None:
-    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    atomic_write_text(path, json.dumps(finite_json(doc), indent=1, allow_nan=False) + "\n")

@@ -37,7 +37,7 @@ class SamplingPolicy:
             return True, "max-samples"
         if n >= self.min_samples and median_ci(samples).rel_half_width <= self.target_rel_ci:
             return True, "converged"
-        # A tiny budget still yields a few samples to form an interval from.
-        if elapsed_s >= self.budget_s and n >= min(self.min_samples, 3):
+        # Even a tiny budget yields six samples: the fewest with a bounded 95% interval of the median.
+        if elapsed_s >= self.budget_s and n >= min(self.min_samples, 6):
             return True, "budget"
         return False, ""

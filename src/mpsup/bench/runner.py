@@ -18,7 +18,7 @@ from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import WorkerDied, WorkerProcess, worker_env
 from mpsup.bench.workloads import Workload
 from mpsup.errors import UserError
-from mpsup.stats import median_ci
+from mpsup.stats import finite_or_none, median_ci
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -104,7 +104,7 @@ def _env_result(ready: dict[str, Any]) -> dict[str, Any]:
 def _summarize(r: dict[str, Any]) -> None:
     if r.get("samples"):
         ci = median_ci(r["samples"])
-        r["median"], r["ci_low"], r["ci_high"] = ci.estimate, ci.low, ci.high
+        r["median"], r["ci_low"], r["ci_high"] = ci.estimate, finite_or_none(ci.low), finite_or_none(ci.high)
         if r.get("device_samples"):
             r["device_median"] = median(r["device_samples"])
 
@@ -231,7 +231,9 @@ class Runner:
             rounds.append({"first": order[0].env.label, a.env.label: got[a.env.label], b.env.label: got[b.env.label]})
             elapsed = self.options.clock() - t0
             enough = len(ratios) >= pol.min_samples and median_ci(ratios).rel_half_width <= pol.target_rel_ci
-            over = elapsed >= 2 * pol.budget_s and len(ratios) >= 3
+            # Six rounds is the fewest for which a 95% interval of a median is bounded at all;
+            # a slow workload may overrun its budget to get them, up to five-fold.
+            over = (elapsed >= 2 * pol.budget_s and len(ratios) >= 6) or (elapsed >= 10 * pol.budget_s and len(ratios) >= 3)
             if enough or over or len(ratios) >= pol.max_samples:
                 ra["stop"] = rb["stop"] = "converged" if enough else "budget" if over else "max-samples"
                 break

@@ -10,7 +10,7 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
-from mpsup.stats import Interval, bootstrap_geomean_ci, classify_change, geometric_mean, paired_ratio_ci
+from mpsup.stats import Interval, bootstrap_geomean_ci, classify_change, finite_or_none, geometric_mean, paired_ratio_ci
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
 
@@ -40,7 +40,8 @@ class WorkloadChange:
             "name": self.name, "part": self.part, "tags": self.tags, "count": self.count,
             "baseline_s": self.baseline_s, "candidate_s": self.candidate_s,
             "speedup": self.speedup.estimate if self.speedup else None,
-            "low": self.speedup.low if self.speedup else None, "high": self.speedup.high if self.speedup else None,
+            "low": finite_or_none(self.speedup.low) if self.speedup else None,
+            "high": finite_or_none(self.speedup.high) if self.speedup else None,
             "significant": self.significant, "change": self.change, "share": self.share,
             "memory_ratio": self.memory_ratio, "status": self.status,
         }
@@ -92,8 +93,10 @@ class Analysis:
 
 
 def _peak(env: dict[str, Any]) -> float | None:
+    # Per-workload device memory only: a CPU run's peak RSS is the whole process's high-water mark,
+    # which says more about the torch build than about the workload.
     m = env.get("memory") or {}
-    v = m.get("peak_allocated") or m.get("driver_allocated") or m.get("peak_rss")
+    v = m.get("peak_allocated") or m.get("driver_allocated")
     return float(v) if v else None
 
 
