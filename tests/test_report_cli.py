@@ -188,3 +188,23 @@ def test_aa_end_to_end_on_cpu(mpsup_home: Path):
     assert doc["mode"] == "aa"
     assert doc["verdict"] == "no-change", doc["sentence"]
     assert 0.9 < doc["suite_geomean"]["estimate"] < 1.1
+
+
+@pytest.mark.slow
+def test_real_pair_baseline_vs_candidate_torch(mpsup_home: Path):
+    """A real baseline-vs-candidate pair: this interpreter's torch against another environment's.
+
+    Set MPSUP_TEST_CANDIDATE_PYTHON to a Python with a different torch (here: a venv with
+    torch==2.14.1 beside the 2.13.0 baseline). `install-rc` will make such environments; until it
+    exists the test needs one made by hand, and skips without it."""
+    cand = os.environ.get("MPSUP_TEST_CANDIDATE_PYTHON")
+    if not cand:
+        pytest.skip("set MPSUP_TEST_CANDIDATE_PYTHON to a Python with another torch version")
+    res = run_cli("bench", "--device", "cpu", "--candidate", cand, "--only", "small", "--tokens", "1",
+                  "--threads", "1", "--budget", "0.1", "--json")
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    doc = json.loads(run_cli("report", "--json", "--threshold", "0.10").stdout)
+    assert doc["mode"] == "paired"
+    assert doc["baseline_torch"] != doc["candidate_torch"]
+    assert doc["verdict"] in ("benefit", "no-change", "mixed", "regression", "inconclusive")
+    assert len(doc["workloads"]) == 31 and all(w["speedup"] for w in doc["workloads"])
