@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,14 +40,31 @@ def new_record(mode: str, device: str, environments: list[dict[str, Any]], optio
 
 
 def save_record(record: dict[str, Any], directory: Path | None = None) -> Path:
-    """Each run gets its own file named by a unique id, so two benches at once never collide."""
+    """Each run gets its own file. The name is claimed with a hard link, which fails if the name is
+    taken: two benches at once (even with the same id) never overwrite each other's record."""
     d = directory or runs_dir()
     d.mkdir(parents=True, exist_ok=True)
-    path = d / f"{record['id']}.json"
-    while path.exists():  # same second and same random suffix: vanishingly rare, still handled
-        record["id"] = new_run_id()
-        path = d / f"{record['id']}.json"
-    atomic_write_json(path, record)
+    tmp = d / f".{record['id']}.{secrets.token_hex(4)}.tmp"
+    atomic_write_json(tmp, record)
+    try:
+        while True:
+            path = d / f"{record['id']}.json"
+            try:
+                os.link(tmp, path)
+                break
+            except FileExistsError:
+                record["id"] = new_run_id()
+                atomic_write_json(tmp, record)
+            except OSError:
+                # A filesystem without hard links: fall back to a checked rename.
+                if path.exists():
+                    record["id"] = new_run_id()
+                    atomic_write_json(tmp, record)
+                    continue
+                os.replace(tmp, path)
+                break
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
