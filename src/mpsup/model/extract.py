@@ -1,0 +1,117 @@
+"""Tensor names and shapes -> the workloads one forward pass runs, merged with counts.
+
+Pure: it sees only names, dtypes and shapes (from headers), never weights."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpsup.bench.workloads import ITEMSIZE, Workload
+from mpsup.model.safetensors_header import ITEMSIZE as ITEMSIZE_ST
+from mpsup.model.safetensors_header import TensorInfo
+
+DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
+EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|\bwte|embeddings?\.weight$)")
+OUTPUT_HEAD = re.compile(r"(^|\.)(lm_head|output)\.weight$")
+ROUTER = re.compile(r"(block_sparse_moe\.gate|mlp\.gate|\.router)\.weight$")
+PER_EXPERT = re.compile(r"^(?P<prefix>.*?)\.(?:\d+\.)?.*?experts\.(?P<expert>\d+)\.(?P<proj>\w+)\.weight$")
+ATTENTION = re.compile(r"(attn|attention|q_proj|k_proj|v_proj|o_proj|qkv|to_q|to_k|to_v|to_out)")
+QUANT_HINT = re.compile(r"(qweight|qzeros|scales|absmax|quant_map|\.SCB$|weight_format)")
+
+
+@dataclass
+class Extraction:
+    workloads: list[Workload]
+    not_measured: list[dict[str, str]] = field(default_factory=list)
+    linear_weight_bytes: int = 0
+    linear_weight_elements: int = 0
+
+    @property
+    def fp8_weight_bytes(self) -> int:
+        """The same linear weights stored as float8_e4m3fn: one byte each."""
+        return self.linear_weight_elements
+
+
+def _layerless(name: str) -> str:
+    return re.sub(r"\.\d+\.", ".N.", name)
+
+
+def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None, *,
+            tokens: tuple[int, ...] = (1, 512), dtype: str | None = None) -> Extraction:
+    cfg = config or {}
+    top_k = int(cfg.get("num_experts_per_tok") or cfg.get("moe_topk") or 2)
+    linear: Counter[tuple[int, int, str, str]] = Counter()
+    embeddings: Counter[tuple[int, int, str]] = Counter()
+    experts: dict[tuple[str, str], dict[str, Any]] = {}
+    not_measured: list[dict[str, str]] = []
+    weight_bytes = 0
+    weight_elements = 0
+    has_head = any(OUTPUT_HEAD.search(n) for n in tensors)
+    for name, t in tensors.items():
+        if QUANT_HINT.search(name) or (t.dtype in ("I8", "U8", "I32", "U32", "I16") and len(t.shape) >= 2):
+            not_measured.append({"tensor": name, "reason": f"quantized or packed ({t.dtype}): not measured"})
+            continue
+        if t.dtype not in DTYPES:
+            if len(t.shape) >= 2:
+                not_measured.append({"tensor": name, "reason": f"dtype {t.dtype} is not a compute dtype mpsup measures"})
+            continue
+        dt = dtype or DTYPES[t.dtype]
+        if len(t.shape) < 2 or not name.endswith("weight"):
+            continue  # norms, biases, buffers: no layer of their own
+        m = PER_EXPERT.match(name)
+        if len(t.shape) == 2 and m and "experts" in name:
+            key = (_layerless(m.group("prefix")) + ".experts", m.group("proj"))
+            g = experts.setdefault(key, {"ids": set(), "shape": t.shape, "dtype": dt, "layers": set()})
+            g["ids"].add(int(m.group("expert")))
+            g["layers"].add(name.split(".experts.")[0])
+            weight_bytes += t.nbytes
+            weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
+            continue
+        if len(t.shape) == 3 and "experts" in name:
+            key = (_layerless(name), "stacked")
+            g = experts.setdefault(key, {"ids": set(range(t.shape[0])), "shape": t.shape[1:], "dtype": dt, "layers": set()})
+            g["layers"].add(name)
+            weight_bytes += t.nbytes
+            weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
+            continue
+        if len(t.shape) == 2:
+            out_f, in_f = t.shape
+            if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
+                embeddings[(out_f, in_f, dt)] += 1
+                if not has_head and cfg.get("tie_word_embeddings", True):
+                    linear[(in_f, out_f, "output-head", dt)] += 1  # tied: the embedding doubles as the head
+                continue
+            role = ("output-head" if OUTPUT_HEAD.search(name) else "router" if ROUTER.search(name)
+                    else "attention" if ATTENTION.search(name) else "mlp")
+            linear[(in_f, out_f, role, dt)] += 1
+            weight_bytes += t.nbytes
+            weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
+            continue
+        not_measured.append({"tensor": name, "reason": f"{len(t.shape)}-D weight: convolutions are not measured yet"})
+    workloads: list[Workload] = []
+    for (in_f, out_f, role, dt), count in linear.items():
+        for tok in tokens:
+            workloads.append(Workload(
+                f"model/linear/{in_f}x{out_f}/t{tok}", "linear", "model", dt,
+                {"tokens": tok, "in_features": in_f, "out_features": out_f}, tags=(role,), count=count, role=role,
+                memory_bytes=(tok * in_f + in_f * out_f + tok * out_f) * ITEMSIZE[dt]))
+    for (vocab, dim, dt), count in embeddings.items():
+        for tok in tokens:
+            workloads.append(Workload(
+                f"model/embedding/{vocab}x{dim}/t{tok}", "embedding", "model", dt,
+                {"tokens": tok, "num_embeddings": vocab, "embedding_dim": dim}, tags=("embedding",), count=count,
+                role="embedding", memory_bytes=vocab * dim * ITEMSIZE[dt]))
+    for (_prefix, proj), g in sorted(experts.items()):
+        out_f, in_f = g["shape"]
+        n_exp = len(g["ids"])
+        for tok in tokens:
+            workloads.append(Workload(
+                f"model/experts/{proj}/{n_exp}x{in_f}x{out_f}/t{tok}", "grouped_mm", "model", g["dtype"],
+                {"tokens": tok, "top_k": min(top_k, n_exp), "experts": n_exp, "in_features": in_f,
+                 "out_features": out_f, "method": "grouped"},
+                tags=("experts",), count=len(g["layers"]), role="experts",
+                memory_bytes=n_exp * in_f * out_f * ITEMSIZE[g["dtype"]]))
+    return Extraction(workloads, not_measured, weight_bytes, weight_elements)
