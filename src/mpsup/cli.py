@@ -109,6 +109,8 @@ def bench(
     baseline: Annotated[str | None, typer.Option("--baseline", help="Baseline interpreter or venv (default: --python).")] = None,
     candidate: Annotated[str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")] = None,
     aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
+    model: Annotated[Path | None, typer.Option("--model", help="A .safetensors file, sharded index, or model folder.")] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="Override the checkpoint's dtype: bf16, fp16, fp32.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite (or --model's layers) on the GPU."""
@@ -120,7 +122,25 @@ def bench(
     from mpsup.bench.workloads import select
 
     dev = device.value if device else _default_device()
-    workloads = select(build_suite(dev, _parse_tokens(tokens)), only)
+    model_doc = None
+    if dtype is not None and dtype not in ("bf16", "fp16", "fp32"):
+        raise UserError(f"--dtype {dtype!r}: expected bf16, fp16 or fp32")
+    if model is not None:
+        from mpsup.bench.suite import default_tokens
+        from mpsup.model.extract import extract
+        from mpsup.model.load import load_model
+
+        loaded = load_model(model)
+        ex = extract(loaded.tensors, loaded.config, tokens=_parse_tokens(tokens) or default_tokens(dev), dtype=dtype)
+        if not ex.workloads:
+            raise UserError(f"{model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
+        workloads = select(ex.workloads, only) if only else ex.workloads
+        model_doc = {**loaded.describe(), "linear_weight_bytes": ex.linear_weight_bytes,
+                     "fp8_weight_bytes": ex.fp8_weight_bytes, "not_measured": ex.not_measured}
+        for item in ex.not_measured[:5]:
+            stderr_console.print(f"not measured: {item['tensor']}: {item['reason']}", highlight=False, soft_wrap=True)
+    else:
+        workloads = select(build_suite(dev, _parse_tokens(tokens)), only)
     if list_only:
         if as_json:
             emit_json([w.to_json() for w in workloads])
@@ -142,7 +162,7 @@ def bench(
         mode = "aa"
     options = BenchOptions(device=dev, policy=SamplingPolicy(budget_s=budget), threads=threads, smoke=smoke)
     with bench_progress(stderr_console) as on_event:
-        record, path = run_bench(envs, workloads, options, mode=mode, progress=on_event)
+        record, path = run_bench(envs, workloads, options, mode=mode, model=model_doc, progress=on_event)
     if as_json:
         emit_json(run_summary(record, str(path) if path else None))
     else:
@@ -160,11 +180,11 @@ def _print_workload_list(workloads: list) -> None:
     from rich.table import Table
 
     t = Table(title=f"{len(workloads)} workloads")
-    for col in ("name", "kind", "dtype", "shape", "tags", "source"):
+    for col in ("name", "kind", "count", "dtype", "shape", "tags", "source"):
         t.add_column(col, overflow="fold")
     for w in workloads:
         shape = ", ".join(f"{k}={v}" for k, v in w.params.items() if k not in ("kernel", "method"))
-        t.add_row(w.name, w.kind, w.dtype, shape, ",".join(w.tags), w.source)
+        t.add_row(w.name, w.kind, str(w.count), w.dtype, shape, ",".join(w.tags), w.source)
     stdout_console.print(t)
 
 

@@ -128,6 +128,22 @@ def render_run(record: dict[str, Any], console: Console) -> None:
               if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")]
     if linear:
         console.print(f"Suite geometric mean time over {len(linear)} linear shapes: {fmt_time(geometric_mean(linear))}")
+    model = record.get("model")
+    if model:
+        label = envs[0]["label"]
+        timed = [(w, w["envs"].get(label, {}).get("median")) for w in record["workloads"]]
+        total = sum(w.get("count", 1) * m for w, m in timed if m)
+        by_role: dict[str, float] = {}
+        for w, m in timed:
+            if m:
+                by_role[w.get("role") or w["kind"]] = by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
+        shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])) if total else ""
+        console.print(f"[bold]{model['path']}[/] ({model['format']}): estimated forward time {fmt_time(total)} "
+                      f"per token count measured; share by kind: {shares}")
+        console.print(f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
+                      f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn")
+        if model.get("not_measured"):
+            console.print(f"{len(model['not_measured'])} tensors not measured (see the run record for why)")
     if record.get("partial"):
         console.print("[yellow]Interrupted: this record is partial.[/]")
     for change in record.get("hygiene", {}).get("changed", []):

@@ -1,0 +1,103 @@
+"""A model path -> its tensors (from headers only), its config, and a fingerprint for pairing runs.
+
+Supported so far: a `.safetensors` file, a sharded checkpoint (`*.safetensors.index.json`), and a
+Hugging Face Transformers folder (`config.json` + safetensors weights). Other formats of issue 5
+(Diffusers folders, .pt/.pth/.bin state dicts, .pt2 exports, module:function) are refused with a
+clear message until they are implemented."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, read_header
+
+NOT_YET = {".pt": "PyTorch state dict", ".pth": "PyTorch state dict", ".bin": "PyTorch state dict",
+           ".pt2": "torch.export program", ".gguf": "GGUF", ".ckpt": "checkpoint"}
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    format: str
+    tensors: dict[str, TensorInfo]
+    config: dict[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": str(self.path), "format": self.format, "fingerprint": self.fingerprint,
+                "tensors": len(self.tensors)}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise ModelFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelFormatError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def _sharded(index_path: Path) -> dict[str, TensorInfo]:
+    doc = _read_json(index_path)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelFormatError(f"{index_path}: no 'weight_map' in this sharded index")
+    tensors: dict[str, TensorInfo] = {}
+    for shard_name in sorted({str(v) for v in weight_map.values()}):
+        shard = index_path.parent / shard_name
+        if not shard.exists():
+            raise ModelFormatError(f"{index_path}: shard {shard_name} is missing")
+        tensors.update(read_header(shard).tensors)
+    missing = [name for name in weight_map if name not in tensors]
+    if missing:
+        raise ModelFormatError(f"{index_path}: {len(missing)} tensors named in the index are in no shard (e.g. {missing[0]})")
+    return tensors
+
+
+def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}|{t.dtype}|{t.shape}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def load_model(path: Path) -> LoadedModel:
+    if not path.exists():
+        raise ModelFormatError(f"{path}: no such file or folder")
+    config: dict[str, Any] = {}
+    if path.is_dir():
+        if (path / "model_index.json").exists():
+            raise ModelFormatError(f"{path}: Diffusers pipeline folders are not supported yet")
+        if (path / "config.json").exists():
+            cfg = _read_json(path / "config.json")
+            config = cfg if isinstance(cfg, dict) else {}
+        indexes = sorted(path.glob("*.safetensors.index.json"))
+        singles = sorted(path.glob("*.safetensors"))
+        if indexes:
+            tensors, fmt = _sharded(indexes[0]), "transformers-sharded"
+        elif singles:
+            tensors = {}
+            for f in singles:
+                tensors.update(read_header(f).tensors)
+            fmt = "transformers"
+        else:
+            raise ModelFormatError(f"{path}: a folder without safetensors weights (not a model mpsup can read yet)")
+    elif path.name.endswith(".safetensors.index.json"):
+        tensors, fmt = _sharded(path), "safetensors-sharded"
+        if (path.parent / "config.json").exists():
+            cfg = _read_json(path.parent / "config.json")
+            config = cfg if isinstance(cfg, dict) else {}
+    elif path.suffix == ".safetensors":
+        tensors, fmt = read_header(path).tensors, "safetensors"
+    elif path.suffix in NOT_YET:
+        raise ModelFormatError(f"{path}: {NOT_YET[path.suffix]} files are not supported yet")
+    else:
+        raise ModelFormatError(f"{path}: unknown model format (expected .safetensors, a sharded index or a model folder)")
+    if not tensors:
+        raise ModelFormatError(f"{path}: holds no tensors")
+    return LoadedModel(path, fmt, tensors, config, _fingerprint(tensors))

@@ -1,0 +1,88 @@
+"""`mpsup bench --model` for the formats read so far (safetensors file, sharded, HF folder)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from mpsup.bench.record import list_record_paths, load_record
+from tests.conftest import run_cli
+
+
+def write_safetensors(path: Path, shapes: dict[str, tuple[int, ...]], dtype: str = "BF16") -> Path:
+    size = {"BF16": 2, "F16": 2, "F32": 4}[dtype]
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = size
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    with path.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
+    return path
+
+
+def tiny_llama(layers: int = 2) -> dict[str, tuple[int, ...]]:
+    shapes = {"model.embed_tokens.weight": (512, 64), "lm_head.weight": (512, 64)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + "self_attn.q_proj.weight": (64, 64), p + "self_attn.o_proj.weight": (64, 64),
+                   p + "mlp.up_proj.weight": (128, 64), p + "mlp.down_proj.weight": (64, 128)}
+    return shapes
+
+
+def test_list_json_of_a_folder(tmp_path: Path):
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"tie_word_embeddings": False}))
+    write_safetensors(folder / "model.safetensors", tiny_llama())
+    res = run_cli("bench", "--model", str(folder), "--list", "--json", "--tokens", "1,4")
+    assert res.returncode == 0, res.stderr
+    items = json.loads(res.stdout)
+    lin = {(i["in_features"], i["out_features"], i["tokens"]): (i["count"], i["role"]) for i in items if i["kind"] == "linear"}
+    assert lin[(64, 64, 1)] == (4, "attention") and lin[(64, 128, 4)] == (2, "mlp") and lin[(64, 512, 1)] == (1, "output-head")
+    assert all({"kind", "count", "role"} <= set(i) for i in items)
+
+
+def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
+    shapes = tiny_llama()
+    names = list(shapes)
+    write_safetensors(tmp_path / "a.safetensors", {n: shapes[n] for n in names[:3]})
+    write_safetensors(tmp_path / "b.safetensors", {n: shapes[n] for n in names[3:]})
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {n: ("a.safetensors" if i < 3 else "b.safetensors") for i, n in enumerate(names)}}))
+    res = run_cli("bench", "--model", str(index), "--list", "--json")
+    assert res.returncode == 0, res.stderr
+    (tmp_path / "b.safetensors").unlink()
+    res = run_cli("bench", "--model", str(index), "--list")
+    assert res.returncode == 2 and "shard b.safetensors is missing" in res.stderr
+
+
+@pytest.mark.parametrize(("name", "content", "needle"), [
+    ("m.pt", b"junk", "not supported yet"),
+    ("m.txt", b"hello", "unknown model format"),
+    ("m.safetensors", b"\x00", "truncated"),
+])
+def test_bad_models_exit_2(tmp_path: Path, name: str, content: bytes, needle: str, mpsup_home: Path):
+    p = tmp_path / name
+    p.write_bytes(content)
+    res = run_cli("bench", "--model", str(p))
+    assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+    assert not (mpsup_home / "runs").exists()
+
+
+def test_measures_a_tiny_model_on_cpu(tmp_path: Path, mpsup_home: Path):
+    p = write_safetensors(tmp_path / "tiny.safetensors", tiny_llama())
+    res = run_cli("bench", "--model", str(p), "--device", "cpu", "--tokens", "1", "--budget", "0.02", "--no-smoke",
+                  env={"COLUMNS": "160"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "estimated forward time" in res.stdout and "float8_e4m3fn" in res.stdout
+    record = load_record(list_record_paths()[0])
+    assert record["model"]["format"] == "safetensors" and len(record["model"]["fingerprint"]) == 16
+    assert {w["status"] for w in record["workloads"]} == {"ok"}
