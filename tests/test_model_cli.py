@@ -65,7 +65,8 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("name", "content", "needle"), [
-    ("m.pt", b"junk", "not supported yet"),
+    ("m.pt2", b"junk", "not supported yet"),
+    ("m.pt", b"junk", "not a torch.save zip archive"),
     ("m.txt", b"hello", "unknown model format"),
     ("m.safetensors", b"\x00", "truncated"),
 ])
@@ -86,3 +87,34 @@ def test_measures_a_tiny_model_on_cpu(tmp_path: Path, mpsup_home: Path):
     record = load_record(list_record_paths()[0])
     assert record["model"]["format"] == "safetensors" and len(record["model"]["fingerprint"]) == 16
     assert {w["status"] for w in record["workloads"]} == {"ok"}
+
+
+def test_state_dict_pt(tmp_path: Path):
+    import torch
+
+    sd = {"model.layers.0.self_attn.q_proj.weight": torch.zeros(64, 64, dtype=torch.bfloat16),
+          "model.layers.0.mlp.up_proj.weight": torch.zeros(128, 64, dtype=torch.bfloat16),
+          "model.norm.weight": torch.zeros(64)}
+    p = tmp_path / "model.pt"
+    torch.save(sd, p)
+    res = run_cli("bench", "--model", str(p), "--list", "--json", "--tokens", "1")
+    assert res.returncode == 0, res.stderr
+    lin = {(i["in_features"], i["out_features"]): i["role"] for i in json.loads(res.stdout)}
+    assert lin == {(64, 64): "attention", (64, 128): "mlp"}
+
+
+class NotAllowed:
+    pass
+
+
+def test_state_dict_with_foreign_objects_is_refused(tmp_path: Path, mpsup_home: Path):
+    import torch
+
+    p = tmp_path / "evil.pt"
+    torch.save({"w": torch.zeros(2, 2), "obj": NotAllowed()}, p)
+    res = run_cli("bench", "--model", str(p), "--list")
+    assert res.returncode == 2 and "weights_only" in res.stderr and "Traceback" not in res.stderr
+    legacy = tmp_path / "legacy.pt"
+    legacy.write_bytes(b"\x80\x02}q\x00.")
+    res = run_cli("bench", "--model", str(legacy), "--list")
+    assert res.returncode == 2 and "not a torch.save zip archive" in res.stderr

@@ -15,8 +15,11 @@ from typing import Any
 
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, read_header
 
-NOT_YET = {".pt": "PyTorch state dict", ".pth": "PyTorch state dict", ".bin": "PyTorch state dict",
-           ".pt2": "torch.export program", ".gguf": "GGUF", ".ckpt": "checkpoint"}
+NOT_YET = {".pt2": "torch.export program", ".gguf": "GGUF", ".ckpt": "checkpoint"}
+STATE_DICT_SUFFIXES = (".pt", ".pth", ".bin")
+TORCH_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.float8_e4m3fn": "F8_E4M3",
+                "torch.int8": "I8", "torch.uint8": "U8", "torch.int32": "I32", "torch.int64": "I64", "torch.float64": "F64",
+                "torch.bool": "BOOL", "torch.int16": "I16"}
 
 
 @dataclass
@@ -58,6 +61,35 @@ def _sharded(index_path: Path) -> dict[str, TensorInfo]:
     return tensors
 
 
+def _state_dict(path: Path) -> dict[str, TensorInfo]:
+    """A torch.save'd state dict, opened with weights_only=True (never a full unpickle) and mmap=True
+    (shapes come from the archive's metadata; no weight page is read)."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    if not zipfile.is_zipfile(path):
+        raise ModelFormatError(f"{path}: not a torch.save zip archive (legacy or foreign pickle: not read)")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else "refused"
+        raise ModelFormatError(f"{path}: weights_only loading refused this pickle ({first})") from None
+    except (RuntimeError, OSError, ValueError, EOFError) as exc:
+        raise ModelFormatError(f"{path}: cannot open as a state dict ({str(exc).splitlines()[0][:200]})") from None
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict):
+        raise ModelFormatError(f"{path}: holds a {type(obj).__name__}, not a state dict")
+    tensors: dict[str, TensorInfo] = {}
+    for name, value in obj.items():
+        if isinstance(value, torch.Tensor):
+            dtype = TORCH_DTYPES.get(str(value.dtype), str(value.dtype))
+            tensors[str(name)] = TensorInfo(str(name), dtype, tuple(value.shape), value.numel() * value.element_size())
+    return tensors
+
+
 def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -94,6 +126,8 @@ def load_model(path: Path) -> LoadedModel:
             config = cfg if isinstance(cfg, dict) else {}
     elif path.suffix == ".safetensors":
         tensors, fmt = read_header(path).tensors, "safetensors"
+    elif path.suffix in STATE_DICT_SUFFIXES:
+        tensors, fmt = _state_dict(path), "state-dict"
     elif path.suffix in NOT_YET:
         raise ModelFormatError(f"{path}: {NOT_YET[path.suffix]} files are not supported yet")
     else:
