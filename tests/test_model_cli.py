@@ -118,3 +118,40 @@ def test_state_dict_with_foreign_objects_is_refused(tmp_path: Path, mpsup_home: 
     legacy.write_bytes(b"\x80\x02}q\x00.")
     res = run_cli("bench", "--model", str(legacy), "--list")
     assert res.returncode == 2 and "not a torch.save zip archive" in res.stderr
+
+
+def test_diffusers_folder_with_wan_like_causal_vae(tmp_path: Path, mpsup_home: Path):
+    root = tmp_path / "pipe"
+    (root / "vae").mkdir(parents=True)
+    (root / "transformer").mkdir()
+    (root / "scheduler").mkdir()
+    (root / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline", "vae": ["diffusers", "AutoencoderKLWan"],
+                                                       "transformer": ["diffusers", "X"], "scheduler": ["diffusers", "S"]}))
+    (root / "vae" / "config.json").write_text(json.dumps({"base_dim": 16, "dim_mult": [1, 2], "sample_size": 32}))
+    write_safetensors(root / "vae" / "diffusion_pytorch_model.safetensors", {
+        "decoder.up_blocks.0.resnets.0.conv1.weight": (32, 32, 3, 3, 3),
+        "decoder.up_blocks.0.resnets.0.conv2.weight": (32, 32, 3, 3, 3),
+        "decoder.up_blocks.1.resnets.0.conv1.weight": (16, 16, 3, 3, 3),
+        "decoder.conv_out.weight": (3, 16, 3, 3, 3),
+    })
+    write_safetensors(root / "transformer" / "diffusion_pytorch_model.safetensors", {
+        "blocks.0.attn1.to_q.weight": (64, 64), "blocks.1.attn1.to_q.weight": (64, 64), "blocks.0.ffn.net.0.proj.weight": (256, 64),
+    })
+    res = run_cli("bench", "--model", str(root), "--list", "--json", "--tokens", "8")
+    assert res.returncode == 0, res.stderr
+    items = json.loads(res.stdout)
+    by_name = {i["name"]: i for i in items}
+    assert by_name["model/transformer/linear/64x64/t8"]["count"] == 2
+    assert "transformer" in by_name["model/transformer/linear/64x64/t8"]["tags"]
+    conv = by_name["model/vae/conv3d/32x32k3x3x3/16px"]
+    assert conv["count"] == 2 and conv["input_shape"] == [1, 32, 6, 18, 18] and conv["padding"] == 0
+    pad = by_name["model/vae/pad3d/32x4x16x16"]
+    assert pad["count"] == 2 and pad["pad"] == [1, 1, 1, 1, 2, 0]
+    assert by_name["model/vae/conv3d/16x16k3x3x3/32px"]["count"] == 1
+    # And it measures, conv3d and causal pads included, on the CPU.
+    res = run_cli("bench", "--model", str(root), "--device", "cpu", "--tokens", "1", "--budget", "0.02", "--no-smoke")
+    assert res.returncode == 0, res.stderr[-2000:]
+    record = load_record(list_record_paths()[0])
+    assert record["model"]["format"] == "diffusers"
+    assert {w["status"] for w in record["workloads"]} == {"ok"}
+    assert {w["kind"] for w in record["workloads"]} == {"linear", "conv", "pad"}

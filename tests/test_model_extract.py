@@ -72,11 +72,15 @@ def test_mixtral_like_per_expert_and_stacked():
         "grouped_mm", 2, 8, 32, 96)
 
 
-def test_quantized_and_conv_listed_as_not_measured():
+def test_quantized_listed_as_not_measured_and_conv_uses_default_sizes():
     ts = {"a.qweight": _t("a.qweight", (16, 64), "I32"), "a.scales": _t("a.scales", (16, 4), "F16"),
-          "vae.conv.weight": _t("vae.conv.weight", (8, 4, 3, 3, 3))}
+          "vae.conv.weight": _t("vae.conv.weight", (8, 4, 3, 3, 3)), "unet.conv_in.weight": _t("unet.conv_in.weight", (32, 4, 3, 3))}
     ex = extract(ts)
     reasons = {n["tensor"]: n["reason"] for n in ex.not_measured}
-    assert "quantized" in reasons["a.qweight"] and "quantized" in reasons["a.scales"]
-    assert "convolutions" in reasons["vae.conv.weight"]
-    assert ex.workloads == []
+    assert set(reasons) == {"a.qweight", "a.scales"}
+    assert all("quantized" in r for r in reasons.values())
+    by_kind = {w.kind: w for w in ex.workloads}
+    assert by_kind["conv"].params["input_shape"] in ([1, 4, 6, 66, 66], [1, 4, 64, 64])
+    conv2d = next(w for w in ex.workloads if w.name.startswith("model/conv2d"))
+    assert conv2d.params == {"weight_shape": [32, 4, 3, 3], "input_shape": [1, 4, 64, 64], "padding": 1}
+    assert by_kind["pad"].params["pad"] == [1, 1, 1, 1, 2, 0]

@@ -127,11 +127,11 @@ def bench(
         raise UserError(f"--dtype {dtype!r}: expected bf16, fp16 or fp32")
     if model is not None:
         from mpsup.bench.suite import default_tokens
-        from mpsup.model.extract import extract
+        from mpsup.model.extract import extract_model
         from mpsup.model.load import load_model
 
         loaded = load_model(model)
-        ex = extract(loaded.tensors, loaded.config, tokens=_parse_tokens(tokens) or default_tokens(dev), dtype=dtype)
+        ex = extract_model(loaded.tensors, loaded.config, tokens=_parse_tokens(tokens) or default_tokens(dev), dtype=dtype)
         if not ex.workloads:
             raise UserError(f"{model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
         workloads = select(ex.workloads, only) if only else ex.workloads

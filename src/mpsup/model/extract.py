@@ -46,6 +46,7 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
     linear: Counter[tuple[int, int, str, str]] = Counter()
     embeddings: Counter[tuple[int, int, str]] = Counter()
     experts: dict[tuple[str, str], dict[str, Any]] = {}
+    convs: Counter[tuple[tuple[int, ...], int, str]] = Counter()
     not_measured: list[dict[str, str]] = []
     weight_bytes = 0
     weight_elements = 0
@@ -90,7 +91,10 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
             weight_bytes += t.nbytes
             weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
             continue
-        not_measured.append({"tensor": name, "reason": f"{len(t.shape)}-D weight: convolutions are not measured yet"})
+        if len(t.shape) in (4, 5):
+            convs[(tuple(t.shape), _resolution(name, cfg), dt)] += 1
+            continue
+        not_measured.append({"tensor": name, "reason": f"{len(t.shape)}-D weight: not a layer mpsup knows"})
     workloads: list[Workload] = []
     for (in_f, out_f, role, dt), count in linear.items():
         for tok in tokens:
@@ -114,4 +118,74 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
                  "out_features": out_f, "method": "grouped"},
                 tags=("experts",), count=len(g["layers"]), role="experts",
                 memory_bytes=n_exp * in_f * out_f * ITEMSIZE[g["dtype"]]))
+    for (shape, res, dt), count in convs.items():
+        out_c, in_c, *kernel = shape
+        pad = kernel[-1] // 2
+        if len(kernel) == 3:
+            frames = int(cfg.get("mpsup_frames", DEFAULT_FRAMES))
+            x_shape = [1, in_c, frames, res, res]
+            # Causal 3D convs (Wan-style VAEs) pad time on one side only, then convolve unpadded.
+            workloads.append(Workload(
+                f"model/pad3d/{in_c}x{frames}x{res}x{res}", "pad", "model", dt,
+                {"shape": x_shape, "pad": [pad, pad, pad, pad, 2 * pad, 0]}, tags=("pad", "causal-conv"),
+                count=count, role="pad", memory_bytes=2 * _numel(x_shape) * ITEMSIZE[dt]))
+            x_shape = [1, in_c, frames + 2 * pad, res + 2 * pad, res + 2 * pad]
+            conv_pad = 0
+        else:
+            x_shape = [1, in_c, res, res]
+            conv_pad = pad
+        workloads.append(Workload(
+            f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{res}px", "conv", "model", dt,
+            {"weight_shape": list(shape), "input_shape": x_shape, "padding": conv_pad},
+            tags=("conv",), count=count, role="conv",
+            memory_bytes=(_numel(x_shape) * 2 + _numel(shape)) * ITEMSIZE[dt]))
     return Extraction(workloads, not_measured, weight_bytes, weight_elements)
+
+
+# Activation sizes for convolutions: the config's sample_size (latent pixels) halves at each
+# down block and doubles back up; without a config, 64 latent pixels and 4 latent frames.
+DEFAULT_RESOLUTION = 64
+DEFAULT_FRAMES = 4
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _resolution(name: str, cfg: dict[str, Any]) -> int:
+    base = cfg.get("sample_size")
+    base = int(base[0] if isinstance(base, list) else base) if base else DEFAULT_RESOLUTION
+    levels = len(cfg.get("block_out_channels") or cfg.get("dim_mult") or [1, 2, 4, 4])
+    m = re.search(r"(down_blocks|downsamples|up_blocks|upsamples)\.(\d+)", name)
+    if m:
+        i = int(m.group(2))
+        depth = i if m.group(1).startswith("down") else levels - 1 - i
+        return max(4, base >> max(0, min(depth, levels - 1)))
+    if "mid" in name:
+        return max(4, base >> (levels - 1))
+    return base
+
+
+def extract_model(tensors: dict[str, TensorInfo], config: dict[str, Any] | None, *, tokens: tuple[int, ...],
+                  dtype: str | None = None) -> Extraction:
+    """Like `extract`, but a Diffusers pipeline's components are extracted one by one (each with its
+    own config) and their workloads named and tagged by component, so each is reported apart."""
+    cfg = config or {}
+    components = cfg.get("components")
+    if not isinstance(components, dict):
+        return extract(tensors, cfg, tokens=tokens, dtype=dtype)
+    total = Extraction([])
+    for component in sorted({n.split("/", 1)[0] for n in tensors}):
+        part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}
+        ex = extract(part, components.get(component, {}), tokens=tokens, dtype=dtype)
+        for w in ex.workloads:
+            total.workloads.append(Workload(
+                w.name.replace("model/", f"model/{component}/", 1), w.kind, w.part, w.dtype, w.params,
+                (*w.tags, component), w.source or component, w.memory_bytes, w.count, w.role))
+        total.not_measured += [{**n, "tensor": f"{component}/{n['tensor']}"} for n in ex.not_measured]
+        total.linear_weight_bytes += ex.linear_weight_bytes
+        total.linear_weight_elements += ex.linear_weight_elements
+    return total

@@ -90,6 +90,31 @@ def _state_dict(path: Path) -> dict[str, TensorInfo]:
     return tensors
 
 
+def _diffusers(path: Path) -> LoadedModel:
+    """A Diffusers pipeline: each component folder (unet/, transformer/, vae/, text_encoder/ ...) is read
+    on its own; tensor names get the component as a prefix so each is measured and reported apart."""
+    index = _read_json(path / "model_index.json")
+    if not isinstance(index, dict):
+        raise ModelFormatError(f"{path / 'model_index.json'}: not a JSON object")
+    tensors: dict[str, TensorInfo] = {}
+    configs: dict[str, Any] = {}
+    for component in sorted(k for k in index if not k.startswith("_")):
+        folder = path / component
+        weights = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+        idx = sorted(folder.glob("*.safetensors.index.json")) if folder.is_dir() else []
+        if not weights and not idx:
+            continue  # schedulers, tokenizers: no weights
+        part = _sharded(idx[0]) if idx else {k: v for f in weights for k, v in read_header(f).tensors.items()}
+        for name, t in part.items():
+            tensors[f"{component}/{name}"] = TensorInfo(f"{component}/{name}", t.dtype, t.shape, t.nbytes)
+        if (folder / "config.json").exists():
+            cfg = _read_json(folder / "config.json")
+            configs[component] = cfg if isinstance(cfg, dict) else {}
+    if not tensors:
+        raise ModelFormatError(f"{path}: a Diffusers folder whose components hold no safetensors weights")
+    return LoadedModel(path, "diffusers", tensors, {"components": configs}, _fingerprint(tensors))
+
+
 def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -104,7 +129,7 @@ def load_model(path: Path) -> LoadedModel:
     config: dict[str, Any] = {}
     if path.is_dir():
         if (path / "model_index.json").exists():
-            raise ModelFormatError(f"{path}: Diffusers pipeline folders are not supported yet")
+            return _diffusers(path)
         if (path / "config.json").exists():
             cfg = _read_json(path / "config.json")
             config = cfg if isinstance(cfg, dict) else {}
