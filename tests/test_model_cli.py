@@ -65,7 +65,8 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("name", "content", "needle"), [
-    ("m.pt2", b"junk", "not supported yet"),
+    ("m.pt2", b"junk", "not a torch.export archive"),
+    ("m.gguf", b"junk", "not supported yet"),
     ("m.pt", b"junk", "not a torch.save zip archive"),
     ("m.txt", b"hello", "unknown model format"),
     ("m.safetensors", b"\x00", "truncated"),
@@ -155,3 +156,42 @@ def test_diffusers_folder_with_wan_like_causal_vae(tmp_path: Path, mpsup_home: P
     assert record["model"]["format"] == "diffusers"
     assert {w["status"] for w in record["workloads"]} == {"ok"}
     assert {w["kind"] for w in record["workloads"]} == {"linear", "conv", "pad"}
+
+
+FACTORY = """
+import torch
+
+def build():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    return model, (torch.randn(4, 32),)
+"""
+
+
+def test_module_function_and_pt2_run_end_to_end(tmp_path: Path, mpsup_home: Path):
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    (tmp_path / "mymodels.py").write_text(FACTORY)
+    env = {k: v for k, v in os.environ.items()}
+    res = subprocess.run([sys.executable, "-m", "mpsup", "bench", "--model", "mymodels:build", "--device", "cpu",
+                          "--budget", "0.02", "--no-smoke", "--json"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                         timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout)
+    assert [(w["name"], w["status"]) for w in summary["workloads"]] == [("model/end-to-end", "ok")]
+    assert summary["workloads"][0]["median_s"] > 0
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
+    ep = torch.export.export(model, (torch.randn(2, 16),))
+    pt2 = tmp_path / "tiny.pt2"
+    torch.export.save(ep, pt2)
+    res = run_cli("bench", "--model", str(pt2), "--device", "cpu", "--budget", "0.02", "--no-smoke", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    (w,) = json.loads(res.stdout)["workloads"]
+    assert w["status"] == "ok" and w["kind"] == "end_to_end"
+    bad = tmp_path / "bad.pt2"
+    bad.write_bytes(b"nope")
+    res = run_cli("bench", "--model", str(bad))
+    assert res.returncode == 2 and "not a torch.export archive" in res.stderr

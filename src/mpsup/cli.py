@@ -109,8 +109,9 @@ def bench(
     baseline: Annotated[str | None, typer.Option("--baseline", help="Baseline interpreter or venv (default: --python).")] = None,
     candidate: Annotated[str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")] = None,
     aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
-    model: Annotated[Path | None, typer.Option("--model", help="A .safetensors file, sharded index, or model folder.")] = None,
+    model: Annotated[Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")] = None,
     dtype: Annotated[str | None, typer.Option("--dtype", help="Override the checkpoint's dtype: bf16, fp16, fp32.")] = None,
+    compile_too: Annotated[bool, typer.Option("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite (or --model's layers) on the GPU."""
@@ -125,7 +126,9 @@ def bench(
     model_doc = None
     if dtype is not None and dtype not in ("bf16", "fp16", "fp32"):
         raise UserError(f"--dtype {dtype!r}: expected bf16, fp16 or fp32")
-    if model is not None:
+    if model is not None and (model.suffix == ".pt2" or _is_factory(str(model))):
+        workloads, model_doc = _end_to_end_workloads(str(model), compile_too)
+    elif model is not None:
         from mpsup.bench.suite import default_tokens
         from mpsup.model.extract import extract_model
         from mpsup.model.load import load_model
@@ -174,6 +177,38 @@ def bench(
         e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values()
     )
     raise typer.Exit(1 if failed else 0)
+
+
+def _is_factory(text: str) -> bool:
+    import re
+
+    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not Path(text).exists()
+
+
+def _end_to_end_workloads(target: str, compile_too: bool) -> tuple[list, dict]:
+    import hashlib
+
+    from mpsup.bench.workloads import Workload
+
+    if target.endswith(".pt2"):
+        path = Path(target)
+        if not path.is_file():
+            raise UserError(f"{path}: no such file")
+        import zipfile
+
+        if not zipfile.is_zipfile(path):
+            raise UserError(f"{path}: not a torch.export archive (.pt2 files are zip archives)")
+        params = {"source": "pt2", "path": str(path.resolve())}
+        fingerprint = hashlib.sha256(path.read_bytes()[:1 << 20]).hexdigest()[:16]
+        doc = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
+    else:
+        params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
+        doc = {"path": target, "format": "module:function", "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16]}
+    doc |= {"linear_weight_bytes": 0, "fp8_weight_bytes": 0, "not_measured": []}
+    variants = [("model/end-to-end", False)] + ([("model/end-to-end/compiled", True)] if compile_too else [])
+    workloads = [Workload(name, "end_to_end", "model", "fp32", {**params, "compile": comp}, tags=("end-to-end",),
+                          source=doc["path"], role="end-to-end") for name, comp in variants]
+    return workloads, doc
 
 
 def _print_workload_list(workloads: list) -> None:

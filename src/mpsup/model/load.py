@@ -15,7 +15,7 @@ from typing import Any
 
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, read_header
 
-NOT_YET = {".pt2": "torch.export program", ".gguf": "GGUF", ".ckpt": "checkpoint"}
+NOT_YET = {".gguf": "GGUF", ".ckpt": "checkpoint"}
 STATE_DICT_SUFFIXES = (".pt", ".pth", ".bin")
 TORCH_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.float8_e4m3fn": "F8_E4M3",
                 "torch.int8": "I8", "torch.uint8": "U8", "torch.int32": "I32", "torch.int64": "I64", "torch.float64": "F64",

@@ -265,7 +265,8 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
         group = [c.ratios for c in linear if tag in c.tags]
         if group:
             split[tag] = bootstrap_geomean_ci(group, seed=seed)
-    model = _model_speedup(changes, seed) if record.get("model") else None
+    end_to_end = next((c for c in changes if c.name == "model/end-to-end" and c.speedup), None)
+    model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.get("model") else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
     mem = geometric_mean(mem_ratios) if mem_ratios else None
     hyg = record.get("hygiene", {})

@@ -240,6 +240,10 @@ def build(spec: dict[str, Any], device: Device) -> Built:
         from .metal import build_metal
 
         return build_metal(spec, device)
+    if kind == "end_to_end":
+        from .end_to_end import build_end_to_end
+
+        return build_end_to_end(spec["params"], device)
     builder = BUILDERS.get(kind)
     if builder is None:
         raise ValueError(f"unknown workload kind {kind!r}")

@@ -1,0 +1,60 @@
+"""End-to-end forwards: a torch.export program (.pt2) with its example inputs, or a user's
+`module:function` returning (module, inputs). The user's code runs here, by their explicit request."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import torch
+
+from .device import Device
+from .ops import Built, Unsupported
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    return obj
+
+
+def build_end_to_end(params: dict[str, Any], device: Device) -> Built:
+    dev = device.torch_device
+    if params["source"] == "pt2":
+        export = getattr(torch, "export", None)
+        if export is None or not hasattr(export, "load"):
+            raise Unsupported("torch.export.load does not exist in this torch")
+        ep = export.load(params["path"])
+        example = getattr(ep, "example_inputs", None)
+        if example is None:
+            raise Unsupported("this .pt2 carries no example inputs")
+        args, kwargs = example
+        module = ep.module()
+    else:
+        module_name, _, func_name = params["target"].partition(":")
+        if params.get("cwd") and params["cwd"] not in sys.path:
+            sys.path.insert(0, params["cwd"])
+        factory = getattr(importlib.import_module(module_name), func_name)
+        made = factory()
+        if not (isinstance(made, tuple) and len(made) == 2):
+            raise TypeError(f"{params['target']} must return (module, inputs), got {type(made).__name__}")
+        module, inputs = made
+        args, kwargs = (inputs, {}) if isinstance(inputs, tuple) else ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
+    try:
+        module = module.to(dev)
+    except Exception as exc:
+        raise Unsupported(f"the module cannot move to {dev}: {exc}") from None
+    args, kwargs = _to(args, dev), _to(kwargs, dev)
+    if params.get("compile"):
+        module = torch.compile(module)
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return module(*args, **kwargs)
+
+    return Built(forward, None, None, None, (module, args, kwargs))
