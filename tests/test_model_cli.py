@@ -84,7 +84,7 @@ def test_measures_a_tiny_model_on_cpu(tmp_path: Path, mpsup_home: Path):
     res = run_cli("bench", "--model", str(p), "--device", "cpu", "--tokens", "1", "--budget", "0.02", "--no-smoke",
                   env={"COLUMNS": "160"})
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "estimated forward time" in res.stdout and "float8_e4m3fn" in res.stdout
+    assert "estimated forward time" in res.stdout and "95% CI" in res.stdout and "float8_e4m3fn" in res.stdout
     record = load_record(list_record_paths()[0])
     assert record["model"]["format"] == "safetensors" and len(record["model"]["fingerprint"]) == 16
     assert {w["status"] for w in record["workloads"]} == {"ok"}
@@ -182,6 +182,8 @@ def test_module_function_and_pt2_run_end_to_end(tmp_path: Path, mpsup_home: Path
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout)
     assert [(w["name"], w["status"]) for w in summary["workloads"]] == [("model/end-to-end", "ok")]
+    fwd = summary["model_forward_s"]
+    assert fwd["low"] <= fwd["estimate"] <= fwd["high"]
     assert summary["workloads"][0]["median_s"] > 0
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
     ep = torch.export.export(model, (torch.randn(2, 16),))

@@ -65,6 +65,31 @@ def test_sparse_llama3_8b_sized_file_reads_only_the_header(tmp_path: Path):
           f"peak RSS grew {(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024:.1f} MiB")
 
 
+def test_reads_nothing_but_the_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Count every byte read: the weights (here 1 GiB of hole) are never touched."""
+    header = {"w": {"dtype": "BF16", "shape": [32768, 16384], "data_offsets": [0, 32768 * 16384 * 2]}}
+    p = _write(tmp_path / "big.safetensors", header, 32768 * 16384 * 2)
+    reads: list[int] = []
+    real_open = Path.open
+
+    def counting_open(self, *args, **kwargs):
+        fh = real_open(self, *args, **kwargs)
+        real_read = fh.read
+
+        def read(n=-1):
+            data = real_read(n)
+            reads.append(len(data))
+            return data
+
+        fh.read = read
+        return fh
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    h = read_header(p)
+    assert h.tensors["w"].nbytes == 2**30
+    assert sum(reads) == 8 + h.header_bytes
+
+
 GOOD = {"w": {"dtype": "F16", "shape": [2, 3], "data_offsets": [0, 12]}}
 
 

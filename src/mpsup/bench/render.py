@@ -133,13 +133,15 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         label = envs[0]["label"]
         timed = [(w, w["envs"].get(label, {}).get("median")) for w in record["workloads"]]
         total = sum(w.get("count", 1) * m for w, m in timed if m)
+        fwd = model_forward_estimate(record, label)
         by_role: dict[str, float] = {}
         for w, m in timed:
             if m:
                 by_role[w.get("role") or w["kind"]] = by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
         shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])) if total else ""
-        console.print(f"[bold]{model['path']}[/] ({model['format']}): estimated forward time {fmt_time(total)} "
-                      f"per token count measured; share by kind: {shares}")
+        span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd and fwd["low"] is not None else ""
+        console.print(f"[bold]{model['path']}[/] ({model['format']}): estimated forward time {fmt_time(total)}{span}, "
+                      f"summed over every token count measured; share by kind: {shares}")
         console.print(f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
                       f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn")
         if model.get("not_measured"):
@@ -148,6 +150,27 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         console.print("[yellow]Interrupted: this record is partial.[/]")
     for change in record.get("hygiene", {}).get("changed", []):
         console.print(f"[yellow]Conditions changed during the run: {change}[/]")
+
+
+def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
+    """Sum over workloads of count x median, with an interval from the per-workload intervals summed
+    end to end (conservative: it treats the workloads' errors as if they all leaned the same way)."""
+    if not record.get("model"):
+        return None
+    est = low = high = 0.0
+    bounded = True
+    for w in record["workloads"]:
+        env = w["envs"].get(label, {})
+        if not env.get("median"):
+            continue
+        c = w.get("count", 1)
+        est += c * env["median"]
+        if env.get("ci_low") is None or env.get("ci_high") is None:
+            bounded = False
+        else:
+            low += c * env["ci_low"]
+            high += c * env["ci_high"]
+    return {"estimate": est, "low": low if bounded else None, "high": high if bounded else None}
 
 
 def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
@@ -163,6 +186,8 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
         "partial": record["partial"],
         "environments": record["environments"],
         "status_counts": counts,
+        "model": record.get("model"),
+        "model_forward_s": model_forward_estimate(record, label),
         "smoke": {s["feature"]: {k: v["status"] for k, v in s["envs"].items()} for s in record.get("smoke", [])},
         "workloads": [
             {"name": w["name"], "kind": w["kind"], "status": w["status"],
