@@ -175,7 +175,7 @@ def _pad(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
 
 
 def _copy(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
-    numel = int(p["bytes"]) // dtype_of(p.get("dtype", "fp32")).itemsize if "bytes" in p else int(p["numel"])
+    numel = int(p["bytes"]) // dt.itemsize if "bytes" in p else int(p["numel"])
     src = rand((numel,), dt, d)
     dst = torch.empty_like(src)
     return Built(lambda: dst.copy_(src), 2.0 * numel * src.element_size(), None, None, (src, dst))
