@@ -313,6 +313,112 @@ def report(
             raise typer.Exit(3)
 
 
+class ChannelChoice(StrEnum):
+    test = "test"
+    nightly = "nightly"
+    stable = "stable"
+
+
+class InstallerChoice(StrEnum):
+    auto = "auto"
+    pip = "pip"
+    uv = "uv"
+
+
+@app.command("install-rc")
+def install_rc(
+    channel: Annotated[ChannelChoice, typer.Option("--channel", help="test (release candidates), nightly, or stable.")] = ChannelChoice.test,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="Read this index instead (https, file, or loopback http).")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Install exactly this torch version.")] = None,
+    with_: Annotated[str | None, typer.Option("--with", help="Companion packages to match, e.g. torchvision,torchaudio.")] = None,
+    python: PythonOpt = None,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Upgrade the --python environment itself (its package list is saved first).")] = False,
+    clone: Annotated[bool, typer.Option("--clone", help="Also install your environment's other packages in the new one.")] = False,
+    installer: Annotated[InstallerChoice, typer.Option("--installer", help="auto (uv when present), pip or uv.")] = InstallerChoice.auto,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and stop.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before installing (required without a terminal).")] = False,
+    allow_root: Annotated[bool, typer.Option("--allow-root", help="On macOS, allow running as root.")] = False,
+    list_envs: Annotated[bool, typer.Option("--list", help="Show the recorded candidate environments.")] = False,
+    remove: Annotated[str | None, typer.Option("--remove", help="Delete a recorded environment (by version or name).")] = None,
+    rollback: Annotated[bool, typer.Option("--rollback", help="Put back the packages saved before an --in-place upgrade.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Install the PyTorch release candidate (or nightly, or newest stable) beside your environment, safely."""
+    from mpsup.envs import execute, records
+    from mpsup.envs import render as env_render
+    from mpsup.envs.plan import InstallRequest, current_euid, is_root_refused, plan_install
+
+    chosen = [flag for flag, on in (("--list", list_envs), ("--remove", remove is not None), ("--rollback", rollback)) if on]
+    if len(chosen) > 1:
+        raise UserError(f"{' and '.join(chosen)} cannot be combined")
+    if in_place and clone:
+        raise UserError("--clone makes a new environment; it cannot be combined with --in-place")
+    if list_envs:
+        docs = records.recorded_environments()
+        if as_json:
+            emit_json(docs)
+        else:
+            env_render.render_environments(docs, stdout_console)
+        return
+    if remove is not None:
+        removed = records.remove_environment(remove)
+        if as_json:
+            emit_json({"status": "removed", "environments": removed})
+        else:
+            for doc in removed:
+                what = "record (your environment itself was not touched)" if doc.get("mode") == "in-place" else "environment"
+                stdout_console.print(f"Removed the {what} {doc['name']} (torch {doc.get('torch_version')})", highlight=False)
+        return
+    if is_root_refused(sys.platform, current_euid(), allow_root):
+        raise UserError("running as root on macOS would leave root-owned files in your environments; run as yourself, or pass --allow-root")
+    target = python or Path(sys.executable)
+    if rollback:
+        _confirm_or_refuse(yes, f"Put back the packages saved for {target}?")
+        result = execute.rollback(target)
+        if as_json:
+            emit_json(result.to_json())
+        else:
+            stdout_console.print(f"Restored {target}: reinstalled {len(result.reinstalled)}, removed {len(result.removed)} packages "
+                                 f"(saved set {result.saved})", highlight=False, soft_wrap=True)
+        return
+    companions = tuple(c.strip() for c in (with_ or "").split(",") if c.strip())
+    request = InstallRequest(python=target, channel=channel.value, index_url=index_url, version=version, companions=companions,
+                             in_place=in_place, clone=clone, installer=installer.value)
+    with stderr_console.status(f"Looking for torch on the {channel.value} channel..."):
+        plan = plan_install(request)
+    if not hasattr(plan, "mode"):
+        if as_json:
+            emit_json(plan.to_json())
+        else:
+            stdout_console.print(plan.message, highlight=False, soft_wrap=True)
+        return
+    env_render.render_plan(plan, stderr_console if as_json else stdout_console)
+    if dry_run:
+        if as_json:
+            emit_json({"status": "planned", "dry_run": True, "plan": plan.to_json()})
+        return
+    _confirm_or_refuse(yes, f"Install torch {plan.to_version} into {plan.prefix}?")
+    do_install = execute.install_in_place if plan.mode == "in-place" else execute.install_side_by_side
+    with env_render.install_progress(stderr_console) as progress:
+        result = do_install(plan, progress=progress)
+    if as_json:
+        emit_json({**result.to_json(), "plan": plan.to_json()})
+    else:
+        env_render.render_installed(result, stdout_console)
+
+
+def _confirm_or_refuse(yes: bool, question: str) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UserError("there is no terminal to ask for confirmation; pass --yes (or --dry-run to see the plan only)")
+    from rich.prompt import Confirm
+
+    if not Confirm.ask(question, console=stderr_console, default=False):
+        stderr_console.print("Nothing was changed.")
+        raise typer.Exit(1)
+
+
 def main() -> None:
     # Typer's standalone mode turns usage errors into exit 2 with click's message; our own
     # errors carry their exit code and one line of text.

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from mpsup.envs.records import recorded_environments
 from mpsup.errors import UserError
-from mpsup.paths import envs_dir
 
 
 def _venv_python(root: Path) -> Path | None:
@@ -14,21 +13,6 @@ def _venv_python(root: Path) -> Path | None:
         if (root / rel).exists():
             return root / rel
     return None
-
-
-def recorded_environments() -> list[dict]:
-    out = []
-    base = envs_dir()
-    if not base.is_dir():
-        return out
-    for rec in sorted(base.glob("*/mpsup-env.json")):
-        try:
-            doc = json.loads(rec.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("python"), str):
-            out.append(doc)
-    return out
 
 
 def resolve_environment(value: str, flag: str) -> Path:
@@ -42,6 +26,6 @@ def resolve_environment(value: str, flag: str) -> Path:
             raise UserError(f"{flag} {value}: a folder without bin/python (not a virtual environment)")
         return py
     for doc in recorded_environments():
-        if doc.get("torch_version") == value:
+        if value in (doc.get("torch_version"), doc.get("name")):
             return Path(doc["python"])
     raise UserError(f"{flag} {value}: neither an interpreter, a venv, nor a recorded candidate version")

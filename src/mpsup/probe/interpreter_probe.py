@@ -60,6 +60,15 @@ def _torch_facts():
     return facts, None
 
 
+def _libc():
+    # Which manylinux wheels fit this interpreter (empty on macOS and musl).
+    try:
+        name, version = platform.libc_ver()
+    except Exception:
+        return None
+    return ("%s %s" % (name, version)) if name and version else None
+
+
 def main():
     torch_facts, torch_error = _torch_facts()
     try:
@@ -80,6 +89,7 @@ def main():
         "uv": shutil.which("uv"),
         "platform": sys.platform,
         "mac_ver": platform.mac_ver()[0] or None,
+        "libc": _libc(),
         "loadavg": load,
         "cpu_count": os.cpu_count(),
         "torch": torch_facts,

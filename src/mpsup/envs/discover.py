@@ -1,0 +1,123 @@
+"""Pick the newest wheel of a project that fits the target interpreter, or say why none does."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from mpsup.envs.index import IndexFile
+from mpsup.envs.tags import Target, supported_tags
+
+
+@dataclass(frozen=True)
+class Wheel:
+    project: str
+    version: Version
+    file: IndexFile
+    tags: frozenset[Tag]
+
+
+@dataclass(frozen=True)
+class Pick:
+    wheel: Wheel | None
+    message: str | None = None  # why nothing was picked
+    notes: tuple[str, ...] = ()  # newer releases skipped, and why
+
+
+def wheels_of(files: list[IndexFile]) -> list[Wheel]:
+    out = []
+    for f in files:
+        if not f.filename.endswith(".whl"):
+            continue
+        try:
+            name, version, _build, wheel_tags = parse_wheel_filename(f.filename)
+        except InvalidWheelFilename:
+            continue
+        out.append(Wheel(str(name), version, f, frozenset(wheel_tags)))
+    return out
+
+
+def _interpreters_summary(wheels: list[Wheel], target: Target) -> str:
+    """'cp311 to cp314' for the target's platform family, or which platforms the release has instead."""
+    family = {"darwin": "macosx", "linux": "linux", "win32": "win"}.get(target.platform, target.platform)
+
+    def fits_platform(tag: Tag) -> bool:
+        return tag.platform == "any" or (family in tag.platform and tag.platform.endswith(target.machine.lower()))
+
+    interps = sorted({t.interpreter for w in wheels for t in w.tags if fits_platform(t)}, key=_interp_key)
+    if not interps:
+        platforms = sorted({t.platform for w in wheels for t in w.tags})
+        shown = ", ".join(platforms[:6]) + (", ..." if len(platforms) > 6 else "")
+        return f"no wheels for {family} {target.machine} (it has {shown})"
+    regular = [i for i in interps if not i.endswith("t")]
+    free_threaded = [i for i in interps if i.endswith("t")]
+    if len(regular) > 2 and all(_interp_key(b)[1] - _interp_key(a)[1] == 1 for a, b in itertools.pairwise(regular)):
+        return ", ".join([f"{regular[0]} to {regular[-1]}", *free_threaded])
+    return ", ".join(interps)
+
+
+def _interp_key(interp: str) -> tuple[int, int, str]:
+    digits = "".join(ch for ch in interp[2:] if ch.isdigit())
+    return (int(digits[:1] or 0), int(digits[1:] or 0), interp)
+
+
+def _python_ok(f: IndexFile, target: Target) -> bool:
+    if not f.requires_python:
+        return True
+    try:
+        spec = SpecifierSet(f.requires_python)
+    except InvalidSpecifier:
+        return True
+    return spec.contains(".".join(map(str, target.python_version)), prereleases=True)
+
+
+def pick_wheel(
+    files: list[IndexFile],
+    target: Target,
+    *,
+    project: str = "torch",
+    version: str | None = None,
+    allow_prereleases: bool = True,
+    where: str = "the index",
+) -> Pick:
+    """The newest version with a fitting wheel; within it, the wheel with the most specific tag."""
+    wheels = [w for w in wheels_of(files) if not w.file.yanked or version is not None]
+    if not wheels:
+        return Pick(None, f"{where} lists no {project} wheels")
+    by_version: dict[Version, list[Wheel]] = defaultdict(list)
+    for w in wheels:
+        by_version[w.version].append(w)
+    if version is not None:
+        wanted = Version(version)
+        chosen = [v for v in by_version if v == wanted or v.public == wanted.public]
+        if not chosen:
+            newest = ", ".join(str(v) for v in sorted(by_version, reverse=True)[:5])
+            return Pick(None, f"{project} {version} is not on {where} (newest there: {newest})")
+        versions = sorted(chosen, reverse=True)
+    else:
+        versions = sorted((v for v in by_version if allow_prereleases or not v.is_prerelease), reverse=True)
+        if not versions:
+            return Pick(None, f"{where} has only pre-releases of {project}; use --channel test or nightly")
+    ranked = {tag: i for i, tag in enumerate(supported_tags(target))}
+    notes: list[str] = []
+    for v in versions:
+        fitting = []
+        for w in by_version[v]:
+            best = min((ranked[t] for t in w.tags if t in ranked), default=None)
+            if best is not None and _python_ok(w.file, target):
+                fitting.append((best, w.file.filename, w))
+        if fitting:
+            return Pick(min(fitting, key=lambda item: (item[0], item[1]))[2], None, tuple(notes))
+        notes.append(f"{project} {v} has no wheel for {target.describe()} ({_interpreters_summary(by_version[v], target)})")
+    if version is not None:
+        has = _interpreters_summary(by_version[versions[0]], target)
+        return Pick(None, f"no {project} {version} wheel for {target.describe()}; this release has {has}")
+    newest = versions[0]
+    return Pick(None, f"no {project} wheel on {where} fits {target.describe()}; the newest release, {newest}, has "
+                      f"{_interpreters_summary(by_version[newest], target)}", tuple(notes[:1]))

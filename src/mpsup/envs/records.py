@@ -1,0 +1,131 @@
+"""Records of installed candidate environments and of saved in-place sets, under the data dir.
+
+A side-by-side environment carries its record inside (`envs/NAME/mpsup-env.json`), so the folder
+and the record appear and disappear together. An in-place upgrade keeps its record in
+`envs/inplace-SLUG/` (the user's own environment is elsewhere and is never deleted by mpsup), and
+the `pip freeze` saved before it in `rollback/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mpsup.errors import UserError
+from mpsup.paths import data_dir, envs_dir
+from mpsup.store import atomic_write_json
+
+ENV_RECORD = "mpsup-env.json"
+ENV_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class EnvRecord:
+    name: str
+    mode: str  # "side-by-side" | "in-place"
+    prefix: str  # the environment's folder
+    python: str  # its interpreter: what `bench --candidate NAME|VERSION` runs
+    python_version: str
+    torch_version: str
+    torch_version_full: str
+    channel: str
+    index_url: str | None  # None: the installer's own configuration
+    installer: str
+    created_at: str
+    baseline_python: str
+    baseline_torch: str | None
+    wheel: dict[str, Any] = field(default_factory=dict)
+    companions: dict[str, str] = field(default_factory=dict)
+    mps_built: bool = False
+    mps_available: bool = False
+    cloned_packages: int = 0
+    schema: int = ENV_SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def env_slug(python: Path) -> str:
+    """A stable folder name for an environment we do not own, from its interpreter's path."""
+    return hashlib.sha256(str(python.absolute()).encode()).hexdigest()[:12]
+
+
+def recorded_environments() -> list[dict[str, Any]]:
+    out = []
+    base = envs_dir()
+    if not base.is_dir():
+        return out
+    for rec in sorted(base.glob(f"*/{ENV_RECORD}")):
+        try:
+            doc = json.loads(rec.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("python"), str):
+            doc.setdefault("name", rec.parent.name)
+            doc.setdefault("mode", "side-by-side")
+            doc["record_dir"] = str(rec.parent)
+            out.append(doc)
+    return out
+
+
+def write_record(folder: Path, record: EnvRecord) -> Path:
+    path = folder / ENV_RECORD
+    atomic_write_json(path, record.to_json())
+    return path
+
+
+def find_environments(key: str) -> list[dict[str, Any]]:
+    """Records whose name or torch version is `key`."""
+    return [d for d in recorded_environments() if key in (d.get("name"), d.get("torch_version"))]
+
+
+def remove_environment(key: str) -> list[dict[str, Any]]:
+    """Delete a side-by-side environment (folder and record); for in-place ones only the record."""
+    matches = find_environments(key)
+    if not matches:
+        known = ", ".join(sorted(str(d.get("name")) for d in recorded_environments())) or "none"
+        raise UserError(f"--remove {key}: no recorded environment by that name or torch version (recorded: {known})")
+    if len(matches) > 1:
+        names = ", ".join(sorted(str(d["name"]) for d in matches))
+        raise UserError(f"--remove {key}: several environments match ({names}); name one of them")
+    doc = matches[0]
+    record_dir = Path(doc["record_dir"])
+    if record_dir.resolve().parent != envs_dir().resolve():
+        raise UserError(f"--remove {key}: its record lies outside {envs_dir()}; not deleting anything")
+    # A side-by-side environment is the record's own folder; an in-place record's folder holds only it.
+    shutil.rmtree(record_dir)
+    return matches
+
+
+def rollback_dir() -> Path:
+    return data_dir() / "rollback"
+
+
+def save_rollback(python: Path, frozen: list[str], torch_version: str | None, index_url: str | None) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    path = rollback_dir() / env_slug(python) / f"{stamp}.json"
+    atomic_write_json(path, {"schema": 1, "python": str(python.absolute()), "created_at": now_iso(),
+                             "torch_version": torch_version, "index_url": index_url, "freeze": frozen})
+    return path
+
+
+def latest_rollback(python: Path) -> tuple[Path, dict[str, Any]] | None:
+    folder = rollback_dir() / env_slug(python)
+    for path in sorted(folder.glob("*.json"), reverse=True):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            raise UserError(f"{path}: not a readable rollback record (corrupt JSON)") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("freeze"), list):
+            raise UserError(f"{path}: not a rollback record (no 'freeze' list)")
+        return path, doc
+    return None

@@ -1,0 +1,116 @@
+"""How install-rc shows its plan, its progress (stderr) and its result."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+from rich.table import Table
+
+from mpsup.envs.plan import InstallPlan
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "size not given by the index"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def render_plan(plan: InstallPlan, console: Console) -> None:
+    t = Table(title=f"Plan: torch {plan.baseline_torch or '(none)'} -> {plan.to_version} ({plan.mode})", show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    t.add_row("from", f"{plan.baseline_python}  (torch {plan.baseline_torch or 'not installed'})")
+    t.add_row("to", f"torch {plan.to_version}" + (f" with {', '.join(plan.companions)}" if plan.companions else ""))
+    where = str(plan.prefix) + ("  (a new environment; yours is not touched)" if plan.mode == "side-by-side"
+                                else "  (upgraded in place; its package list is saved first for --rollback)")
+    t.add_row("into", where)
+    t.add_row("channel", plan.channel)
+    t.add_row("index", plan.index_label)
+    t.add_row("wheel", f"{plan.wheel.filename}  ({human_size(plan.wheel.size)}; sha256 "
+                       + (f"{plan.wheel.sha256[:12]}... checked)" if plan.wheel.sha256 else "not given by the index)"))
+    t.add_row("for", plan.target)
+    if plan.clone_lines:
+        t.add_row("clone", f"{len(plan.clone_lines)} packages from your environment (the torch family left out)")
+    for i, cmd in enumerate(plan.commands()):
+        t.add_row("command" if i == 0 else "", shlex.join(cmd))
+    for note in plan.notes:
+        t.add_row("note", note)
+    console.print(t)
+
+
+def render_installed(result: Any, console: Console) -> None:
+    rec = result.record
+    console.print(f"[green]✓[/] torch {rec.torch_version} is installed and verified in {rec.prefix} "
+                  f"({result.elapsed_s:.0f} s; MPS built: {'yes' if rec.mps_built else 'no'}, available: {'yes' if rec.mps_available else 'no'})",
+                  highlight=False, soft_wrap=True)
+    if rec.mode == "side-by-side":
+        console.print(f"Compare it with your environment: [bold]mpsup bench --candidate {rec.name}[/] then [bold]mpsup report[/]",
+                      highlight=False, soft_wrap=True)
+    else:
+        console.print(f"Undo with: [bold]mpsup install-rc --rollback --python {rec.python}[/]", highlight=False, soft_wrap=True)
+
+
+def render_environments(docs: list[dict[str, Any]], console: Console) -> None:
+    t = Table(title=f"{len(docs)} recorded environments")
+    for col in ("name", "torch", "python", "channel", "mode", "created", "path"):
+        t.add_column(col, overflow="fold")
+    for d in docs:
+        t.add_row(str(d.get("name")), str(d.get("torch_version")), str(d.get("python_version", "")), str(d.get("channel", "")),
+                  str(d.get("mode")), str(d.get("created_at", "")), str(d.get("prefix", d.get("python"))))
+    console.print(t)
+
+
+class _DownloadColumn(DownloadColumn):
+    def render(self, task: Any) -> Any:
+        return super().render(task) if task.fields.get("kind") == "download" else ""
+
+
+class _SpeedColumn(TransferSpeedColumn):
+    def render(self, task: Any) -> Any:
+        return super().render(task) if task.fields.get("kind") == "download" else ""
+
+
+class _BarColumn(BarColumn):
+    def render(self, task: Any) -> Any:
+        return super().render(task) if task.fields.get("kind") == "download" else ""
+
+
+class RichInstallProgress:
+    """Steps as a spinner line, the download as a byte bar; all on stderr."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._step: TaskID | None = None
+        self._download: TaskID | None = None
+
+    def step(self, text: str) -> None:
+        if self._step is not None:
+            self._progress.update(self._step, completed=1, total=1)
+        self._step = self._progress.add_task(text, total=None)
+
+    def download(self, done: int, total: int | None) -> None:
+        if self._download is None:
+            self._download = self._progress.add_task("download", total=total, kind="download")
+        self._progress.update(self._download, completed=done, total=total)
+
+    def finish(self) -> None:
+        if self._step is not None:
+            self._progress.update(self._step, completed=1, total=1)
+
+
+@contextmanager
+def install_progress(console: Console) -> Iterator[RichInstallProgress]:
+    columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("{task.description}"), _BarColumn(),
+               _DownloadColumn(), _SpeedColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        reporter = RichInstallProgress(progress)
+        yield reporter
+        reporter.finish()

@@ -1,0 +1,85 @@
+"""Small wheels built by the tests, and a PEP 503 index serving them on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import threading
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def fake_torch_files(version: str, mps: bool = False) -> dict[str, str]:
+    """Just enough of torch for mpsup's interpreter probe: a version, backends.mps and cuda."""
+    return {
+        "torch/__init__.py": f'__version__ = "{version}"\nfrom . import backends, cuda  # noqa\n',
+        "torch/backends/__init__.py": "from . import mps  # noqa\n",
+        "torch/backends/mps.py": f"def is_built():\n    return {mps}\n\n\ndef is_available():\n    return {mps}\n",
+        "torch/cuda.py": "def is_available():\n    return False\n",
+    }
+
+
+def build_wheel(out: Path, name: str, version: str, tag: str = "py3-none-any", files: dict[str, str] | None = None,
+                requires: tuple[str, ...] = ()) -> Path:
+    dist = f"{name.replace('-', '_')}-{version}"
+    entries = {k: v.encode() for k, v in (files or {}).items()}
+    entries[f"{dist}.dist-info/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    ).encode()
+    entries[f"{dist}.dist-info/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: mpsup-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in entries.items())
+    entries[f"{dist}.dist-info/RECORD"] = (record + f"{dist}.dist-info/RECORD,,\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{dist}-{tag}.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for arc, data in entries.items():
+            zf.writestr(arc, data)
+    return path
+
+
+def write_index(root: Path, wheels: list[Path], *, sha_override: dict[str, str] | None = None) -> None:
+    """root/simple/<project>/index.html with anchors to root/files, each with a #sha256= fragment."""
+    files = root / "files"
+    files.mkdir(parents=True, exist_ok=True)
+    by_project: dict[str, list[Path]] = {}
+    for w in wheels:
+        target = files / w.name
+        target.write_bytes(w.read_bytes())
+        by_project.setdefault(w.name.split("-")[0].replace("_", "-").lower(), []).append(target)
+    for project, paths in by_project.items():
+        page = root / "simple" / project / "index.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        anchors = []
+        for p in paths:
+            sha = (sha_override or {}).get(p.name) or hashlib.sha256(p.read_bytes()).hexdigest()
+            anchors.append(f'<a href="../../files/{p.name}#sha256={sha}" data-requires-python="&gt;=3.9">{p.name}</a><br/>')
+        page.write_text("<!DOCTYPE html><html><body>\n" + "\n".join(anchors) + "\n</body></html>\n")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve `root` on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL."""
+
+    def handler(*args, **kwargs):
+        return _QuietHandler(*args, directory=str(root), **kwargs)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

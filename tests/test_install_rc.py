@@ -1,0 +1,236 @@
+"""install-rc end to end: real venvs, real pip, a real PEP 503 index on 127.0.0.1 serving wheels built here.
+
+pip is shielded from this machine's global configuration (PIP_CONFIG_FILE=/dev/null) and pointed at
+the local index as if it were the user's own configured index, so nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.tags import sys_tags
+
+from tests.conftest import run_cli
+from tests.pkgindex import build_wheel, fake_torch_files, serve, write_index
+
+pytestmark = pytest.mark.slow
+
+THIS_TAG = str(next(iter(sys_tags())))  # fits this interpreter by definition
+PY_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def _torch(out: Path, version: str, tag: str = "py3-none-any") -> Path:
+    return build_wheel(out, "torch", version, tag, fake_torch_files(version))
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory: pytest.TempPathFactory):
+    """Several indexes under one server: good, bad hash, broken wheel, nothing newer."""
+    root = tmp_path_factory.mktemp("index")
+    built = root / "built"
+    stable = _torch(built, "2.15.0")
+    rc = _torch(built, "2.16.0rc1", THIS_TAG)
+    unfitting_newer = [_torch(built, "2.17.0rc1", "cp311-none-macosx_14_0_arm64"), _torch(built, "2.17.0rc1", "cp39-cp39-manylinux_2_17_x86_64")]
+    vision = build_wheel(built, "torchvision", "0.31.0rc1", files={"torchvision/__init__.py": "__version__ = '0.31.0rc1'\n"},
+                         requires=("torch==2.16.0rc1",))
+    extra = build_wheel(built, "extra-pkg", "1.0", files={"extra_pkg/__init__.py": ""})
+    write_index(root / "good", [stable, rc, *unfitting_newer, vision, extra])
+    write_index(root / "badhash", [stable, rc, extra], sha_override={rc.name: "0" * 64})
+    broken = built / "broken" / rc.name
+    broken.parent.mkdir()
+    broken.write_bytes(b"this is not a zip archive")
+    write_index(root / "broken", [stable, broken, extra])
+    write_index(root / "old", [stable, extra])
+    with serve(root) as url:
+        yield {name: f"{url}/{name}/simple" for name in ("good", "badhash", "broken", "old")} | {"root": root}
+
+
+@pytest.fixture
+def pip_env(indexes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's pip configuration, as far as these tests are concerned: only the local index."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_INDEX_URL", indexes["good"])
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CERT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")  # no uv: pip is the installer
+
+
+def _baseline(path: Path, *packages: str) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    py = path / "bin" / "python"
+    if packages:
+        subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], check=True)
+    return py
+
+
+def _freeze(py: Path) -> list[str]:
+    out = subprocess.run([py, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    return sorted(ln for ln in out.splitlines() if ln.strip())
+
+
+@pytest.fixture
+def baseline(tmp_path: Path, pip_env) -> Path:
+    return _baseline(tmp_path / "user-env", "torch==2.15.0", "extra-pkg==1.0")
+
+
+def _envs(home: Path) -> list[str]:
+    envs = home / "envs"
+    return sorted(p.name for p in envs.iterdir()) if envs.is_dir() else []
+
+
+def test_dry_run_picks_the_fitting_candidate_and_changes_nothing(baseline: Path, indexes, mpsup_home: Path) -> None:
+    before = _freeze(baseline)
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    plan = doc["plan"]
+    assert doc["dry_run"] is True
+    # 2.17.0rc1 is newer but has no wheel for this interpreter: 2.16.0rc1 is the pick, and the plan says why.
+    assert plan["to_version"] == "2.16.0rc1"
+    assert plan["wheel"]["filename"].endswith(f"{THIS_TAG}.whl")
+    assert plan["baseline_torch"] == "2.15.0"
+    assert any("2.17.0rc1 has no wheel" in n for n in plan["notes"])
+    assert plan["commands"][-1][:3] == [plan["python"], "-m", "pip"]
+    assert _envs(mpsup_home) == [] and not (mpsup_home / "cache").exists()
+    assert _freeze(baseline) == before
+
+
+def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path, indexes, mpsup_home: Path) -> None:
+    before = _freeze(baseline)
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--with", "torchvision", "--yes", "--json")
+    assert res.returncode == 0, res.stderr
+    env = json.loads(res.stdout)["environment"]
+    prefix = Path(env["prefix"])
+    assert prefix == mpsup_home / "envs" / f"torch-2.16.0rc1-{PY_TAG}"
+    assert _envs(mpsup_home) == [prefix.name]  # no temporary build left beside it
+    assert env["torch_version"] == "2.16.0rc1" and env["companions"] == {"torchvision": "0.31.0rc1"}
+    assert env["baseline_torch"] == "2.15.0" and env["mode"] == "side-by-side"
+    out = subprocess.run([env["python"], "-c", "import torch, torchvision; print(torch.__version__)"], capture_output=True, text=True)
+    assert out.stdout.strip() == "2.16.0rc1"
+    # Built under a temporary name, then moved: its scripts must point at the new place and still run.
+    pip_script = prefix / "bin" / "pip"
+    script = pip_script.read_text()
+    assert f"{prefix}/bin/python" in script and ".building-" not in script
+    assert subprocess.run([pip_script, "--version"], capture_output=True).returncode == 0
+    assert f'VIRTUAL_ENV="{prefix}"' in (prefix / "bin" / "activate").read_text().replace("'", '"')
+    assert _freeze(baseline) == before
+
+    from mpsup.envs.resolve import resolve_environment
+
+    assert resolve_environment("2.16.0rc1", "--candidate") == Path(env["python"])
+    listed = json.loads(run_cli("install-rc", "--list", "--json").stdout)
+    assert [d["torch_version"] for d in listed] == ["2.16.0rc1"]
+    again = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--yes")
+    assert again.returncode == 0 and "already installed" in again.stdout
+    removed = run_cli("install-rc", "--remove", "2.16.0rc1")
+    assert removed.returncode == 0, removed.stderr
+    assert _envs(mpsup_home) == []
+    unknown = run_cli("install-rc", "--remove", "2.16.0rc1")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("index", "expected"), [("badhash", "sha256 does not match"), ("broken", "pip install failed")])
+def test_a_broken_candidate_leaves_nothing_behind(baseline: Path, indexes, mpsup_home: Path, index: str, expected: str) -> None:
+    before = _freeze(baseline)
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes[index], "--yes")
+    assert res.returncode == 1
+    assert expected in res.stderr
+    assert "Traceback" not in res.stderr
+    assert _envs(mpsup_home) == []  # neither the environment nor a temporary build
+    assert _freeze(baseline) == before
+
+
+def test_in_place_upgrade_and_rollback_round_trip(baseline: Path, indexes, mpsup_home: Path) -> None:
+    before = _freeze(baseline)
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--in-place", "--with", "torchvision", "--yes", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["environment"]["mode"] == "in-place" and Path(doc["rollback"]).is_file()
+    during = _freeze(baseline)
+    assert "torch==2.16.0rc1" in during and "torchvision==0.31.0rc1" in during
+    assert json.loads(run_cli("install-rc", "--list", "--json").stdout)[0]["mode"] == "in-place"
+
+    back = run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes", "--json")
+    assert back.returncode == 0, back.stderr
+    result = json.loads(back.stdout)
+    assert result["removed"] == ["torchvision"] and result["reinstalled"] == ["torch==2.15.0"]
+    assert _freeze(baseline) == before
+    assert json.loads(run_cli("install-rc", "--list", "--json").stdout) == []
+    assert run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes").returncode == 2  # nothing left to roll back
+
+
+def test_in_place_failure_restores_the_environment(baseline: Path, indexes, mpsup_home: Path) -> None:
+    before = _freeze(baseline)
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["broken"], "--in-place", "--yes")
+    assert res.returncode == 1 and "pip install failed" in res.stderr
+    assert _freeze(baseline) == before
+    assert _envs(mpsup_home) == []
+
+
+def test_clone_carries_the_users_packages_but_not_the_torch_family(tmp_path: Path, pip_env, indexes, mpsup_home: Path) -> None:
+    user = _baseline(tmp_path / "user-env", "torch==2.15.0", "extra-pkg==1.0")
+    res = run_cli("install-rc", "--python", str(user), "--index-url", indexes["good"], "--clone", "--yes", "--json")
+    assert res.returncode == 0, res.stderr
+    env = json.loads(res.stdout)["environment"]
+    assert env["cloned_packages"] == 1
+    assert _freeze(Path(env["python"])) == ["extra-pkg==1.0", "torch==2.16.0rc1"]
+    assert not list((mpsup_home / "tmp").glob("*"))  # the temporary requirements file is gone
+
+
+def test_nothing_newer_says_so_and_exits_zero(baseline: Path, indexes, mpsup_home: Path) -> None:
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["old"], "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "no release candidate newer than 2.15.0" in res.stdout
+    # stable asks pip itself (configured here with the local index): 2.15.0 is also its newest.
+    stable = run_cli("install-rc", "--python", str(baseline), "--channel", "stable", "--json")
+    assert stable.returncode == 0, stable.stderr
+    assert json.loads(stable.stdout) == {"status": "nothing-to-do", "baseline_torch": "2.15.0", "newest": "2.15.0",
+                                         "message": json.loads(stable.stdout)["message"]}
+    assert _envs(mpsup_home) == []
+
+
+def test_stable_channel_takes_the_wheel_pip_would_pick(tmp_path: Path, pip_env, indexes, mpsup_home: Path) -> None:
+    user = _baseline(tmp_path / "no-torch")
+    res = run_cli("install-rc", "--python", str(user), "--channel", "stable", "--dry-run", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)["plan"]
+    assert plan["to_version"] == "2.15.0" and plan["index_url"] is None
+    assert plan["wheel"]["url"].startswith(indexes["good"].removesuffix("/simple"))
+    assert plan["wheel"]["sha256"]
+
+
+def test_no_fitting_wheel_names_what_exists(baseline: Path, indexes) -> None:
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--version", "2.17.0rc1", "--dry-run")
+    assert res.returncode == 1
+    line = res.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert f"no torch 2.17.0rc1 wheel for {PY_TAG} on Linux" in line and "this release has" in line
+
+
+def test_unreachable_index_is_one_line_with_the_command_for_later(baseline: Path, mpsup_home: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", f"http://127.0.0.1:{port}/simple", "--yes")
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot read the package index" in lines[0]
+    assert f"When online, run: mpsup install-rc --channel test --index-url http://127.0.0.1:{port}/simple" in lines[0]
+    assert _envs(mpsup_home) == []
+
+
+def test_refusals_are_usage_errors(baseline: Path, indexes) -> None:
+    plain_http = run_cli("install-rc", "--python", str(baseline), "--index-url", "http://example.com/simple", "--dry-run")
+    assert plain_http.returncode == 2 and "plain http is refused" in plain_http.stderr
+    no_terminal = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"])
+    assert no_terminal.returncode == 2 and "--yes" in no_terminal.stderr
+    both = run_cli("install-rc", "--in-place", "--clone", "--python", str(baseline))
+    assert both.returncode == 2
+    bad_version = run_cli("install-rc", "--python", str(baseline), "--version", "two.fifteen")
+    assert bad_version.returncode == 2 and "PEP 440" in bad_version.stderr
