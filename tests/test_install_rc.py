@@ -7,6 +7,7 @@ the local index as if it were the user's own configured index, so nothing leaves
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,21 +50,29 @@ def indexes(tmp_path_factory: pytest.TempPathFactory):
         yield {name: f"{url}/{name}/simple" for name in ("good", "badhash", "broken", "old")} | {"root": root}
 
 
-@pytest.fixture
-def pip_env(indexes, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module")
+def pip_overrides(indexes) -> dict[str, str | None]:
     """The user's pip configuration, as far as these tests are concerned: only the local index."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("PIP_INDEX_URL", indexes["good"])
-    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CERT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")  # no uv: pip is the installer
+    return {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": indexes["good"], "PIP_FIND_LINKS": None, "PIP_EXTRA_INDEX_URL": None,
+            "PIP_NO_INDEX": None, "PIP_CERT": None,
+            "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}  # no uv on PATH: pip is the installer
 
 
-def _baseline(path: Path, *packages: str) -> Path:
+@pytest.fixture
+def pip_env(pip_overrides: dict[str, str | None], monkeypatch: pytest.MonkeyPatch) -> None:
+    for var, value in pip_overrides.items():
+        if value is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, value)
+
+
+def _baseline(path: Path, overrides: dict[str, str | None], *packages: str) -> Path:
+    env = {k: v for k, v in os.environ.items() if overrides.get(k, v) is not None} | {k: v for k, v in overrides.items() if v}
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     py = path / "bin" / "python"
     if packages:
-        subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], check=True, env=env)
     return py
 
 
@@ -72,9 +81,21 @@ def _freeze(py: Path) -> list[str]:
     return sorted(ln for ln in out.splitlines() if ln.strip())
 
 
+@pytest.fixture(scope="module")
+def shared_baseline(tmp_path_factory: pytest.TempPathFactory, pip_overrides) -> Path:
+    """A user's environment for the tests that must leave it as it was (each checks that it did)."""
+    return _baseline(tmp_path_factory.mktemp("shared") / "user-env", pip_overrides, "torch==2.15.0", "extra-pkg==1.0")
+
+
 @pytest.fixture
-def baseline(tmp_path: Path, pip_env) -> Path:
-    return _baseline(tmp_path / "user-env", "torch==2.15.0", "extra-pkg==1.0")
+def baseline(shared_baseline: Path, pip_env) -> Path:
+    return shared_baseline
+
+
+@pytest.fixture
+def own_baseline(tmp_path: Path, pip_overrides, pip_env) -> Path:
+    """A user's environment that the test may change (in-place upgrades)."""
+    return _baseline(tmp_path / "user-env", pip_overrides, "torch==2.15.0", "extra-pkg==1.0")
 
 
 def _envs(home: Path) -> list[str]:
@@ -144,7 +165,8 @@ def test_a_broken_candidate_leaves_nothing_behind(baseline: Path, indexes, mpsup
     assert _freeze(baseline) == before
 
 
-def test_in_place_upgrade_and_rollback_round_trip(baseline: Path, indexes, mpsup_home: Path) -> None:
+def test_in_place_upgrade_and_rollback_round_trip(own_baseline: Path, indexes, mpsup_home: Path) -> None:
+    baseline = own_baseline
     before = _freeze(baseline)
     res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--in-place", "--with", "torchvision", "--yes", "--json")
     assert res.returncode == 0, res.stderr
@@ -163,7 +185,8 @@ def test_in_place_upgrade_and_rollback_round_trip(baseline: Path, indexes, mpsup
     assert run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes").returncode == 2  # nothing left to roll back
 
 
-def test_in_place_failure_restores_the_environment(baseline: Path, indexes, mpsup_home: Path) -> None:
+def test_in_place_failure_restores_the_environment(own_baseline: Path, indexes, mpsup_home: Path) -> None:
+    baseline = own_baseline
     before = _freeze(baseline)
     res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["broken"], "--in-place", "--yes")
     assert res.returncode == 1 and "pip install failed" in res.stderr
@@ -171,9 +194,8 @@ def test_in_place_failure_restores_the_environment(baseline: Path, indexes, mpsu
     assert _envs(mpsup_home) == []
 
 
-def test_clone_carries_the_users_packages_but_not_the_torch_family(tmp_path: Path, pip_env, indexes, mpsup_home: Path) -> None:
-    user = _baseline(tmp_path / "user-env", "torch==2.15.0", "extra-pkg==1.0")
-    res = run_cli("install-rc", "--python", str(user), "--index-url", indexes["good"], "--clone", "--yes", "--json")
+def test_clone_carries_the_users_packages_but_not_the_torch_family(baseline: Path, indexes, mpsup_home: Path) -> None:
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--clone", "--yes", "--json")
     assert res.returncode == 0, res.stderr
     env = json.loads(res.stdout)["environment"]
     assert env["cloned_packages"] == 1
@@ -193,8 +215,8 @@ def test_nothing_newer_says_so_and_exits_zero(baseline: Path, indexes, mpsup_hom
     assert _envs(mpsup_home) == []
 
 
-def test_stable_channel_takes_the_wheel_pip_would_pick(tmp_path: Path, pip_env, indexes, mpsup_home: Path) -> None:
-    user = _baseline(tmp_path / "no-torch")
+def test_stable_channel_takes_the_wheel_pip_would_pick(tmp_path: Path, pip_overrides, pip_env, indexes, mpsup_home: Path) -> None:
+    user = _baseline(tmp_path / "no-torch", pip_overrides)
     res = run_cli("install-rc", "--python", str(user), "--channel", "stable", "--dry-run", "--json")
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)["plan"]

@@ -50,7 +50,11 @@ def _interpreters_summary(wheels: list[Wheel], target: Target) -> str:
     def fits_platform(tag: Tag) -> bool:
         return tag.platform == "any" or (family in tag.platform and tag.platform.endswith(target.machine.lower()))
 
-    interps = sorted({t.interpreter for w in wheels for t in w.tags if fits_platform(t)}, key=_interp_key)
+    def label(tag: Tag) -> str:
+        # A free-threaded build shows in the ABI (cp314-cp314t): name it as users know it.
+        return tag.abi if tag.abi.startswith("cp") and tag.abi.endswith("t") else tag.interpreter
+
+    interps = sorted({label(t) for w in wheels for t in w.tags if fits_platform(t)}, key=_interp_key)
     if not interps:
         platforms = sorted({t.platform for w in wheels for t in w.tags})
         shown = ", ".join(platforms[:6]) + (", ..." if len(platforms) > 6 else "")
