@@ -208,7 +208,8 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
     try:
         if index is None:
             version, wheel = _stable_pick(request.python, request.version)
-            label = f"the installer's configured index ({settings.get('index-url') or 'https://pypi.org/simple'})"
+            configured = [settings.get("index-url") or "https://pypi.org/simple", *settings.get("extra-index-url", "").split()]
+            label = f"the installer's configured index ({' + '.join(configured)})"
         else:
             version, wheel, notes = _index_pick(request, index, target, fetch or default_fetcher(cafile))
             label = index
