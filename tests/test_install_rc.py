@@ -55,7 +55,7 @@ def pip_overrides(indexes) -> dict[str, str | None]:
     """The user's pip configuration, as far as these tests are concerned: only the local index."""
     return {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": indexes["good"], "PIP_FIND_LINKS": None, "PIP_EXTRA_INDEX_URL": None,
             "PIP_NO_INDEX": None, "PIP_CERT": None,
-            "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}  # no uv on PATH: pip is the installer
+            "PATH": "/usr/bin:/bin"}  # no uv on PATH: pip is the installer unless a test asks for uv
 
 
 @pytest.fixture
@@ -256,3 +256,27 @@ def test_refusals_are_usage_errors(baseline: Path, indexes) -> None:
     assert both.returncode == 2
     bad_version = run_cli("install-rc", "--python", str(baseline), "--version", "two.fifteen")
     assert bad_version.returncode == 2 and "PEP 440" in bad_version.stderr
+
+
+def test_uv_installs_side_by_side_too(baseline: Path, indexes, mpsup_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not installed (it comes with the test extra)")
+    monkeypatch.setenv("PATH", f"{Path(uv).parent}:/usr/bin:/bin")
+    monkeypatch.setenv("UV_INDEX_URL", indexes["good"])
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv("UV_NO_CONFIG", "1")
+    before = _freeze(baseline)
+    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--with", "torchvision", "--yes", "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["plan"]["installer"] == "uv"  # auto picks uv when it is on PATH
+    assert doc["plan"]["commands"][0][-1] == "--without-pip"
+    env = doc["environment"]
+    assert env["installer"] == "uv" and env["companions"] == {"torchvision": "0.31.0rc1"}
+    out = subprocess.run([env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    assert out.stdout.strip() == "2.16.0rc1"
+    assert not (Path(env["prefix"]) / "bin" / "pip").exists()
+    assert _freeze(baseline) == before
