@@ -165,9 +165,14 @@ def test_a_broken_candidate_leaves_nothing_behind(baseline: Path, indexes, mpsup
     assert _freeze(baseline) == before
 
 
-def test_in_place_upgrade_and_rollback_round_trip(own_baseline: Path, indexes, mpsup_home: Path) -> None:
+def test_in_place_upgrade_restores_on_failure_and_rolls_back(own_baseline: Path, indexes, mpsup_home: Path) -> None:
     baseline = own_baseline
     before = _freeze(baseline)
+    failed = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["broken"], "--in-place", "--yes")
+    assert failed.returncode == 1 and "pip install failed" in failed.stderr
+    assert _freeze(baseline) == before  # put back by itself
+    assert _envs(mpsup_home) == []
+
     res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--in-place", "--with", "torchvision", "--yes", "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -183,15 +188,6 @@ def test_in_place_upgrade_and_rollback_round_trip(own_baseline: Path, indexes, m
     assert _freeze(baseline) == before
     assert json.loads(run_cli("install-rc", "--list", "--json").stdout) == []
     assert run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes").returncode == 2  # nothing left to roll back
-
-
-def test_in_place_failure_restores_the_environment(own_baseline: Path, indexes, mpsup_home: Path) -> None:
-    baseline = own_baseline
-    before = _freeze(baseline)
-    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["broken"], "--in-place", "--yes")
-    assert res.returncode == 1 and "pip install failed" in res.stderr
-    assert _freeze(baseline) == before
-    assert _envs(mpsup_home) == []
 
 
 def test_clone_carries_the_users_packages_but_not_the_torch_family(baseline: Path, indexes, mpsup_home: Path) -> None:
@@ -215,14 +211,15 @@ def test_nothing_newer_says_so_and_exits_zero(baseline: Path, indexes, mpsup_hom
     assert _envs(mpsup_home) == []
 
 
-def test_stable_channel_takes_the_wheel_pip_would_pick(tmp_path: Path, pip_overrides, pip_env, indexes, mpsup_home: Path) -> None:
-    user = _baseline(tmp_path / "no-torch", pip_overrides)
-    res = run_cli("install-rc", "--python", str(user), "--channel", "stable", "--dry-run", "--json")
+def test_stable_channel_takes_the_wheel_pip_would_pick(baseline: Path, indexes, mpsup_home: Path) -> None:
+    # A pinned version may equal the installed one side by side (a clean copy to compare against).
+    res = run_cli("install-rc", "--python", str(baseline), "--channel", "stable", "--version", "2.15.0", "--dry-run", "--json")
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)["plan"]
     assert plan["to_version"] == "2.15.0" and plan["index_url"] is None
     assert plan["wheel"]["url"].startswith(indexes["good"].removesuffix("/simple"))
-    assert plan["wheel"]["sha256"]
+    assert plan["wheel"]["sha256"] and plan["index_label"].startswith("the installer's configured index")
+    assert _envs(mpsup_home) == []
 
 
 def test_no_fitting_wheel_names_what_exists(baseline: Path, indexes) -> None:
@@ -280,3 +277,16 @@ def test_uv_installs_side_by_side_too(baseline: Path, indexes, mpsup_home: Path,
     assert out.stdout.strip() == "2.16.0rc1"
     assert not (Path(env["prefix"]) / "bin" / "pip").exists()
     assert _freeze(baseline) == before
+
+
+@pytest.mark.skipif(not os.environ.get("MPSUP_TEST_REAL_STABLE"),
+                    reason="set MPSUP_TEST_REAL_STABLE=VERSION to install that torch for real from this machine's pip index (minutes, GBs)")
+def test_real_stable_install_beside_this_environment(mpsup_home: Path) -> None:
+    """The issue's acceptance run: the installer's own index, a real torch, beside the running environment."""
+    version = os.environ["MPSUP_TEST_REAL_STABLE"]
+    res = run_cli("install-rc", "--channel", "stable", "--version", version, "--yes", "--json")
+    assert res.returncode == 0, res.stderr
+    env = json.loads(res.stdout)["environment"]
+    assert env["torch_version"] == version and env["baseline_torch"] != version
+    out = subprocess.run([env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    assert out.stdout.strip().split("+")[0] == version

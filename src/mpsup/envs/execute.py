@@ -262,6 +262,7 @@ def install_in_place(plan: InstallPlan, *, progress: Progress | None = None,
         progress.step("The upgrade failed; putting the saved packages back")
         try:
             restore(plan.python, saved)
+            _mark_restored(saved)
         except OperationFailed as restore_exc:
             raise OperationFailed(f"{exc}; restoring the saved set also failed ({restore_exc}); "
                                   f"run `mpsup install-rc --rollback --python {plan.python}`") from None
@@ -312,13 +313,18 @@ def restore(python: Path, saved_path: Path) -> RollbackResult:
     return RollbackResult(python, saved_path, tuple(to_install), tuple(to_remove))
 
 
+def _mark_restored(saved: Path) -> None:
+    """A set already put back is kept for the record but no longer offered to --rollback."""
+    saved.rename(saved.with_suffix(".restored"))
+
+
 def rollback(python: Path) -> RollbackResult:
     found = latest_rollback(python)
     if found is None:
         raise UserError(f"--rollback: no saved package set for {python} (an --in-place install saves one first)")
     path, _doc = found
     result = restore(python, path)
-    path.rename(path.with_suffix(".restored"))
+    _mark_restored(path)
     for rec in envs_dir().glob(f"inplace-{env_slug(python)}/mpsup-env.json"):
         remove_tree(rec.parent)
     return result
