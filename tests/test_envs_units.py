@@ -102,7 +102,7 @@ RELEASES = _files(
 def test_pick_prefers_the_newest_fitting_release_and_says_what_it_skipped() -> None:
     pick = pick_wheel(RELEASES, MAC_311)
     assert pick.wheel is not None and pick.wheel.file.filename == "torch-2.16.0rc1-cp311-none-macosx_14_0_arm64.whl"
-    assert pick.notes == ("torch 2.17.0.dev20261201 has no wheel for cp311 on macOS 15.1 arm64 (cp312)",)
+    assert pick.notes == ("torch 2.17.0.dev20261201 has no wheel for cp311 on macOS 15.1 arm64 (it has cp312)",)
     stable = pick_wheel(RELEASES, MAC_311, allow_prereleases=False)
     assert stable.wheel is not None and str(stable.wheel.version) == "2.15.0"
 
@@ -114,7 +114,7 @@ def test_pick_explains_an_interpreter_without_wheels() -> None:
     assert pick.message == "no torch 2.16.0rc1 wheel for cp310 on macOS 15.0 arm64; this release has cp311 to cp314, cp314t"
     intel = Target((3, 11), "cpython", False, "darwin", "x86_64", macos=(15, 0))
     message = pick_wheel(RELEASES, intel).message or ""
-    assert message.startswith("no torch wheel on the index fits cp311 on macOS 15.0 x86_64; the newest release, 2.17.0.dev20261201, has no wheels for macosx x86_64")
+    assert message.startswith("no torch wheel on the index fits cp311 on macOS 15.0 x86_64; the newest release, 2.17.0.dev20261201, has wheels only for macosx_14_0_arm64")
 
 
 def test_pick_of_a_missing_version_lists_what_is_there() -> None:

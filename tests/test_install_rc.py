@@ -181,7 +181,7 @@ def test_in_place_upgrade_restores_on_failure_and_rolls_back(own_baseline: Path,
     assert "torch==2.16.0rc1" in during and "torchvision==0.31.0rc1" in during
     assert json.loads(run_cli("install-rc", "--list", "--json").stdout)[0]["mode"] == "in-place"
 
-    back = run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes", "--json")
+    back = run_cli("install-rc", "--rollback", "--python", str(baseline.with_name("python3")), "--yes", "--json")
     assert back.returncode == 0, back.stderr
     result = json.loads(back.stdout)
     assert result["removed"] == ["torchvision"] and result["reinstalled"] == ["torch==2.15.0"]

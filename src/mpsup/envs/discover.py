@@ -58,7 +58,7 @@ def _interpreters_summary(wheels: list[Wheel], target: Target) -> str:
     if not interps:
         platforms = sorted({t.platform for w in wheels for t in w.tags})
         shown = ", ".join(platforms[:6]) + (", ..." if len(platforms) > 6 else "")
-        return f"no wheels for {family} {target.machine} (it has {shown})"
+        return f"wheels only for {shown}"
     regular = [i for i in interps if not i.endswith("t")]
     free_threaded = [i for i in interps if i.endswith("t")]
     if len(regular) > 2 and all(_interp_key(b)[1] - _interp_key(a)[1] == 1 for a, b in itertools.pairwise(regular)):
@@ -118,7 +118,7 @@ def pick_wheel(
                 fitting.append((best, w.file.filename, w))
         if fitting:
             return Pick(min(fitting, key=lambda item: (item[0], item[1]))[2], None, tuple(notes))
-        notes.append(f"{project} {v} has no wheel for {target.describe()} ({_interpreters_summary(by_version[v], target)})")
+        notes.append(f"{project} {v} has no wheel for {target.describe()} (it has {_interpreters_summary(by_version[v], target)})")
     if version is not None:
         has = _interpreters_summary(by_version[versions[0]], target)
         return Pick(None, f"no {project} {version} wheel for {target.describe()}; this release has {has}")

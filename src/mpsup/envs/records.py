@@ -55,8 +55,12 @@ def now_iso() -> str:
 
 
 def env_slug(python: Path) -> str:
-    """A stable folder name for an environment we do not own, from its interpreter's path."""
-    return hashlib.sha256(str(python.absolute()).encode()).hexdigest()[:12]
+    """A stable folder name for an environment we do not own.
+
+    Named by the environment's folder, not the interpreter's file, so that `bin/python` and
+    `bin/python3` of one venv find the same saved sets.
+    """
+    return hashlib.sha256(str(python.absolute().parent.parent).encode()).hexdigest()[:12]
 
 
 def recorded_environments() -> list[dict[str, Any]]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -52,7 +54,9 @@ def render_installed(result: Any, console: Console) -> None:
                   f"({result.elapsed_s:.0f} s; MPS built: {'yes' if rec.mps_built else 'no'}, available: {'yes' if rec.mps_available else 'no'})",
                   highlight=False, soft_wrap=True)
     if rec.mode == "side-by-side":
-        console.print(f"Compare it with your environment: [bold]mpsup bench --candidate {rec.name}[/] then [bold]mpsup report[/]",
+        # bench's baseline defaults to mpsup's own Python: name the user's when it is another one.
+        baseline = "" if Path(rec.baseline_python).absolute() == Path(sys.executable).absolute() else f"--baseline {rec.baseline_python} "
+        console.print(f"Compare it with your environment: [bold]mpsup bench {baseline}--candidate {rec.name}[/] then [bold]mpsup report[/]",
                       highlight=False, soft_wrap=True)
     else:
         console.print(f"Undo with: [bold]mpsup install-rc --rollback --python {rec.python}[/]", highlight=False, soft_wrap=True)
