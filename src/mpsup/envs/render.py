@@ -68,7 +68,7 @@ def render_environments(docs: list[dict[str, Any]], console: Console) -> None:
         t.add_column(col, overflow="fold")
     for d in docs:
         t.add_row(str(d.get("name")), str(d.get("torch_version")), str(d.get("python_version", "")), str(d.get("channel", "")),
-                  str(d.get("mode")), str(d.get("created_at", "")), str(d.get("prefix", d.get("python"))))
+                  str(d.get("mode")), str(d.get("created_at", ""))[:16].replace("T", " "), str(d.get("prefix", d.get("python"))))
     console.print(t)
 
 
