@@ -183,3 +183,15 @@ def test_root_is_refused_on_macos_only() -> None:
     assert not is_root_refused("darwin", 0, allow_root=True)
     assert not is_root_refused("darwin", 501, allow_root=False)
     assert not is_root_refused("linux", 0, allow_root=False)
+
+
+def test_an_https_page_linking_a_plain_http_wheel_is_refused(tmp_path: Path) -> None:
+    from mpsup.envs.index import Fetched
+    from mpsup.envs.plan import InstallRequest, plan_install
+
+    page = '<a href="http://mirror.example/torch-2.16.0rc1-py3-none-any.whl#sha256=' + "0" * 64 + '">t</a>'
+    probe = {"version": "3.11.7", "implementation": "cpython", "platform": "linux", "machine": "x86_64", "libc": "glibc 2.36",
+             "pip": False, "torch": {"version": "2.15.0"}}
+    request = InstallRequest(python=Path(sys.executable), installer="uv")
+    with pytest.raises(UserError, match="plain http is refused"):
+        plan_install(request, fetch=lambda url: Fetched(page, url, "text/html"), probe=lambda _p: probe)

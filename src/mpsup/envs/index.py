@@ -42,7 +42,7 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def check_index_url(url: str) -> None:
+def check_index_url(url: str, what: str = "--index-url") -> None:
     """https and file are fine; plain http only to this machine (tests, a local mirror)."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme in ("https", "file"):
@@ -56,8 +56,8 @@ def check_index_url(url: str) -> None:
                 return
         except ValueError:
             pass
-        raise UserError(f"--index-url {url}: plain http is refused (anyone on the path could swap the wheel); use https")
-    raise UserError(f"--index-url {url}: expected an https://, file:// or loopback http:// URL")
+        raise UserError(f"{what} {url}: plain http is refused (anyone on the path could swap the wheel); use https")
+    raise UserError(f"{what} {url}: expected an https://, file:// or loopback http:// URL")
 
 
 def project_url(index_url: str, project: str) -> str:

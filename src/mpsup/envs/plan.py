@@ -215,6 +215,10 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
             label = index
     except IndexUnreachable as exc:
         raise OperationFailed(f"cannot read the package index ({exc}); nothing was changed. When online, run: {request.retry_command()}") from None
+    if index is not None:
+        # An https page may still link a wheel over plain http: the same rule applies to the file itself.
+        # (For stable, the user's own pip settings, trusted-host included, already decided.)
+        check_index_url(wheel.url, "the index links the wheel at")
     newest, installed = _version(version), _version(baseline_torch)
     if request.version is None and installed is not None and newest is not None and newest.public <= installed.public:
         kind = {"test": "release candidate", "nightly": "nightly build"}.get(request.channel, "stable release")
