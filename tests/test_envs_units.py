@@ -195,3 +195,18 @@ def test_an_https_page_linking_a_plain_http_wheel_is_refused(tmp_path: Path) -> 
     request = InstallRequest(python=Path(sys.executable), installer="uv")
     with pytest.raises(UserError, match="plain http is refused"):
         plan_install(request, fetch=lambda url: Fetched(page, url, "text/html"), probe=lambda _p: probe)
+
+
+def test_builds_left_by_dead_processes_are_cleaned(mpsup_home: Path) -> None:
+    import os
+
+    from mpsup.envs.execute import _clean_stale_builds
+
+    envs = mpsup_home / "envs"
+    dead = envs / ".building-torch-2.16.0rc1-cp311-999999999"  # above any pid_max: that process is gone
+    live = envs / f".building-torch-2.16.0rc1-cp312-{os.getpid()}"  # a build still in progress
+    kept = envs / "torch-2.15.0-cp311"
+    for folder in (dead, live, kept):
+        (folder / "bin").mkdir(parents=True)
+    _clean_stale_builds()
+    assert sorted(p.name for p in envs.iterdir()) == sorted([live.name, kept.name])
