@@ -6,6 +6,7 @@ import base64
 import hashlib
 import http.server
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,8 +65,15 @@ def write_index(root: Path, wheels: list[Path], *, sha_override: dict[str, str] 
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    slow_marker = "/slow/files/torchvision"  # the companion on the index named "slow" takes a while: time to press Ctrl-C
+
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def do_GET(self) -> None:
+        if self.slow_marker in self.path:
+            time.sleep(20)
+        super().do_GET()
 
 
 @contextmanager

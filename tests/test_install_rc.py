@@ -46,8 +46,9 @@ def indexes(tmp_path_factory: pytest.TempPathFactory):
     broken.write_bytes(b"this is not a zip archive")
     write_index(root / "broken", [stable, broken, extra])
     write_index(root / "old", [stable, extra])
+    write_index(root / "slow", [stable, rc, vision])
     with serve(root) as url:
-        yield {name: f"{url}/{name}/simple" for name in ("good", "badhash", "broken", "old")} | {"root": root}
+        yield {name: f"{url}/{name}/simple" for name in ("good", "badhash", "broken", "old", "slow")} | {"root": root}
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +291,27 @@ def test_real_stable_install_beside_this_environment(mpsup_home: Path) -> None:
     assert env["torch_version"] == version and env["baseline_torch"] != version
     out = subprocess.run([env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
     assert out.stdout.strip().split("+")[0] == version
+
+
+def test_ctrl_c_during_the_install_leaves_nothing_behind(baseline: Path, indexes, mpsup_home: Path) -> None:
+    """Interrupted while the installer fetches a companion (the slow index makes it wait), as a terminal's Ctrl-C would."""
+    import signal
+    import time
+
+    before = _freeze(baseline)
+    proc = subprocess.Popen([sys.executable, "-m", "mpsup", "install-rc", "--python", str(baseline), "--index-url", indexes["slow"],
+                             "--with", "torchvision", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    envs = mpsup_home / "envs"
+    deadline = time.monotonic() + 60
+    # Wait until the checked torch wheel is in the temporary environment: the second step is now fetching torchvision.
+    while time.monotonic() < deadline and not list(envs.glob(".building-*/lib/python*/site-packages/torch")):
+        time.sleep(0.2)
+    assert list(envs.glob(".building-*")), "the install never reached its build step"
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    assert _envs(mpsup_home) == []
+    assert _freeze(baseline) == before
