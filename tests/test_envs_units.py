@@ -210,3 +210,21 @@ def test_builds_left_by_dead_processes_are_cleaned(mpsup_home: Path) -> None:
         (folder / "bin").mkdir(parents=True)
     _clean_stale_builds()
     assert sorted(p.name for p in envs.iterdir()) == sorted([live.name, kept.name])
+
+
+def test_auto_installer_keeps_pip_when_pip_is_pointed_at_a_mirror_uv_would_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpsup.envs.installer import choose_installer
+
+    for var in ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    with_uv = {"uv": "/opt/homebrew/bin/uv", "pip": True}
+    assert choose_installer("auto", with_uv, {}) == ("uv", None)
+    installer, why = choose_installer("auto", with_uv, {"index-url": "https://mirror.corp/simple"})
+    assert installer == "pip" and why is not None and "index-url" in why
+    assert choose_installer("uv", with_uv, {"index-url": "https://mirror.corp/simple"}) == ("uv", None)
+    (tmp_path / "uv").mkdir()
+    (tmp_path / "uv" / "uv.toml").write_text('index-url = "https://mirror.corp/simple"\n')
+    assert choose_installer("auto", with_uv, {"index-url": "https://mirror.corp/simple"})[0] == "uv"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert choose_installer("auto", {"uv": None, "pip": True}, {}) == ("pip", None)

@@ -31,11 +31,31 @@ def is_torch_family(name: str) -> bool:
     return canon in TORCH_FAMILY or canon.startswith("nvidia-")
 
 
-def choose_installer(requested: str, probe: dict) -> str:
-    """auto: uv when the target sees it (or it is on PATH), else pip."""
+_PIP_INDEX_OPTIONS = ("index-url", "extra-index-url", "find-links")
+_UV_INDEX_VARS = ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS")
+
+
+def uv_configured() -> bool:
+    """Whether the user told uv where to find packages (variables or a user uv.toml)."""
+    if any(os.environ.get(v) for v in _UV_INDEX_VARS):
+        return True
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return (config_home / "uv" / "uv.toml").is_file()
+
+
+def choose_installer(requested: str, probe: dict, pip_settings: dict[str, str]) -> tuple[str, str | None]:
+    """auto: uv when present, unless the user's pip is pointed at a mirror that uv would not read.
+
+    Returns the installer and, when auto passed over uv, why.
+    """
     if requested in ("pip", "uv"):
-        return requested
-    return "uv" if (probe.get("uv") or shutil.which("uv")) else "pip"
+        return requested, None
+    if not (probe.get("uv") or shutil.which("uv")):
+        return "pip", None
+    pip_indexes = [o for o in _PIP_INDEX_OPTIONS if pip_settings.get(o)]
+    if pip_indexes and probe.get("pip") and not uv_configured():
+        return "pip", f"pip chosen over uv: your pip configuration sets {', '.join(pip_indexes)}, which uv does not read"
+    return "uv", None
 
 
 def uv_executable(probe: dict) -> str:

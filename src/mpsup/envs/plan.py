@@ -198,10 +198,10 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
     if request.in_place and facts.get("externally_managed"):
         raise UserError(f"{request.python}: this Python is managed by the system (PEP 668); --in-place would modify it. "
                         "Install side by side instead (drop --in-place)")
-    installer = inst.choose_installer(request.installer, facts)
+    settings = inst.pip_settings(request.python) if facts.get("pip") else {}
+    installer, why_installer = inst.choose_installer(request.installer, facts, settings)
     if installer == "pip" and not facts.get("pip"):
         raise UserError(f"{request.python} has no pip; pass --installer uv (with uv installed) or install pip there")
-    settings = inst.pip_settings(request.python) if facts.get("pip") else {}
     cafile = settings.get("cert")
     notes: tuple[str, ...] = ()
     index = request.index_url or CHANNEL_INDEX.get(request.channel)
@@ -263,7 +263,7 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
         wheel_path=wheel_path,
         clone_lines=clone_lines,
         prereleases=request.channel in ("test", "nightly"),
-        notes=notes,
+        notes=(*notes, why_installer) if why_installer else notes,
         cafile=cafile,
     )
 
