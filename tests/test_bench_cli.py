@@ -19,12 +19,14 @@ from tests.conftest import run_cli
 
 
 def test_full_suite_on_cpu(mpsup_home: Path):
-    res = run_cli("bench", "--device", "cpu", "--budget", "0.02", "--tokens", "1,4", "--threads", "2", "--json")
+    # One token count: the multi-token variants are the same code with bigger inputs, and on two
+    # CPU cores they doubled this test to 5 of CI's 15 minutes (--tokens parsing is tested below).
+    res = run_cli("bench", "--device", "cpu", "--budget", "0.02", "--tokens", "1", "--threads", "2", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "Traceback" not in res.stderr
     summary = json.loads(res.stdout)
     counts = summary["status_counts"]
-    assert counts.get("ok", 0) >= 140
+    assert counts.get("ok", 0) >= 75
     assert set(counts) <= {"ok", "unsupported"}
     # Metal kernels need MPS: unsupported here, never a pass.
     metal = [w for w in summary["workloads"] if w["kind"] == "metal"]
