@@ -177,7 +177,13 @@ def test_ctrl_c_keeps_a_partial_marked_record(mpsup_home: Path):
     proc = subprocess.Popen([sys.executable, "-m", "mpsup", "bench", "--device", "cpu", "--only", "linear/*/t1",
                              "--tokens", "1", "--budget", "0.3", "--no-smoke", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(8)
+    # Interrupt only once the run has begun (the worker exists): on a loaded machine a fixed 8 s once
+    # fell inside the parent's start-up, and the run went on to finish with exit 0.
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 120
+    while children.exists() and not children.read_text().split() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(8)  # the worker imports torch and answers hello; then workloads run
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
