@@ -228,3 +228,20 @@ def test_auto_installer_keeps_pip_when_pip_is_pointed_at_a_mirror_uv_would_not_r
     assert choose_installer("auto", with_uv, {"index-url": "https://mirror.corp/simple"})[0] == "uv"
     monkeypatch.setenv("PATH", "/nonexistent")
     assert choose_installer("auto", {"uv": None, "pip": True}, {}) == ("pip", None)
+
+
+def test_file_index_and_json_pages_are_read_through_the_same_door(tmp_path: Path) -> None:
+    from mpsup.envs.index import Fetched, default_fetcher, list_project_files
+    from tests.pkgindex import build_wheel, write_index
+
+    wheel = build_wheel(tmp_path / "built", "torch", "2.16.0rc1")
+    write_index(tmp_path / "idx", [wheel])
+    files = list_project_files((tmp_path / "idx" / "simple").as_uri(), "torch", default_fetcher())
+    assert [f.filename for f in files] == [wheel.name]
+    assert files[0].url == (tmp_path / "idx" / "files" / wheel.name).as_uri() and files[0].sha256
+    assert list_project_files((tmp_path / "idx" / "simple").as_uri(), "torchvision", default_fetcher()) == []
+
+    doc = {"meta": {"api-version": "1.0"}, "name": "torch", "files": [{"filename": wheel.name, "url": f"../../files/{wheel.name}", "hashes": {}}]}
+    served = lambda url: Fetched(json.dumps(doc), url, "application/vnd.pypi.simple.v1+json")  # noqa: E731
+    (f,) = list_project_files("https://mirror.example/simple", "Torch", served)
+    assert f.url == f"https://mirror.example/files/{wheel.name}" and f.sha256 is None
