@@ -346,7 +346,7 @@ def install_rc(
     """Install the PyTorch release candidate (or nightly, or newest stable) beside your environment, safely."""
     from mpsup.envs import execute, records
     from mpsup.envs import render as env_render
-    from mpsup.envs.plan import InstallRequest, current_euid, is_root_refused, plan_install
+    from mpsup.envs.plan import InstallRequest, NothingToDo, current_euid, is_root_refused, plan_install
 
     chosen = [flag for flag, on in (("--list", list_envs), ("--remove", remove is not None), ("--rollback", rollback)) if on]
     if len(chosen) > 1:
@@ -386,7 +386,7 @@ def install_rc(
                              in_place=in_place, clone=clone, installer=installer.value)
     with stderr_console.status(f"Looking for torch on the {channel.value} channel..."):
         plan = plan_install(request)
-    if not hasattr(plan, "mode"):
+    if isinstance(plan, NothingToDo):
         if as_json:
             emit_json(plan.to_json())
         else:

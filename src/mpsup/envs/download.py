@@ -7,11 +7,10 @@ import os
 import tempfile
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from mpsup.envs.index import open_url
+from mpsup.envs.index import local_path, open_url
 from mpsup.errors import OperationFailed
 
 ProgressFn = Callable[[int, int | None], None]  # (bytes so far, total or None)
@@ -31,21 +30,13 @@ def _check(path: Path, expected: str | None, url: str) -> None:
         raise OperationFailed(f"{url}: sha256 does not match the index's ({expected[:12]}...); the file was not installed")
 
 
-def local_path(url: str) -> Path | None:
-    parsed = urllib.parse.urlsplit(url)
-    return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
-
-
 def head_size(url: str, cafile: str | None) -> int | None:
     """Content-Length, for the plan and the disk check; None when the server will not say."""
     path = local_path(url)
     if path is not None:
         return path.stat().st_size if path.is_file() else None
     try:
-        request = urllib.request.Request(url, method="HEAD", headers={"User-Agent": "mpsup"})
-        from mpsup.envs.index import ssl_context
-
-        with urllib.request.urlopen(request, timeout=15, context=ssl_context(cafile)) as resp:
+        with open_url(url, cafile=cafile, timeout=15, accept="*/*", method="HEAD") as resp:
             length = resp.headers.get("Content-Length")
             return int(length) if length and length.isdigit() else None
     except (urllib.error.URLError, OSError, ValueError):

@@ -137,17 +137,22 @@ def ssl_context(cafile: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=cafile) if cafile else ssl.create_default_context()
 
 
-def open_url(url: str, *, cafile: str | None = None, timeout: float = 30.0, accept: str = _ACCEPT):
+def local_path(url: str) -> Path | None:
+    """The file a `file://` URL names; None for other schemes."""
+    parsed = urllib.parse.urlsplit(url)
+    return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
+
+
+def open_url(url: str, *, cafile: str | None = None, timeout: float = 30.0, accept: str = _ACCEPT, method: str = "GET"):
     """urlopen with the user's CA bundle; proxies come from the usual *_proxy variables."""
-    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "mpsup"})
+    request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "mpsup"}, method=method)
     return urllib.request.urlopen(request, timeout=timeout, context=ssl_context(cafile))
 
 
 def default_fetcher(cafile: str | None = None, timeout: float = 30.0) -> Fetcher:
     def fetch(url: str) -> Fetched:
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme == "file":
-            path = Path(urllib.request.url2pathname(parsed.path))
+        path = local_path(url)
+        if path is not None:
             if path.is_dir():
                 path = path / "index.html"
             try:

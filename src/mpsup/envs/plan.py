@@ -18,8 +18,8 @@ from packaging.version import InvalidVersion, Version
 
 from mpsup.envs import installer as inst
 from mpsup.envs.discover import pick_wheel
-from mpsup.envs.download import head_size, local_path
-from mpsup.envs.index import Fetcher, IndexUnreachable, check_index_url, default_fetcher, list_project_files
+from mpsup.envs.download import head_size
+from mpsup.envs.index import Fetcher, IndexUnreachable, check_index_url, default_fetcher, list_project_files, local_path
 from mpsup.envs.records import ENV_RECORD
 from mpsup.envs.tags import Target, target_from_probe
 from mpsup.envs.venvs import venv_python

@@ -9,8 +9,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from mpsup.envs.plan import InstallPlan
@@ -72,19 +83,15 @@ def render_environments(docs: list[dict[str, Any]], console: Console) -> None:
     console.print(t)
 
 
-class _DownloadColumn(DownloadColumn):
-    def render(self, task: Any) -> Any:
-        return super().render(task) if task.fields.get("kind") == "download" else ""
+class _DownloadOnly(ProgressColumn):
+    """Shows the wrapped column on the download bar only; step lines keep just spinner, text and time."""
 
+    def __init__(self, inner: ProgressColumn) -> None:
+        super().__init__()
+        self._inner = inner
 
-class _SpeedColumn(TransferSpeedColumn):
-    def render(self, task: Any) -> Any:
-        return super().render(task) if task.fields.get("kind") == "download" else ""
-
-
-class _BarColumn(BarColumn):
-    def render(self, task: Any) -> Any:
-        return super().render(task) if task.fields.get("kind") == "download" else ""
+    def render(self, task: Task) -> RenderableType:
+        return self._inner.render(task) if task.fields.get("kind") == "download" else ""
 
 
 class RichInstallProgress:
@@ -112,8 +119,8 @@ class RichInstallProgress:
 
 @contextmanager
 def install_progress(console: Console) -> Iterator[RichInstallProgress]:
-    columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("{task.description}"), _BarColumn(),
-               _DownloadColumn(), _SpeedColumn(), TimeElapsedColumn())
+    download_only = (_DownloadOnly(c) for c in (BarColumn(), DownloadColumn(), TransferSpeedColumn()))
+    columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("{task.description}"), *download_only, TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         reporter = RichInstallProgress(progress)
         yield reporter

@@ -5,14 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mpsup.envs.records import recorded_environments
+from mpsup.envs.venvs import existing_venv_python
 from mpsup.errors import UserError
-
-
-def _venv_python(root: Path) -> Path | None:
-    for rel in ("bin/python", "bin/python3", "Scripts/python.exe"):
-        if (root / rel).exists():
-            return root / rel
-    return None
 
 
 def resolve_environment(value: str, flag: str) -> Path:
@@ -21,7 +15,7 @@ def resolve_environment(value: str, flag: str) -> Path:
     if p.is_file():
         return p
     if p.is_dir():
-        py = _venv_python(p)
+        py = existing_venv_python(p)
         if py is None:
             raise UserError(f"{flag} {value}: a folder without bin/python (not a virtual environment)")
         return py

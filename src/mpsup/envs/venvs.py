@@ -17,11 +17,16 @@ from mpsup.syscmd import run_command
 _MAX_SCRIPT_BYTES = 1 << 20
 
 
-def venv_python(prefix: Path) -> Path:
-    for rel in ("bin/python", "Scripts/python.exe"):
+def existing_venv_python(prefix: Path) -> Path | None:
+    for rel in ("bin/python", "bin/python3", "Scripts/python.exe"):
         if (prefix / rel).exists():
             return prefix / rel
-    return prefix / "bin" / "python"
+    return None
+
+
+def venv_python(prefix: Path) -> Path:
+    """The interpreter a venv at `prefix` has, or will have once created."""
+    return existing_venv_python(prefix) or prefix / "bin" / "python"
 
 
 def create_venv(base_python: Path, prefix: Path, *, with_pip: bool) -> None:
