@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as rich_escape
 
 from mpsup.store import finite_json
 
@@ -20,5 +21,13 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
+def safe(text: object) -> str:
+    """Text mpsup did not write itself (names, paths, ids, env values), made inert for rich markup.
+
+    Without this, `[/x]` in a tensor name raises and `[old]` in a path silently disappears.
+    """
+    return rich_escape(str(text))
+
+
 def error_line(message: str) -> None:
-    stderr_console.print(f"[bold red]mpsup:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    stderr_console.print(f"[bold red]mpsup:[/] {safe(message)}", markup=True, highlight=False, soft_wrap=True)
