@@ -102,23 +102,38 @@ def healthy() -> dict[str, Any]:
     return copy.deepcopy(HEALTHY)
 
 
-def macos14() -> dict[str, Any]:
-    s = healthy()
-    s["commands"]["sw_vers"] = _ok(SW_VERS_15.replace("15.1", "14.5").replace("24B83", "23F79"))
-    s["files"]["/System/Library/CoreServices/SystemVersion.plist"] = PLIST_15.replace("15.1", "14.5")
-    s["commands"]["sysctl hw machdep kern sysctl.proc_translated"] = _ok(
-        SYSCTL_M4.replace("osproductversion: 15.1", "osproductversion: 14.5")
+SYSCTL_KEY = "sysctl hw machdep kern sysctl.proc_translated"
+
+
+def with_macos(s: dict[str, Any], version: str, build: str) -> dict[str, Any]:
+    """The same Mac on another macOS release: every source of the version agrees."""
+    s["commands"]["sw_vers"] = _ok(SW_VERS_15.replace("15.1", version).replace("24B83", build))
+    s["files"]["/System/Library/CoreServices/SystemVersion.plist"] = PLIST_15.replace("15.1", version).replace("24B83", build)
+    s["commands"][SYSCTL_KEY] = _ok(
+        SYSCTL_M4.replace("osproductversion: 15.1", f"osproductversion: {version}").replace("osversion: 24B83", f"osversion: {build}")
     )
-    s["interpreter"]["torch"]["mps_available"] = False
-    s["interpreter"]["torch"].pop("mps_op_ok")
     return s
 
 
+def mps_unavailable(s: dict[str, Any], torch_version: str, reason: str | None = None) -> dict[str, Any]:
+    """torch imports, MPS is built, is_available() says False; `reason` is what torch said when asked for an mps tensor."""
+    t = s["interpreter"]["torch"]
+    t.update(version=torch_version, mps_available=False)
+    for key in ("mps_op_ok", "mps_name", "mps_core_count", "recommended_max_memory"):
+        t.pop(key, None)
+    if reason is not None:
+        t["mps_unavailable_reason"] = reason
+    return s
+
+
+def macos14() -> dict[str, Any]:
+    return mps_unavailable(with_macos(healthy(), "14.5", "23F79"), "2.15.0")
+
+
 def rosetta() -> dict[str, Any]:
+    """An x86_64 Python under Rosetta, captured by an mpsup that also ran under Rosetta (old snapshots: no probe flag)."""
     s = healthy()
-    s["commands"]["sysctl hw machdep kern sysctl.proc_translated"] = _ok(
-        SYSCTL_M4.replace("sysctl.proc_translated: 0", "sysctl.proc_translated: 1")
-    )
+    s["commands"][SYSCTL_KEY] = _ok(SYSCTL_M4.replace("sysctl.proc_translated: 0", "sysctl.proc_translated: 1"))
     s["interpreter"]["machine"] = "x86_64"
     s["interpreter"]["torch"] = {"version": "2.2.2", "mps_built": False, "mps_available": False}
     return s
@@ -138,3 +153,60 @@ def mps_not_available() -> dict[str, Any]:
 
 def empty() -> dict[str, Any]:
     return {"schema": "mpsup.snapshot/1", "commands": {}, "files": {}, "env": {}, "interpreter": None}
+
+
+# What torch says when asked for an mps tensor it cannot make. 2.15's words as issue 15 quotes them
+# (the middle of the sentence is not quoted there, so it stays elided here); the macOS-floor sentence
+# as 2.9-2.14 print it, and as seen printed on macOS 15 and 26 by processes with no Metal device.
+REASON_NO_METAL_GPU_215 = "MPS backend is unavailable: no supported Metal GPU was found ... virtual machine, sandbox or container"
+REASON_FLOOR_215 = "The MPS backend is supported on macOS 15.0+"
+REASON_FLOOR_214 = "The MPS backend is supported on macOS 14.0+. Current OS version can be queried using `sw_vers`"
+
+
+def collect_env_fields(text: str) -> dict[str, str]:
+    """The `Name: value` lines of torch.utils.collect_env output, and the line after `CPU:`."""
+    fields: dict[str, str] = {}
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        name, sep, value = line.partition(": ")
+        if sep and name and not name.startswith("["):
+            fields.setdefault(name.strip(), value.strip())
+        if line.strip() == "CPU:" and n + 1 < len(lines):
+            fields["CPU"] = lines[n + 1].strip()
+    return fields
+
+
+def from_collect_env(text: str, *, mps_built: bool, mps_available: bool, reason: str | None = None) -> dict[str, Any]:
+    """A snapshot of the Mac a real `collect_env` report describes: its macOS, CPU, Python and torch.
+
+    Only what the report states is filled in; the rest stays "not known" (no sw_vers build, no pmset).
+    """
+    f = collect_env_fields(text)
+    os_version, _, arch = f["OS"].removeprefix("macOS ").removeprefix("Mac OSX ").partition(" ")
+    machine = arch.strip("()")
+    cpu = f.get("CPU", "")
+    python_version = f["Python version"].split()[0]
+    if python_version.count(".") == 1:
+        python_version += ".0"
+    sysctl = f"kern.osproductversion: {os_version}\n"
+    if cpu:
+        sysctl += f"machdep.cpu.brand_string: {cpu}\n"
+    if cpu.startswith("Apple"):  # an Apple CPU is Apple silicon, which is what hw.optional.arm64 says
+        sysctl += "hw.optional.arm64: 1\n"
+    torch: dict[str, Any] = {"version": f["PyTorch version"], "mps_built": mps_built, "mps_available": mps_available}
+    if reason is not None:
+        torch["mps_unavailable_reason"] = reason
+    if mps_available:
+        torch["mps_op_ok"] = True
+    return {
+        "schema": "mpsup.snapshot/1",
+        "captured_at": "",
+        "commands": {SYSCTL_KEY: _ok(sysctl)},
+        "files": {},
+        "env": {},
+        "interpreter": {
+            "version": python_version, "implementation": "cpython", "machine": machine,
+            "bits": 64 if "(64-bit runtime)" in text else None,
+            "platform": "darwin", "torch": torch,
+        },
+    }

@@ -54,9 +54,11 @@ def test_rosetta_python_fails(tmp_path: Path):
     rc, doc = _doctor(tmp_path, snapshots.rosetta())
     f = _by_name(doc)
     assert rc == 1
-    assert f["python"]["status"] == "fail"
-    assert "Rosetta" in f["python"]["summary"] and "2.2.2" in f["python"]["summary"]
-    assert "arm64 Python" in f["python"]["fix"]
+    assert f["python-arch"]["status"] == "fail"
+    assert "Rosetta" in f["python-arch"]["summary"] and "2.2.2" in f["python-arch"]["summary"]
+    assert "arm64 Python" in f["python-arch"]["fix"]
+    assert f["python"]["status"] == "ok"
+    assert f["torch-wheels"]["status"] == "fail" and "x86_64" in f["torch-wheels"]["summary"]
     assert f["apple-silicon"]["status"] == "ok"
 
 
@@ -86,7 +88,7 @@ def test_empty_snapshot_all_unknown(tmp_path: Path):
     assert set(statuses.values()) <= {"unknown", "ok"}
     assert statuses["apple-silicon"] == "unknown"
     assert statuses["mps-env"] == "ok"
-    assert len(statuses) == 9
+    assert len(statuses) == 10
 
 
 def test_compat_version_is_not_trusted():
@@ -150,7 +152,7 @@ def test_malformed_snapshot(tmp_path: Path, content: str, needle: str):
 
 def test_missing_snapshot_file(tmp_path: Path):
     res = run_cli("doctor", "--from-snapshot", str(tmp_path / "nope.json"))
-    assert res.returncode == 2 and "cannot read" in res.stderr
+    assert res.returncode == 2 and "no such snapshot" in res.stderr
 
 
 def test_live_on_linux_says_not_a_mac(tmp_path: Path):
@@ -161,14 +163,18 @@ def test_live_on_linux_says_not_a_mac(tmp_path: Path):
     res = run_cli("doctor", "--json", "--save-snapshot", str(tmp_path / "live.json"))
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
-    f = _by_name(json.loads(res.stdout))
+    live = json.loads(res.stdout)
+    f = _by_name(live)
     assert f["apple-silicon"]["status"] == "fail"
     assert "not a Mac" in f["apple-silicon"]["summary"]
+    assert f["python-arch"]["status"] == "fail" and f["torch-wheels"]["status"] != "ok"
+    assert live["environments"] == [] and "mpsup install-rc" in live["suggestion"]
     # The snapshot taken here replays to the same answer.
     res2 = run_cli("doctor", "--json", "--from-snapshot", str(tmp_path / "live.json"))
     assert res2.returncode == 1
     saved = json.loads((tmp_path / "live.json").read_text())
     assert saved["schema"] == "mpsup.snapshot/1"
+    assert saved["environments"] == [] and saved["interpreter"]["proc_translated"] is None
     assert saved["interpreter"]["torch"]["version"]
     assert saved["commands"]["sw_vers"]["returncode"] != 0
 
@@ -178,6 +184,12 @@ def test_live_table_output():
 
     if sys.platform == "darwin":
         pytest.skip("this test checks the off-Mac answer")
-    res = run_cli("doctor")
+    res = run_cli("doctor", env={"COLUMNS": "220"})
     assert res.returncode == 1
     assert "not a Mac" in res.stdout and "Not ready" in res.stdout
+    # Issue 15 item 10: a tick only for what was checked; this x86_64 Linux Python is no Mac's.
+    ticked = [ln for ln in res.stdout.splitlines() if ln.startswith("│ ✓")]
+    assert ticked and not [ln for ln in ticked if any(w in ln for w in ("macOS", "arm64", "Apple", "Mac"))], ticked
+    assert "native arm64" not in res.stdout
+    # Issue 15 item 11: no candidate recorded in this test's data dir, so install-rc is suggested.
+    assert "no candidate environment recorded: `mpsup install-rc`" in res.stdout

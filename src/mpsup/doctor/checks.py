@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -61,32 +62,38 @@ ARM64_PYTHON_FIX = (
 )
 
 
+NOT_A_MAC_FIX = "run mpsup on an Apple-silicon Mac (M1 or newer)"
+INTEL_FIX = "use an Apple-silicon Mac (M1 or newer)"
+
+
+def _os_name(f: HostFacts) -> str:
+    platform = (f.interpreter or {}).get("platform")
+    return f.kernel or (str(platform).capitalize() if platform else "unknown OS")
+
+
 @check("apple-silicon", "Apple silicon Mac")
 def check_apple_silicon(f: HostFacts) -> Finding:
     n = "apple-silicon"
     if f.is_macos is None:
         return _f(n, Status.UNKNOWN, "could not tell the operating system (uname gave nothing)", "run on the Mac itself")
     if not f.is_macos:
-        return _f(
-            n, Status.FAIL, f"not a Mac ({f.kernel or 'unknown OS'}): MPS needs an Apple-silicon Mac",
-            "run mpsup on an Apple-silicon Mac (M1 or newer)", kernel=f.kernel,
-        )
+        return _f(n, Status.FAIL, f"not a Mac ({_os_name(f)}): MPS needs an Apple-silicon Mac", NOT_A_MAC_FIX, kernel=f.kernel)
     arm = f.arm64_hardware
-    if arm is None and f.kernel_machine:
-        arm = f.kernel_machine == "arm64" or None
+    if arm is None and "arm64" in (f.kernel_machine, (f.interpreter or {}).get("machine")):
+        # Only Apple silicon runs an arm64 process (uname's or the Python's); under Rosetta both say x86_64.
+        arm = True
     if arm is None:
         return _f(n, Status.UNKNOWN, "macOS, but the CPU architecture is not known", "check `sysctl hw.optional.arm64`")
     if not arm:
-        return _f(n, Status.FAIL, "Intel Mac: MPS on Intel Macs is not supported by current PyTorch",
-                  "use an Apple-silicon Mac (M1 or newer)")
+        return _f(n, Status.FAIL, "Intel Mac: MPS on Intel Macs is not supported by current PyTorch", INTEL_FIX)
     return _f(n, Status.OK, f"Apple silicon ({f.cpu_brand or f.gpu.chip or 'arm64'})", chip=f.cpu_brand)
 
 
-@check("macos-version", "macOS >= 15.0")
+@check("macos-version", f"macOS >= {wheels.show(wheels.MIN_MACOS_FOR_MPS)} (for torch {wheels.UPGRADE_TORCH}'s MPS)")
 def check_macos_version(f: HostFacts) -> Finding:
     n = "macos-version"
     if f.is_macos is False:
-        return _f(n, Status.UNKNOWN, "not macOS", "run on the Mac itself")
+        return _f(n, Status.UNKNOWN, f"not a Mac ({_os_name(f)}): no macOS to check", NOT_A_MAC_FIX)
     if not f.macos_version:
         return _f(n, Status.UNKNOWN, "macOS version not known (no SystemVersion.plist, sw_vers or kern.osproductversion)",
                   "run `sw_vers` and check that it works")
@@ -95,42 +102,80 @@ def check_macos_version(f: HostFacts) -> Finding:
     if f.compat_version_seen:
         note = f"; Python reports {f.compat_version_seen}, a compatibility alias, ignored"
     details = {"version": f.macos_version, "build": f.macos_build, "source": f.macos_version_source}
-    if _version_tuple(f.macos_version) < wheels.MIN_MACOS_FOR_MPS:
-        return _f(n, Status.FAIL, f"{shown}: MPS in torch 2.15 needs macOS 15 or later{note}",
-                  "update macOS (System Settings > General > Software Update) to 15 or later", **details)
+    have = _version_tuple(f.macos_version)
+    if have < wheels.MIN_MACOS_FOR_MPS:
+        need = wheels.show(wheels.MIN_MACOS_FOR_MPS)
+        wheel_floor = wheels.wheel_macos_floor(_version_tuple(wheels.UPGRADE_TORCH)) or (0, 0)
+        if have < wheel_floor:
+            since = wheels.show(wheels.WHEEL_MACOS_FLOORS[0][0])
+            where = f"and its wheel does not install here (wheels from torch {since} on are for macOS {wheels.show(wheel_floor)} and later)"
+        else:
+            where = f"although its wheel installs on macOS {wheels.show(wheel_floor)}"
+        return _f(n, Status.FAIL, f"{shown}: MPS in torch {wheels.UPGRADE_TORCH} needs macOS {need} or later, {where}{note}",
+                  f"update macOS (System Settings > General > Software Update) to {need} or later", **details)
     return _f(n, Status.OK, f"{shown}{note}", **details)
 
 
-@check("python", "Python >= 3.11, native arm64")
+@check("python", f"Python >= {wheels.show(wheels.MIN_PYTHON)}, CPython, 64-bit")
 def check_python(f: HostFacts) -> Finding:
     n = "python"
     i = f.interpreter
     if not i:
         return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
-    desc = f"{i.get('implementation', '?')} {i.get('version', '?')} ({i.get('machine', '?')}, {i.get('bits', '?')}-bit)"
-    details = {k: i.get(k) for k in ("executable", "version", "implementation", "machine", "bits")}
+    desc = f"{i.get('implementation', '?')} {i.get('version', '?')} ({i.get('bits', '?')}-bit)"
+    details = {k: i.get(k) for k in ("executable", "version", "implementation", "bits")}
     problems: list[tuple[str, str]] = []
-    version = _version_tuple(str(i.get("version", "")))
-    if version and version[:2] < wheels.MIN_PYTHON:
-        problems.append(("torch 2.15 needs Python 3.11 or later",
+    version = _version_tuple(str(i.get("version") or ""))
+    if len(version) >= 2 and version[:2] < wheels.MIN_PYTHON:
+        problems.append((f"torch {wheels.UPGRADE_TORCH} needs Python {wheels.show(wheels.MIN_PYTHON)} or later",
                          "make a venv from Python 3.11+ (`uv venv -p 3.12` or python.org's installer)"))
     if i.get("implementation") not in (None, "cpython"):
         problems.append(("PyTorch wheels are built for CPython only", "use CPython 3.11+"))
     if i.get("bits") not in (None, 64):
         problems.append(("a 32-bit Python gets no torch", "use a 64-bit CPython"))
-    if f.is_macos:
-        rosetta = f.translated is True or (i.get("machine") == "x86_64" and f.arm64_hardware is True)
-        if rosetta:
-            problems.append((f"x86_64 Python under Rosetta 2: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
-                             ARM64_PYTHON_FIX))
-        elif i.get("machine") not in (None, "arm64"):
-            problems.append((f"{i.get('machine')} Python, not arm64", ARM64_PYTHON_FIX))
     if problems:
         return _f(n, Status.FAIL, f"{desc}: " + "; ".join(p for p, _ in problems), problems[0][1], **details)
+    # A tick only for what was read: an older or hand-written snapshot may lack some of it.
+    missing = [what for what, ok in (("version", len(version) >= 2), ("implementation", i.get("implementation")),
+                                     ("bits", i.get("bits"))) if not ok]
+    if missing:
+        return _f(n, Status.UNKNOWN, f"{desc}: {', '.join(missing)} not known",
+                  "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)", **details)
     return _f(n, Status.OK, desc, **details)
 
 
-@check("torch-wheels", "PyTorch wheels for this Python")
+@check("python-arch", "Python runs natively on arm64 macOS")
+def check_python_arch(f: HostFacts) -> Finding:
+    n = "python-arch"
+    i = f.interpreter
+    if not i:
+        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+    machine = i.get("machine")
+    details: dict[str, Any] = {"machine": machine, "platform": i.get("platform"), "python_translated": f.python_translated,
+               "mpsup_translated": f.mpsup_translated}
+    on_mac = i.get("platform") == "darwin" if i.get("platform") else f.is_macos
+    if on_mac is False:
+        return _f(n, Status.FAIL, f"{machine or '?'} Python on {_os_name(f)}: not a Mac, so no macOS arm64 torch and no MPS",
+                  NOT_A_MAC_FIX, **details)
+    if on_mac is None or not machine:
+        return _f(n, Status.UNKNOWN, "the Python's platform or architecture is not known",
+                  "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)", **details)
+    if machine == "arm64":
+        # A process under Rosetta is shown x86_64, so arm64 here is native whatever mpsup itself runs as.
+        note = "; mpsup itself runs under Rosetta 2, which does not affect this Python" if f.mpsup_translated else ""
+        return _f(n, Status.OK, f"arm64 on macOS, native{note}", **details)
+    rosetta = f.python_translated is True or (f.python_translated is None and machine == "x86_64" and f.arm64_hardware is True)
+    if rosetta:
+        return _f(n, Status.FAIL, f"{machine} Python under Rosetta 2: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+                  ARM64_PYTHON_FIX, **details)
+    if f.arm64_hardware is False:
+        return _f(n, Status.FAIL, f"{machine} Python on an Intel Mac: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+                  INTEL_FIX, **details)
+    return _f(n, Status.FAIL, f"{machine} Python, not arm64: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+              ARM64_PYTHON_FIX, **details)
+
+
+@check("torch-wheels", "PyTorch macOS arm64 wheels for this Python")
 def check_torch_wheels(f: HostFacts) -> Finding:
     n = "torch-wheels"
     i = f.interpreter
@@ -138,10 +183,23 @@ def check_torch_wheels(f: HostFacts) -> Finding:
         return _f(n, Status.UNKNOWN, "Python version not known", "pass a working interpreter with --python PATH")
     tag = wheels.python_tag(str(i["version"]), bool(i.get("free_threaded")))
     have = ", ".join(wheels.MACOS_ARM64_WHEEL_TAGS)
-    if tag in wheels.MACOS_ARM64_WHEEL_TAGS:
-        return _f(n, Status.OK, f"macOS arm64 wheels are published for {tag}", tag=tag)
-    return _f(n, Status.FAIL, f"no macOS arm64 torch wheel for {tag} (published: {have})",
-              "use one of those Pythons, e.g. `uv venv -p 3.12`", tag=tag)
+    listed = tag in wheels.MACOS_ARM64_WHEEL_TAGS
+    on_mac = i.get("platform") == "darwin" if i.get("platform") else f.is_macos
+    if on_mac is False:
+        return _f(n, Status.UNKNOWN, f"not a Mac ({_os_name(f)}): macOS arm64 wheels do not install here"
+                  + (f" (they exist for {tag})" if listed else ""), NOT_A_MAC_FIX, tag=tag)
+    if not listed:
+        return _f(n, Status.FAIL, f"no macOS arm64 torch wheel for {tag} (published: {have})",
+                  "use one of those Pythons, e.g. `uv venv -p 3.12`", tag=tag)
+    machine = i.get("machine")
+    if machine not in (None, "arm64"):
+        return _f(n, Status.FAIL, f"wheels exist for {tag} on arm64, but this Python is {machine}: "
+                  f"it takes macOS x86_64 wheels, last published for torch {wheels.LAST_X86_MACOS_TORCH}",
+                  ARM64_PYTHON_FIX, tag=tag)
+    if on_mac is None or machine is None:
+        return _f(n, Status.UNKNOWN, f"macOS arm64 wheels are published for {tag}; whether this Python is a macOS arm64 one is not known",
+                  "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)", tag=tag)
+    return _f(n, Status.OK, f"macOS arm64 wheels are published for {tag}", tag=tag)
 
 
 @check("environment", "Environment")
@@ -161,7 +219,49 @@ def check_environment(f: HostFacts) -> Finding:
     return _f(n, Status.OK, ", ".join(parts), **details)
 
 
-@check("torch-mps", "torch and MPS")
+# torch 2.15's message when the process sees no Metal device; older builds blamed the macOS version.
+_NO_METAL_GPU = re.compile(r"no supported Metal GPU|virtual machine, sandbox or container", re.IGNORECASE)
+_SAYS_MACOS_FLOOR = re.compile(r"supported on mac ?os (\d+(?:\.\d+)*)\+", re.IGNORECASE)
+NO_METAL_FIX = ("run this Python directly on the Mac, outside any virtual machine, sandbox or container "
+                "(a sandboxed agent, IDE task or Docker/Lima VM sees no Metal GPU)")
+
+
+def _mps_cause(f: HostFacts, ver: tuple[int, ...], floor: tuple[int, int] | None) -> tuple[str, str]:
+    """Why this torch's MPS is unavailable, and what to do: (cause, fix)."""
+    i = f.interpreter or {}
+    reason = str((f.torch or {}).get("mps_unavailable_reason") or "")
+    macos = _version_tuple(f.macos_version) if f.macos_version else None
+    if _NO_METAL_GPU.search(reason):
+        return "torch found no supported Metal GPU, as in a virtual machine, sandbox or container", NO_METAL_FIX
+    if f.python_translated is True or i.get("machine") == "x86_64":
+        return "an x86_64 process (Rosetta 2) cannot use MPS", ARM64_PYTHON_FIX
+    if macos and floor and macos < floor:
+        need = wheels.show(floor)
+        older = wheels.last_torch_with_mps_on(macos)
+        keep = ""
+        if older:
+            pin = f"torch<{older[0]}.{older[1] + 1}"
+            keep = f"; to keep MPS on macOS {f.macos_version} today, stay on torch {wheels.show(older)} (`pip install '{pin}'`)"
+        cause = f"torch {wheels.show(ver[:2])}'s MPS needs macOS {need}; this Mac runs {f.macos_version}"
+        wheel_floor = wheels.wheel_macos_floor(ver)
+        if wheel_floor and macos >= wheel_floor:
+            # pip judges the wheel's tag, not MPS's floor: from 2.15 it installs a torch whose MPS cannot run here.
+            cause += f"; its wheel is tagged for macOS {wheels.show(wheel_floor)} and later, so pip installs it here anyway"
+        return cause, f"update macOS to {need} or later{keep}"
+    said = _SAYS_MACOS_FLOOR.search(reason)
+    if said and macos and floor:
+        # 2.9-2.14 say "supported on macOS 14.0+" also on macOS 15 and 26 when the process has no Metal device.
+        return (f"torch says \"supported on macOS {said.group(1)}+\", yet macOS {f.macos_version} meets this build's floor "
+                f"({wheels.show(floor)}): builds before 2.15 say so when the process sees no Metal GPU", NO_METAL_FIX)
+    if not macos and floor:
+        return f"macOS version not known; this build's MPS needs macOS {wheels.show(floor)}", "run `sw_vers` and check that it works"
+    told = f"; torch says: {reason}" if reason else ""
+    return (f"unknown cause{told}",
+            "run `python -c \"import torch; torch.ones(1, device='mps')\"` for torch's own message; "
+            "report it with `mpsup doctor --save-snapshot FILE`")
+
+
+@check("torch-mps", "torch and MPS (today)")
 def check_torch_mps(f: HostFacts) -> Finding:
     n = "torch-mps"
     i = f.interpreter
@@ -172,28 +272,26 @@ def check_torch_mps(f: HostFacts) -> Finding:
         why = i.get("torch_error", "not installed")
         return _f(n, Status.WARN, f"torch is not importable ({why})",
                   "`pip install torch` in this environment, or `mpsup install-rc` for a side-by-side one")
-    ver = t.get("version", "?")
-    details = {k: t.get(k) for k in ("version", "mps_built", "mps_available", "mps_op_ok")}
+    ver_text = str(t.get("version") or "?")
+    ver = _version_tuple(ver_text)
+    floor = wheels.mps_macos_floor(ver)
+    details = {k: t.get(k) for k in ("version", "mps_built", "mps_available", "mps_op_ok", "mps_unavailable_reason")}
+    details["mps_macos_floor"] = wheels.show(floor) if floor else None
     if f.is_macos is False:
-        return _f(n, Status.UNKNOWN, f"torch {ver}; MPS cannot exist off a Mac", "run on the Mac itself", **details)
+        return _f(n, Status.UNKNOWN, f"torch {ver_text} imports; not a Mac ({_os_name(f)}), so no MPS", NOT_A_MAC_FIX, **details)
     if not t.get("mps_built"):
         cause = "an x86_64 build" if i.get("machine") == "x86_64" else "a build without MPS"
-        return _f(n, Status.FAIL, f"torch {ver} has no MPS support compiled in ({cause})",
-                  f"install an arm64 macOS wheel of torch from a native arm64 Python; {ARM64_PYTHON_FIX}", **details)
+        fix = INTEL_FIX if f.arm64_hardware is False else f"{ARM64_PYTHON_FIX}, and install torch's arm64 macOS wheel there"
+        return _f(n, Status.FAIL, f"torch {ver_text} has no MPS support compiled in ({cause})", fix, **details)
     if not t.get("mps_available"):
-        cause = "unknown cause"
-        if f.macos_version and _version_tuple(f.macos_version) < wheels.MIN_MACOS_FOR_MPS and _version_tuple(ver) >= (2, 15):
-            cause = f"torch {ver} needs macOS 15 for MPS although its wheel installs on macOS {f.macos_version}"
-        elif f.macos_version and _version_tuple(f.macos_version) < (14, 0):
-            cause = f"macOS {f.macos_version} is too old for this torch's MPS backend"
-        elif i.get("machine") == "x86_64" or f.translated:
-            cause = "an x86_64 process (Rosetta) cannot use MPS"
-        return _f(n, Status.FAIL, f"torch {ver}: MPS built but not available ({cause})",
-                  "update macOS to 15 or later" if "macOS" in cause else ARM64_PYTHON_FIX, **details)
+        cause, fix = _mps_cause(f, ver, floor)
+        return _f(n, Status.FAIL, f"torch {ver_text}: MPS built but not available ({cause})", fix, **details)
     if t.get("mps_op_ok") is False:
-        return _f(n, Status.FAIL, f"torch {ver}: a tensor op on mps failed: {t.get('mps_error', '?')}",
+        return _f(n, Status.FAIL, f"torch {ver_text}: a tensor op on mps failed: {t.get('mps_error', '?')}",
                   "reinstall torch; if it persists, report it with `mpsup doctor --save-snapshot`", **details)
-    return _f(n, Status.OK, f"torch {ver}, MPS built and available, a test op ran", **details)
+    if t.get("mps_op_ok") is None:
+        return _f(n, Status.OK, f"torch {ver_text}, MPS built and available (no test op recorded)", **details)
+    return _f(n, Status.OK, f"torch {ver_text}, MPS built and available, a test op ran", **details)
 
 
 def _gib(n: float | int | None) -> str:
@@ -208,10 +306,12 @@ def check_gpu_memory(f: HostFacts) -> Finding:
     cores = t.get("mps_core_count") or f.gpu.gpu_cores
     memory = f.memory_bytes or (f.gpu.memory_gb * 2**30 if f.gpu.memory_gb else None)
     rec = t.get("recommended_max_memory")
-    details = {"chip": chip, "gpu_cores": cores, "metal": f.gpu.metal, "memory_bytes": memory,
+    details: dict[str, Any] = {"chip": chip, "gpu_cores": cores, "metal": f.gpu.metal, "memory_bytes": memory,
                "recommended_max_memory": rec}
+    if f.is_macos is False:
+        return _f(n, Status.UNKNOWN, f"not a Mac ({_os_name(f)}): no Apple GPU here", NOT_A_MAC_FIX, **details)
     if not f.is_macos:
-        return _f(n, Status.UNKNOWN, "no Apple GPU here", "run on the Mac itself", **details)
+        return _f(n, Status.UNKNOWN, "could not tell the operating system, so not the GPU either", "run on the Mac itself", **details)
     if chip is None and memory is None:
         return _f(n, Status.UNKNOWN, "GPU and memory not known (system_profiler and sysctl gave nothing)",
                   "check `system_profiler SPDisplaysDataType`", **details)
@@ -254,7 +354,7 @@ def check_hygiene(f: HostFacts) -> Finding:
             warnings.append((f"load average {load[0]:.1f} on {cpus} CPUs", "close other busy programs before benchmarking"))
         else:
             known.append(f"load {load[0]:.1f}")
-    details = {
+    details: dict[str, Any] = {
         "on_battery": f.battery.on_battery if f.battery else None,
         "low_power_mode": f.low_power_mode,
         "thermal_warning": bool(f.thermal and (f.thermal.thermal_warning or f.thermal.performance_warning)),

@@ -13,8 +13,10 @@ from mpsup.host import snapshot as snap
 class HostFacts:
     kernel: str | None  # "Darwin", "Linux", ...
     kernel_machine: str | None  # machine from `uname -a`
-    arm64_hardware: bool | None  # hw.optional.arm64
-    translated: bool | None  # sysctl.proc_translated
+    arm64_hardware: bool | None  # hw.optional.arm64, or proven by a translated process
+    # sysctl.proc_translated as mpsup's own `sysctl` call saw it: it describes mpsup's process, so it
+    # never judges the target Python (python_translated does, read by the probe inside it).
+    mpsup_translated: bool | None
     macos_version: str | None
     macos_build: str | None
     macos_version_source: str | None
@@ -27,6 +29,7 @@ class HostFacts:
     thermal: parsers.Thermal | None
     env: dict[str, str]
     interpreter: dict[str, Any] | None
+    environments: list[dict[str, Any]] | None  # install-rc's candidates; None: not recorded
 
     @property
     def is_macos(self) -> bool | None:
@@ -39,6 +42,12 @@ class HostFacts:
     @property
     def torch(self) -> dict[str, Any] | None:
         return (self.interpreter or {}).get("torch")
+
+    @property
+    def python_translated(self) -> bool | None:
+        """Whether the target Python runs under Rosetta 2, from the probe; None in older snapshots."""
+        value = (self.interpreter or {}).get("proc_translated")
+        return value if isinstance(value, bool) else None
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -78,6 +87,18 @@ def _macos_version(s: snap.Snapshot, sysctl: dict[str, str]) -> tuple[str | None
     return None, build, None
 
 
+def _arm64_hardware(sysctl: dict[str, str], some_process_translated: bool) -> bool | None:
+    arm64 = parsers.sysctl_int(sysctl, "hw.optional.arm64")
+    if arm64 is not None:
+        return arm64 == 1
+    # Only Apple silicon runs Rosetta 2; an Intel Mac has no hw.optional.arm64 but names its CPU.
+    if some_process_translated:
+        return True
+    if sysctl.get("machdep.cpu.brand_string", "").startswith("Intel"):
+        return False
+    return None
+
+
 def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
     uname_text = s.output(snap.UNAME)
     uname = parsers.parse_uname_a(uname_text) if uname_text else parsers.Uname(None, None, None)
@@ -90,7 +111,6 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
         compat = interp.get("mac_ver")
     elif is_compat_version(sysctl.get("kern.osproductversioncompat")):
         compat = sysctl.get("kern.osproductversioncompat")
-    arm64 = parsers.sysctl_int(sysctl, "hw.optional.arm64")
     translated = parsers.sysctl_int(sysctl, "sysctl.proc_translated")
     prof_text = s.output(snap.SYSTEM_PROFILER)
     gpu = parsers.parse_system_profiler(prof_text) if prof_text else parsers.GpuInfo(None, None, None, None, None)
@@ -100,8 +120,8 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
     return HostFacts(
         kernel=uname.system,
         kernel_machine=uname.machine,
-        arm64_hardware=None if arm64 is None else arm64 == 1,
-        translated=None if translated is None else translated == 1,
+        arm64_hardware=_arm64_hardware(sysctl, translated == 1 or bool(interp and interp.get("proc_translated") is True)),
+        mpsup_translated=None if translated is None else translated == 1,
         macos_version=version,
         macos_build=build,
         macos_version_source=source,
@@ -114,4 +134,5 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
         thermal=parsers.parse_pmset_therm(therm_text) if therm_text else None,
         env=dict(s.env),
         interpreter=interp,
+        environments=s.environments,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.store import atomic_write_text
+from mpsup.store import atomic_write_text, read_json
 from mpsup.syscmd import run_command
 
 SCHEMA = "mpsup.snapshot/1"
@@ -44,6 +44,31 @@ COMMANDS: dict[str, tuple[list[str], float]] = {
 MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "MTL_", "METAL_")
 MPS_ENV_NAMES = ("PYTORCH_ENABLE_MPS_FALLBACK", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
+# A snapshot is command text and a few small documents: far below this, whatever the Mac.
+MAX_SNAPSHOT_BYTES = 64 << 20
+
+# What the probe writes, by key, and the JSON types each may take (null is always allowed).
+# Checked on load so that a hand-edited or hostile snapshot fails as one line, not deep in a check.
+_INTERPRETER_TYPES: dict[str, tuple[type, ...]] = {
+    "executable": (str,), "version": (str,), "implementation": (str,), "machine": (str,),
+    "bits": (int,), "free_threaded": (bool,), "in_venv": (bool,), "conda": (bool,),
+    "externally_managed": (bool,), "pip": (bool,), "uv": (str,), "platform": (str,), "mac_ver": (str,),
+    "proc_translated": (bool,), "libc": (str,), "loadavg": (list,), "cpu_count": (int,), "torch_error": (str,),
+}
+_TORCH_TYPES: dict[str, tuple[type, ...]] = {
+    "version": (str,), "version_full": (str,), "mps_built": (bool,), "mps_available": (bool,),
+    "mps_unavailable_reason": (str,), "cuda_available": (bool,), "has_compile_shader": (bool,),
+    "has_grouped_mm": (bool,), "has_float8_e4m3fn": (bool,), "mps_op_ok": (bool,), "mps_error": (str,),
+    "mps_name": (str,), "mps_core_count": (int,), "recommended_max_memory": (int, float),
+}
+# The parts of an install-rc record a snapshot keeps: enough to list it, never its index URL
+# (which may carry a mirror's credentials) or its wheel details.
+ENVIRONMENT_KEYS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "mode": (str,), "torch_version": (str,), "torch_version_full": (str,),
+    "python_version": (str,), "channel": (str,), "created_at": (str,), "python": (str,),
+    "mps_available": (bool,), "python_present": (bool,),
+}
+
 
 @dataclass(frozen=True)
 class CommandOutput:
@@ -60,6 +85,8 @@ class Snapshot:
     files: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     interpreter: dict[str, Any] | None = None
+    # install-rc's candidate environments on the captured machine; None: not recorded (older snapshots)
+    environments: list[dict[str, Any]] | None = None
 
     def output(self, key: str) -> str | None:
         """Stdout of a command that ran and succeeded; None means not known."""
@@ -69,7 +96,7 @@ class Snapshot:
         return out.stdout
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "schema": self.schema,
             "captured_at": self.captured_at,
             "commands": {
@@ -80,10 +107,31 @@ class Snapshot:
             "env": dict(self.env),
             "interpreter": self.interpreter,
         }
+        if self.environments is not None:
+            doc["environments"] = self.environments
+        return doc
 
 
 def mps_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(MPS_ENV_PREFIXES) or k in MPS_ENV_NAMES}
+
+
+def environment_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The listable part of one install-rc record, values of unexpected types dropped."""
+    out = {k: record[k] for k, types in ENVIRONMENT_KEYS.items() if isinstance(record.get(k), types)}
+    if isinstance(record.get("python"), str):
+        out["python_present"] = Path(record["python"]).is_file()
+    return out
+
+
+def recorded_environment_summaries() -> list[dict[str, Any]] | None:
+    """None when the records cannot be read: the doctor then says "not known" and still runs."""
+    from mpsup.envs.records import recorded_environments
+
+    try:
+        return [environment_summary(r) for r in recorded_environments()]
+    except (OSError, UserError):
+        return None
 
 
 def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
@@ -104,6 +152,7 @@ def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
         files=files,
         env=mps_env(os.environ),
         interpreter=interpreter,
+        environments=recorded_environment_summaries(),
     )
 
 
@@ -135,13 +184,8 @@ def snapshot_from_json(doc: Any, path: Path) -> Snapshot:
     for name, value in (("files", files), ("env", env)):
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise _fail(path, f"'{name}' must be an object of strings")
-    interpreter = doc.get("interpreter")
-    if interpreter is not None and not isinstance(interpreter, dict):
-        raise _fail(path, "'interpreter' must be an object or null")
-    if interpreter is not None and interpreter.get("torch") is not None and not isinstance(
-        interpreter.get("torch"), dict
-    ):
-        raise _fail(path, "'interpreter.torch' must be an object or null")
+    interpreter = _interpreter_from_json(doc.get("interpreter"), path)
+    environments = _environments_from_json(doc.get("environments"), path)
     captured = doc.get("captured_at", "")
     return Snapshot(
         schema=schema,
@@ -150,19 +194,54 @@ def snapshot_from_json(doc: Any, path: Path) -> Snapshot:
         files=dict(files),
         env=dict(env),
         interpreter=interpreter,
+        environments=environments,
     )
 
 
+def _wrong_types(doc: dict[str, Any], types: dict[str, tuple[type, ...]]) -> list[str]:
+    # bool is an int to Python, never to a snapshot: `"bits": true` is as wrong as `"bits": "64"`.
+    def fits(value: Any, allowed: tuple[type, ...]) -> bool:
+        return isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool))
+
+    return [k for k, allowed in types.items() if doc.get(k) is not None and not fits(doc[k], allowed)]
+
+
+def _interpreter_from_json(interpreter: Any, path: Path) -> dict[str, Any] | None:
+    if interpreter is None:
+        return None
+    if not isinstance(interpreter, dict):
+        raise _fail(path, "'interpreter' must be an object or null")
+    bad = _wrong_types(interpreter, _INTERPRETER_TYPES)
+    if bad:
+        raise _fail(path, f"interpreter.{bad[0]} has the wrong type ({type(interpreter[bad[0]]).__name__})")
+    load = interpreter.get("loadavg")
+    if load is not None and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in load):
+        raise _fail(path, "interpreter.loadavg must be a list of numbers")
+    torch = interpreter.get("torch")
+    if torch is not None:
+        if not isinstance(torch, dict):
+            raise _fail(path, "'interpreter.torch' must be an object or null")
+        bad = _wrong_types(torch, _TORCH_TYPES)
+        if bad:
+            raise _fail(path, f"interpreter.torch.{bad[0]} has the wrong type ({type(torch[bad[0]]).__name__})")
+    return interpreter
+
+
+def _environments_from_json(environments: Any, path: Path) -> list[dict[str, Any]] | None:
+    if environments is None:
+        return None
+    if not isinstance(environments, list) or not all(isinstance(e, dict) for e in environments):
+        raise _fail(path, "'environments' must be a list of objects or null")
+    for i, env in enumerate(environments):
+        bad = _wrong_types(env, ENVIRONMENT_KEYS)
+        if bad:
+            raise _fail(path, f"environments[{i}].{bad[0]} has the wrong type ({type(env[bad[0]]).__name__})")
+    return environments
+
+
 def load_snapshot(path: Path) -> Snapshot:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise _fail(path, f"cannot read snapshot ({exc.strerror or exc})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _fail(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return snapshot_from_json(doc, path)
+    # The shared reader: regular files only (a FIFO would hang), bounded, every parser failure one line.
+    return snapshot_from_json(read_json(path, "snapshot", MAX_SNAPSHOT_BYTES), path)
 
 
 def save_snapshot(snapshot: Snapshot, path: Path) -> None:

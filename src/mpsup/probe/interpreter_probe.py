@@ -1,6 +1,7 @@
 # Facts about the interpreter that runs this file, as one JSON line on stdout.
 # Standard library only (plus torch, if present), and old syntax on purpose: it must run on
 # whatever Python the user points mpsup at, including ones too old for mpsup itself.
+import errno
 import json
 import os
 import platform
@@ -8,6 +9,9 @@ import shutil
 import struct
 import sys
 import sysconfig
+import warnings
+
+_REASON_MAX = 1000
 
 
 def _externally_managed():
@@ -35,7 +39,13 @@ def _torch_facts():
     facts = {"version": str(torch.__version__).split("+")[0], "version_full": str(torch.__version__)}
     mps = getattr(torch.backends, "mps", None)
     facts["mps_built"] = bool(mps and mps.is_built())
-    facts["mps_available"] = bool(mps and mps.is_available())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        facts["mps_available"] = bool(mps and mps.is_available())
+    if facts["mps_built"] and not facts["mps_available"]:
+        reason = _mps_unavailable_reason(torch, caught)
+        if reason:
+            facts["mps_unavailable_reason"] = reason
     facts["cuda_available"] = bool(torch.cuda.is_available())
     facts["has_compile_shader"] = hasattr(getattr(torch, "mps", None), "compile_shader")
     facts["has_grouped_mm"] = hasattr(torch, "_grouped_mm")
@@ -58,6 +68,57 @@ def _torch_facts():
                 except Exception:
                     pass
     return facts, None
+
+
+def _mps_unavailable_reason(torch, caught):
+    # is_available() only says False; torch names the cause when asked for an mps tensor (2.15:
+    # "no supported Metal GPU was found"; older builds: "supported on macOS N.0+").
+    messages = [str(w.message) for w in caught]
+    try:
+        torch.empty(1, device="mps")
+    except Exception as exc:
+        messages.append(str(exc))
+    text = " | ".join(m.strip() for m in messages if m and m.strip())
+    return text[:_REASON_MAX] or None
+
+
+def _load_libsystem():
+    import ctypes
+    import ctypes.util
+
+    # On macOS 11+ the library lives only in the dyld cache, which dlopen still finds by this path.
+    for name in ("/usr/lib/libSystem.B.dylib", ctypes.util.find_library("c")):
+        if name:
+            try:
+                return ctypes.CDLL(name, use_errno=True)
+            except OSError:
+                pass
+    return None
+
+
+def _proc_translated(platform_name=None, load=_load_libsystem):
+    """Is *this* process translated by Rosetta 2? True, False, or None when not known.
+
+    Read here, in the target interpreter, because the flag describes the process that asks:
+    mpsup's own `sysctl` call would describe mpsup, not the Python being judged.
+    """
+    if (platform_name or sys.platform) != "darwin":
+        return None
+    try:
+        import ctypes
+
+        libc = load()
+        if libc is None:
+            return None
+        value = ctypes.c_int(0)
+        size = ctypes.c_size_t(ctypes.sizeof(value))
+        rc = libc.sysctlbyname(b"sysctl.proc_translated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0))
+        if rc != 0:
+            # ENOENT: a macOS without Rosetta (an Intel Mac), so nothing can be translated.
+            return False if ctypes.get_errno() == errno.ENOENT else None
+        return value.value == 1
+    except Exception:
+        return None
 
 
 def _libc():
@@ -89,6 +150,7 @@ def main():
         "uv": shutil.which("uv"),
         "platform": sys.platform,
         "mac_ver": platform.mac_ver()[0] or None,
+        "proc_translated": _proc_translated(),
         "libc": _libc(),
         "loadavg": load,
         "cpu_count": os.cpu_count(),
