@@ -150,10 +150,10 @@ def test_worker_never_sees_mpsup(tmp_path: Path):
         w.close()
     import subprocess
 
-    from mpsup.bench.workerproc import BOOT, WORKER_DIR
+    from mpsup.bench.workerproc import BOOT, BOOT_CALL, WORKER_DIR
 
-    probe = BOOT.replace("main()\n", "") + "import importlib.util\nprint(importlib.util.find_spec('mpsup') is None)\n"
-    out = subprocess.run([sys.executable, "-c", probe, str(WORKER_DIR)], capture_output=True, text=True,
+    probe = BOOT.replace(BOOT_CALL, "") + "import importlib.util\nprint(importlib.util.find_spec('mpsup') is None)\n"
+    out = subprocess.run([sys.executable, "-c", probe, str(WORKER_DIR), "0", "2"], capture_output=True, text=True,
                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=True)
     # mpsup is installed (editable or not) in this venv, so find_spec may see it; what matters is
     # that the worker itself never imports it.

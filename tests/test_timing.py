@@ -123,3 +123,68 @@ def test_median_ci_small_n_is_unbounded():
     ci = median_ci([1.0, 2.0, 3.0])
     assert math.isinf(ci.rel_half_width)
     assert median_ci([5.0] * 20).rel_half_width == 0.0
+
+
+def _exact_rank(n: int, confidence: float = 0.95) -> int:
+    """Brute force from the definition, in exact fractions: the largest j with P(Bin(n, 1/2) < j) <= alpha/2."""
+    from fractions import Fraction
+
+    half_alpha = (1 - Fraction(confidence)) / 2
+    best = 0
+    for j in range(n + 1):
+        if Fraction(sum(math.comb(n, i) for i in range(j)), 2**n) <= half_alpha:
+            best = j
+    return min(best, n)
+
+
+def _log_space_rank(n: int, confidence: float = 0.95) -> int:
+    """An independent float computation (log-gamma terms, log-sum-exp) for large n."""
+    log_half_alpha = math.log((1 - confidence) / 2)
+    terms: list[float] = []
+    j = 0
+    while j < n:
+        terms.append(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) - n * math.log(2))
+        top = max(terms)
+        if top + math.log(sum(math.exp(t - top) for t in terms)) > log_half_alpha:
+            break
+        j += 1
+    return j
+
+
+def test_median_ci_ranks_match_the_exact_binomial_for_small_n():
+    from mpsup.stats import order_statistic_rank
+
+    for n in range(1, 61):
+        for conf in (0.90, 0.95, 0.99):
+            assert order_statistic_rank(n, conf) == _exact_rank(n, conf), (n, conf)
+    # Textbook values: n=6 -> [x1, x6], n=20 -> [x6, x15], under 6 samples the interval is unbounded.
+    ci = median_ci([float(i) for i in range(1, 7)])
+    assert (ci.low, ci.high) == (1.0, 6.0)
+    ci = median_ci([float(i) for i in range(1, 21)])
+    assert (ci.low, ci.high) == (6.0, 15.0)
+    assert math.isinf(median_ci([1.0, 2, 3, 4, 5]).low)
+
+
+@pytest.mark.parametrize("n", [1028, 1029, 1030, 1500, 1999, 2000])
+def test_median_ci_up_to_the_sample_cap_does_not_overflow(n: int):
+    """`alpha * (1 << n)` overflowed a float from about 1,029 samples; the cap is 2,000."""
+    from mpsup.stats import order_statistic_rank
+
+    xs = [1.0 + i * 1e-4 for i in range(n)]
+    random.Random(n).shuffle(xs)
+    ci = median_ci(xs)
+    j = order_statistic_rank(n)
+    assert j == _log_space_rank(n)
+    # The normal approximation of the rank: n/2 - 1.96 * sqrt(n)/2, within a couple of ranks.
+    assert abs(j - (n / 2 - 1.96 * math.sqrt(n) / 2)) < 3
+    assert ci.low == sorted(xs)[j - 1] and ci.high == sorted(xs)[n - j]
+    assert ci.low < ci.estimate < ci.high and ci.rel_half_width < 0.02
+
+
+def test_stopping_rule_at_the_sample_cap():
+    pol = SamplingPolicy(budget_s=100.0, target_rel_ci=1e-9)
+    rng = random.Random(5)
+    samples = [1.0 + rng.gauss(0, 0.1) for _ in range(pol.max_samples - 5)]
+    for extra in range(1029 - 1, pol.max_samples - 5, 97):
+        assert pol.should_stop(samples[:extra], 1.0) == (False, "")
+    assert pol.should_stop(samples + [1.0] * 5, 1.0) == (True, "max-samples")

@@ -3,10 +3,12 @@ and the practical-size rule for calling a change. Standard library only, seeded,
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from statistics import median
 
 
@@ -38,20 +40,35 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     if n == 0:
         raise ValueError("no samples")
     est = median(xs)
-    alpha = 1.0 - confidence
-    # Largest j with P(Bin(n, 1/2) < j) <= alpha/2; the interval is [x_(j), x_(n-j+1)] (1-based).
-    total = 1 << n
-    cumulative = 0
-    j = 0
-    while j < n:
-        nxt = cumulative + math.comb(n, j)
-        if nxt * 2 > alpha * total:  # nxt/total > alpha/2
-            break
-        cumulative = nxt
-        j += 1
+    j = order_statistic_rank(n, confidence)
     if j == 0:
         return Interval(est, -math.inf, math.inf)
     return Interval(est, xs[j - 1], xs[n - j])
+
+
+@functools.lru_cache(maxsize=4096)
+def order_statistic_rank(n: int, confidence: float = 0.95) -> int:
+    """Largest j with P(Bin(n, 1/2) < j) <= (1 - confidence) / 2; the interval is [x_(j), x_(n-j+1)] (1-based).
+
+    Exact rational arithmetic on Python integers: 2**n has no float once n passes ~1,023 (the
+    sampling cap is 2,000), and float binomial terms underflow there too. Cached: the sampling
+    policy asks after every batch, and the answer depends only on n."""
+    if n < 0 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"order_statistic_rank({n}, {confidence}): n must be >= 0 and 0 < confidence < 1")
+    half_alpha = (1 - Fraction(confidence)) / 2
+    # cumulative/2**n <= half_alpha  <=>  cumulative * den <= num * 2**n, all in integers.
+    limit = half_alpha.numerator << n
+    den = half_alpha.denominator
+    cumulative = 0
+    term = 1  # C(n, j), updated in place
+    j = 0
+    while j < n:
+        if (cumulative + term) * den > limit:
+            break
+        cumulative += term
+        term = term * (n - j) // (j + 1)
+        j += 1
+    return j
 
 
 def bootstrap_median_ci(values: Sequence[float], *, seed: int = 0, resamples: int = 2000,

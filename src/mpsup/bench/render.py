@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mpsup.render import safe
 from mpsup.stats import geometric_mean
 
 PART_TITLES = {
@@ -51,16 +52,20 @@ def bench_progress(console: Console) -> Iterator[Any]:
     def on_event(event: str, info: dict[str, Any]) -> None:
         nonlocal task
         if event == "start":
+            # Shown only once measuring starts: an error before then stays one line, not a line and an empty bar.
+            progress.start()
             task = progress.add_task("bench", total=info["total"], current="")
         elif task is not None and event == "workload":
-            progress.update(task, current=info["name"])
+            progress.update(task, current=safe(info["name"]))
         elif task is not None and event in ("done", "smoke"):
             if event == "smoke" and info.get("env") not in (None, "baseline"):
                 return
             progress.advance(task)
 
-    with progress:
+    try:
         yield on_event
+    finally:
+        progress.stop()
 
 
 def _rate(env: dict[str, Any]) -> str:
@@ -84,45 +89,45 @@ def _memory(env: dict[str, Any]) -> str:
 def render_run(record: dict[str, Any], console: Console) -> None:
     envs = record["environments"]
     env = envs[0]
-    console.print(f"[bold]torch {env.get('torch_version')}[/] on {env.get('device_name')} "
-                  f"({record['device']}, {env.get('threads')} CPU threads) · run {record['id']}")
+    console.print(f"[bold]torch {safe(env.get('torch_version'))}[/] on {safe(env.get('device_name'))} "
+                  f"({safe(record['device'])}, {safe(env.get('threads'))} CPU threads) · run {safe(record['id'])}")
     if record.get("smoke"):
         t = Table(title="Smoke tests (device vs CPU reference)", title_justify="left")
         t.add_column("feature")
         for e in envs:
-            t.add_column(e["label"])
+            t.add_column(safe(e["label"]))
         for s in record["smoke"]:
             cells = []
             for e in envs:
                 r = s["envs"].get(e["label"], {})
                 style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
-                msg = r.get("status", "?")
+                msg = safe(r.get("status", "?"))
                 if r.get("status") != "pass" and r.get("message"):
-                    msg += f": {r['message'][:70]}"
+                    msg += f": {safe(str(r['message'])[:70])}"
                 cells.append(f"[{style}]{msg}[/]" if style else msg)
-            t.add_row(s["feature"], *cells)
+            t.add_row(safe(s["feature"]), *cells)
         console.print(t)
     parts: dict[str, list[dict[str, Any]]] = {}
     for w in record["workloads"]:
         parts.setdefault(w.get("part", "other"), []).append(w)
     for part, ws in parts.items():
-        t = Table(title=PART_TITLES.get(part, part), title_justify="left")
+        t = Table(title=PART_TITLES.get(part, safe(part)), title_justify="left")
         t.add_column("workload")
         t.add_column("source", overflow="fold", max_width=28)
         for e in envs:
-            t.add_column(f"{e['label']} median", justify="right")
+            t.add_column(f"{safe(e['label'])} median", justify="right")
         t.add_column("95% CI", justify="right")
         t.add_column("achieved", justify="right")
         t.add_column("peak mem", justify="right")
         for w in ws:
             first = w["envs"].get(envs[0]["label"], {})
             if w["status"] not in ("ok",) and not first.get("median"):
-                t.add_row(w["name"], w.get("source", ""), *[f"[yellow]{w['status']}[/]"] + [""] * (len(envs) - 1),
-                          (w.get("reason") or "")[:60], "", "")
+                t.add_row(safe(w["name"]), safe(w.get("source", "")), *[f"[yellow]{safe(w['status'])}[/]"] + [""] * (len(envs) - 1),
+                          safe(str(w.get("reason") or "")[:60]), "", "")
                 continue
             meds = [fmt_time(w["envs"].get(e["label"], {}).get("median")) for e in envs]
             ci = f"{fmt_time(first.get('ci_low'))} - {fmt_time(first.get('ci_high'))}"
-            t.add_row(w["name"], w.get("source", ""), *meds, ci, _rate(first), _memory(first))
+            t.add_row(safe(w["name"]), safe(w.get("source", "")), *meds, ci, _rate(first), _memory(first))
         console.print(t)
     linear = [w["envs"][envs[0]["label"]]["median"] for w in record["workloads"]
               if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")]
@@ -138,18 +143,21 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         for w, m in timed:
             if m:
                 by_role[w.get("role") or w["kind"]] = by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
-        shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])) if total else ""
+        shares = ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])) if total else ""
         span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd and fwd["low"] is not None else ""
-        console.print(f"[bold]{model['path']}[/] ({model['format']}): estimated forward time {fmt_time(total)}{span}, "
+        console.print(f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time {fmt_time(total)}{span}, "
                       f"summed over every token count measured; share by kind: {shares}")
         console.print(f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
                       f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn")
         if model.get("not_measured"):
             console.print(f"{len(model['not_measured'])} tensors not measured (see the run record for why)")
-    if record.get("partial"):
-        console.print("[yellow]Interrupted: this record is partial.[/]")
+    if record.get("interrupted"):
+        console.print(f"[yellow]Interrupted ({safe(record.get('signal', 'SIGINT'))}): this record is partial; "
+                      f"{len(record['workloads'])} finished workloads are kept.[/]")
+    elif record.get("partial"):
+        console.print(f"[yellow]Stopped early: this record is partial ({safe(record.get('failure', 'unknown reason'))}).[/]")
     for change in record.get("hygiene", {}).get("changed", []):
-        console.print(f"[yellow]Conditions changed during the run: {change}[/]")
+        console.print(f"[yellow]Conditions changed during the run: {safe(change)}[/]")
 
 
 def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
@@ -184,6 +192,9 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
         "mode": record["mode"],
         "device": record["device"],
         "partial": record["partial"],
+        "interrupted": bool(record.get("interrupted")),
+        "signal": record.get("signal"),
+        "failure": record.get("failure"),
         "environments": record["environments"],
         "status_counts": counts,
         "model": record.get("model"),

@@ -1,15 +1,107 @@
-"""`mpsup bench` as one call: environments + workloads -> a saved run record."""
+"""`mpsup bench` as one call: environments + workloads -> a journaled run -> a saved run record.
+
+Whatever stops the run (Ctrl-C, SIGTERM, SIGHUP, a second Ctrl-C, a worker crash, a full disk, a
+bug of ours), the measurements that finished are on disk: in the record, or else in the journal,
+which the next bench or report turns into a record marked partial."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+import traceback
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any
 
-from mpsup.bench.record import new_record, save_record
+from mpsup.bench.journal import Journal, JournalWriteError, Warn, recover_journals
+from mpsup.bench.record import new_record, new_run_id, save_record
 from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
+from mpsup.bench.workerproc import check_interpreter
 from mpsup.bench.workloads import Workload
+from mpsup.errors import OperationFailed
 from mpsup.host.hygiene import conditions_changed, hygiene_now
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Interrupted(OperationFailed):
+    """Stopped by a signal before anything was measured: exit 128 + the signal's number."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP all mean "stop and keep what is done".
+
+    The first one raises KeyboardInterrupt, except inside a `critical()` section (a result being
+    appended to the record and the journal), where it waits for the section's end. Every later one
+    is noted and otherwise ignored: a second Ctrl-C must not cut the saving of the record short.
+
+    With `exiting` (the CLI, whose process ends with the run), a run stopped by a signal keeps ignoring
+    them afterwards, so that one more Ctrl-C cannot turn the final output into a traceback."""
+
+    def __init__(self, *, exiting: bool = False) -> None:
+        self.exiting = exiting
+        self.received: list[int] = []
+        self.stopping = False
+        self._depth = 0
+        self._pending = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, signal.SIG_IGN if self.exiting and self.received else old)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self.stopping:
+            return
+        if self._depth:
+            self._pending = True
+            return
+        self.stopping = True
+        raise KeyboardInterrupt
+
+    def hold(self) -> None:
+        """From now on, signals are noted and never raise (the run is being finished)."""
+        self.stopping = True
+
+    @property
+    def first(self) -> int:
+        return self.received[0] if self.received else signal.SIGINT
+
+    def critical(self) -> _Critical:
+        return _Critical(self)
+
+
+class _Critical:
+    def __init__(self, stops: StopSignals) -> None:
+        self.stops = stops
+
+    def __enter__(self) -> None:
+        self.stops._depth += 1
+
+    def __exit__(self, exc_type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None) -> None:
+        st = self.stops
+        st._depth -= 1
+        if not st._depth and st._pending and not st.stopping and exc_type is None:
+            st._pending = False
+            st.stopping = True
+            raise KeyboardInterrupt
+
+
+def _no_warn(_msg: str) -> None:
+    return None
 
 
 def run_bench(
@@ -21,33 +113,105 @@ def run_bench(
     model: dict[str, Any] | None = None,
     progress: Progress = _no_progress,
     save: bool = True,
+    warn: Warn = _no_warn,
+    exiting: bool = False,
 ) -> tuple[dict[str, Any], Path | None]:
+    """Measure, journal as it goes, save the record. `exiting`: the caller's process ends with the run
+    (see StopSignals)."""
+    envs = [EnvSpec(e.label, check_interpreter(e.python, "--" + e.label.split("-")[0])) for e in envs]
+    journal = None
+    if save:
+        recover_journals(warn)
+        journal = Journal.create(new_run_id())  # also the writability check, before any work
     runner = Runner(envs, options, progress)
-    before = hygiene_now()
     try:
-        facts = runner.start()
-        record = new_record(mode, options.device, facts, {
-            "budget_s": options.policy.budget_s, "threads": options.threads, "memory_share": options.memory_share,
-            "policy": {k: v for k, v in asdict(options.policy).items()},
-        })
-        record["model"] = model
-        record["hygiene"]["before"] = before
-        progress("start", {"total": len(workloads) + (len(runner.smoke_features()) if options.smoke else 0)})
-        try:
-            if options.smoke:
-                record["smoke"] = runner.smoke()
-            for w in workloads:
-                progress("workload", {"name": w.name})
-                record["workloads"].append(runner.measure(w))
-                progress("done", {"name": w.name, "status": record["workloads"][-1]["status"]})
-        except KeyboardInterrupt:
-            record["partial"] = True
-            record["interrupted"] = True
+        with StopSignals(exiting=exiting) as stops:
+            record = _measure(runner, workloads, options, mode, model, progress, journal, stops)
+            return record, _finish(record, runner, journal)
     finally:
-        runner.close()
-    after = hygiene_now()
-    record["hygiene"]["after"] = after
-    record["hygiene"]["changed"] = conditions_changed(before, after)
-    record["crashes"] = {s.env.label: s.crashes for s in runner.sessions}
-    path = save_record(record) if save else None
-    return record, path
+        runner.close(force=True)
+        if journal is not None:
+            journal.close()
+
+
+def _measure(runner: Runner, workloads: list[Workload], options: BenchOptions, mode: str, model: dict[str, Any] | None,
+             progress: Progress, journal: Journal | None, stops: StopSignals) -> dict[str, Any]:
+    try:
+        before = hygiene_now()
+        facts = runner.start()
+    except KeyboardInterrupt:
+        stops.hold()
+        if journal is not None:
+            journal.discard_unused()
+        raise Interrupted("interrupted while the workers were starting; nothing was measured", stops.first) from None
+    except BaseException:
+        if journal is not None:
+            journal.discard_unused()
+        raise
+    record = new_record(mode, options.device, facts, {
+        "budget_s": options.policy.budget_s, "threads": options.threads, "memory_share": options.memory_share,
+        "policy": dict(asdict(options.policy).items()),
+    })
+    if journal is not None:
+        record["id"] = journal.run_id
+    record["model"] = model
+    record["hygiene"]["before"] = before
+
+    def keep(kind: str, doc: dict[str, Any]) -> None:
+        with stops.critical():
+            record[kind].append(doc)
+            if journal is not None:
+                journal.append("smoke" if kind == "smoke" else "workload", doc)
+
+    try:
+        if journal is not None:
+            with stops.critical():
+                journal.append("header", record)
+        progress("start", {"total": len(workloads) + (len(runner.smoke_features()) if options.smoke else 0)})
+        if options.smoke:
+            from mpsup.metal import load_manifest
+
+            kernels = load_manifest()
+            for feature in runner.smoke_features():
+                keep("smoke", runner.smoke_one(feature, kernels))
+        for w in workloads:
+            progress("workload", {"name": w.name})
+            keep("workloads", runner.measure(w))
+            progress("done", {"name": w.name, "status": record["workloads"][-1]["status"]})
+        stops.hold()  # inside the try: a signal that lands before this line is still caught below
+    except KeyboardInterrupt:
+        stops.hold()
+        record.update(partial=True, interrupted=True, signal=signal.Signals(stops.first).name)
+    except JournalWriteError as exc:
+        stops.hold()
+        record.update(partial=True, failure=f"the run stopped: {exc}")
+    except Exception as exc:
+        # A bug of ours (in the statistics, say) must not cost the measurements already taken.
+        stops.hold()
+        record.update(partial=True, failure=f"the run stopped on an internal error: {type(exc).__name__}: {exc}"[:500],
+                      failure_traceback=traceback.format_exc(limit=8))
+    return record
+
+
+def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> Path | None:
+    """Workers gone, conditions re-read, the record written; if any of it fails, the journal stays."""
+    try:
+        runner.close(force=bool(record.get("partial")))
+        after = hygiene_now()
+        record["hygiene"]["after"] = after
+        record["hygiene"]["changed"] = conditions_changed(record["hygiene"].get("before") or {}, after)
+        record["crashes"] = {s.env.label: s.crashes for s in runner.sessions}
+        if journal is None:
+            return None
+        end = {k: record[k] for k in ("partial", "interrupted", "signal", "failure", "failure_traceback", "hygiene", "crashes")
+               if k in record}
+        # The record below is what counts; without this line a recovery would only mark the run partial.
+        with contextlib.suppress(JournalWriteError):
+            journal.append("end", end)
+        path = save_record(record)
+    except Exception as exc:
+        where = f"; every finished measurement is kept in {journal.path} (`mpsup report --list` turns it into a record)" if journal else ""
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        raise OperationFailed(f"could not save the run record ({why}){where}") from None
+    journal.discard()
+    return path

@@ -15,7 +15,7 @@ from typing import Any
 
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
-from mpsup.bench.workerproc import WorkerDied, WorkerProcess, worker_env
+from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 from mpsup.bench.workloads import Workload
 from mpsup.errors import UserError
 from mpsup.stats import finite_or_none, median_ci
@@ -58,11 +58,20 @@ class EnvSession:
         try:
             hello = self.worker.request({"op": "hello", "device": self.options.device, "threads": self.options.threads},
                                         timeout=300)
+        except NoTorch as exc:
+            self.close(force=True)
+            if exc.missing:
+                raise UserError(f"no torch in {self.env.python} (install torch there, or pick another interpreter)") from None
+            raise UserError(f"torch cannot be imported in {self.env.python}: {last_line(str(exc))}") from None
         except WorkerDied as exc:
-            raise UserError(f"{self.env.python}: the worker could not start ({exc}; {exc.stderr_tail.strip()[-300:]})") from None
+            self.close(force=True)
+            why = last_line(exc.stderr_tail)
+            raise UserError(f"{self.env.python}: the worker could not start ({exc}{': ' + why if why else ''})") from None
         if hello.get("type") != "hello":
-            raise UserError(f"{self.env.python}: the worker could not start: {hello.get('message')}")
+            self.close(force=True)
+            raise UserError(f"{self.env.python}: the worker could not start: {last_line(str(hello.get('message')))}")
         if not hello.get("available"):
+            self.close(force=True)
             raise UserError(f"--device {self.options.device}: not available in {self.env.python} ({hello.get('reason')})")
         self.facts = {**hello, "python": str(self.env.python), "label": self.env.label}
         self.facts.pop("type", None)
@@ -80,9 +89,9 @@ class EnvSession:
             self.worker = None
             raise
 
-    def close(self) -> None:
+    def close(self, *, force: bool = False) -> None:
         if self.worker is not None:
-            self.worker.close()
+            self.worker.close(force=force)
             self.worker = None
 
 
@@ -102,11 +111,17 @@ def _env_result(ready: dict[str, Any]) -> dict[str, Any]:
 
 
 def _summarize(r: dict[str, Any]) -> None:
-    if r.get("samples"):
+    """Median and interval from the raw samples. A failure here costs the summary, never the samples:
+    they stay in the record, where a later mpsup can summarize them."""
+    if not r.get("samples"):
+        return
+    try:
         ci = median_ci(r["samples"])
         r["median"], r["ci_low"], r["ci_high"] = ci.estimate, finite_or_none(ci.low), finite_or_none(ci.high)
         if r.get("device_samples"):
             r["device_median"] = median(r["device_samples"])
+    except Exception as exc:
+        r["summary_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
 
 class Runner:
@@ -119,9 +134,10 @@ class Runner:
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]
 
-    def close(self) -> None:
+    def close(self, *, force: bool = False) -> None:
+        """Every worker is gone afterwards; force kills at once (an interrupted run waits for nothing)."""
         for s in self.sessions:
-            s.close()
+            s.close(force=force)
 
     def _setup(self, s: EnvSession, w: Workload, calls: int | None) -> dict[str, Any]:
         try:
@@ -243,23 +259,23 @@ class Runner:
     def smoke_features(self) -> tuple[str, ...]:
         return SMOKE_FEATURES
 
+    def smoke_one(self, feature: str, kernels: list[Any]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"feature": feature, "envs": {}}
+        for s in self.sessions:
+            try:
+                ans = s.request({"op": "smoke", "feature": feature, "kernels": kernels}, timeout=300)
+                if ans.get("type") == "error":
+                    ans = {"status": "fail", "message": ans.get("message", "")}
+                ans.pop("type", None)
+                ans.pop("feature", None)
+            except WorkerDied as exc:
+                ans = {"status": "crash", "message": str(exc)}
+            entry["envs"][s.env.label] = ans
+            self.progress("smoke", {"feature": feature, "env": s.env.label, "status": ans["status"]})
+        return entry
+
     def smoke(self, features: tuple[str, ...] = SMOKE_FEATURES) -> list[dict[str, Any]]:
         from mpsup.metal import load_manifest
 
         kernels = load_manifest()
-        out = []
-        for feature in features:
-            entry: dict[str, Any] = {"feature": feature, "envs": {}}
-            for s in self.sessions:
-                try:
-                    ans = s.request({"op": "smoke", "feature": feature, "kernels": kernels}, timeout=300)
-                    if ans.get("type") == "error":
-                        ans = {"status": "fail", "message": ans.get("message", "")}
-                    ans.pop("type", None)
-                    ans.pop("feature", None)
-                except WorkerDied as exc:
-                    ans = {"status": "crash", "message": str(exc)}
-                entry["envs"][s.env.label] = ans
-                self.progress("smoke", {"feature": feature, "env": s.env.label, "status": ans["status"]})
-            out.append(entry)
-        return out
+        return [self.smoke_one(feature, kernels) for feature in features]

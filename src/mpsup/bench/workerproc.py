@@ -1,30 +1,57 @@
-"""Start a worker inside a target interpreter and talk JSON lines to it."""
+"""Start a worker inside a target interpreter and talk JSON lines to it over a private pair of pipes.
+
+The protocol never touches the worker's stdin or stdout: code being measured (a `module:function`
+model, a native library) may print to file descriptor 1, and what it prints must not be taken for
+an answer. As in pyperf, dedicated descriptors are handed over with pass_fds; the worker's fd 1 and
+fd 2 both go to a private log file whose tail explains a crash."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
+import math
 import os
 import queue
+import signal
 import subprocess
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
+from mpsup.errors import UserError
 from mpsup.syscmd import clean_env
 
 WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
 
-# Loads the worker package by file location under a private name: nothing is added to sys.path,
-# so mpsup's site-packages (and its torch) stay invisible to the measured environment.
+# One answer line: a sample batch is a few tens of KiB; anything near this is not our worker talking.
+MAX_ANSWER_BYTES = 16 << 20
+
+# Points fd 1 at the log even if started by hand, checks torch first (a Python without it gets one clear answer, not a traceback), then loads the
+# worker package by file location under a private name: nothing is added to sys.path, so mpsup's
+# site-packages (and its torch) stay invisible to the measured environment.
 BOOT = (
-    "import importlib.util, sys\n"
+    "import os, sys\n"
+    "os.dup2(2, 1)\n"
+    "answers = int(sys.argv[3])\n"
+    "try:\n"
+    "    import torch\n"
+    "except Exception as exc:\n"
+    "    import json\n"
+    "    missing = isinstance(exc, ModuleNotFoundError) and exc.name == 'torch'\n"
+    "    msg = {'type': 'no-torch', 'missing': missing, 'message': (type(exc).__name__ + ': ' + str(exc))[:500]}\n"
+    "    os.write(answers, (json.dumps(msg) + '\\n').encode())\n"
+    "    sys.exit(3)\n"
+    "import importlib.util\n"
     "d = sys.argv[1]\n"
     "spec = importlib.util.spec_from_file_location('mpsup_worker', d + '/__init__.py', submodule_search_locations=[d])\n"
     "mod = importlib.util.module_from_spec(spec); sys.modules['mpsup_worker'] = mod; spec.loader.exec_module(mod)\n"
     "from mpsup_worker.main import main\n"
-    "main()\n"
 )
+BOOT_CALL = "main(int(sys.argv[2]), answers)\n"
+BOOT += BOOT_CALL
 
 
 class WorkerDied(Exception):
@@ -33,56 +60,168 @@ class WorkerDied(Exception):
         self.stderr_tail = stderr_tail
 
 
+class ProtocolError(WorkerDied):
+    """An answer that is not what the protocol says: counted as a crash of the workload at hand."""
+
+
+class NoTorch(Exception):
+    def __init__(self, missing: bool, message: str) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def check_interpreter(path: Path, flag: str = "--python") -> Path:
+    """An absolute path to something we can execute, or one line saying why not.
+
+    Absolute because the worker runs in the temp folder; not resolved, because a venv's python is a
+    symlink whose location is what selects the venv."""
+    p = Path(os.path.abspath(path.expanduser()))
+    if not p.exists():
+        raise UserError(f"{flag} {path}: no such interpreter")
+    if p.is_dir():
+        raise UserError(f"{flag} {path}: is a folder, not an interpreter (give its bin/python)")
+    if not p.is_file():
+        raise UserError(f"{flag} {path}: not a regular file, so not an interpreter")
+    if not os.access(p, os.X_OK):
+        raise UserError(f"{flag} {path}: not executable (permission denied)")
+    return p
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+_live: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_live_workers() -> None:
+    # However mpsup ends (an uncaught error included), no worker outlives it.
+    for w in list(_live):
+        w.kill()
+
+
+def _finite_numbers(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+
+
+def _valid(ans: dict[str, Any], expect: str) -> bool:
+    kind = ans.get("type")
+    if kind == "error":
+        return isinstance(ans.get("message", ""), str) and isinstance(ans.get("status", "error"), str)
+    if kind != expect:
+        return False
+    if kind == "hello":
+        return isinstance(ans.get("available"), bool)
+    if kind == "ready":
+        calls = ans.get("calls")
+        return isinstance(calls, int) and not isinstance(calls, bool) and calls >= 1
+    if kind == "samples":
+        dev = ans.get("device")
+        return _finite_numbers(ans.get("host")) and (dev is None or _finite_numbers(dev))
+    if kind == "done":
+        return isinstance(ans.get("memory", {}), dict)
+    if kind == "smoke":
+        return isinstance(ans.get("status"), str)
+    return True
+
+
+# What each request must be answered with (besides an error answer).
+ANSWERS = {"hello": "hello", "setup": "ready", "sample": "samples", "teardown": "done", "smoke": "smoke"}
+
+
 class WorkerProcess:
     def __init__(self, python: Path, *, env: dict[str, str] | None = None) -> None:
         self.python = python
-        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker; closed in close()
-        self.proc = subprocess.Popen(
-            [str(python), "-u", "-c", BOOT, str(WORKER_DIR)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=clean_env(env),
-            cwd=tempfile.gettempdir(),  # a cwd holding a torch/ folder must not shadow the real one
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; closed in close()
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [str(python), "-u", "-c", BOOT, str(WORKER_DIR), str(req_r), str(ans_w)],
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,  # stray prints of measured code land in the log, never in the protocol
+                stderr=self._stderr,
+                pass_fds=(req_r, ans_w),
+                env=clean_env(env),
+                cwd=tempfile.gettempdir(),  # a cwd holding a torch/ folder must not shadow the real one
+                # Its own process group: a terminal's Ctrl-C reaches mpsup alone, which then stops the
+                # worker and everything the worker started (torch.compile's helpers) with one killpg.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for fd in (req_w, ans_r):
+                os.close(fd)
+            self._stderr.close()
+            raise UserError(f"{python}: cannot run this interpreter ({exc.strerror or exc})") from None
+        finally:
+            os.close(req_r)
+            os.close(ans_w)
+        _live.add(self)
+        self._requests = os.fdopen(req_w, "w", encoding="utf-8")
+        self._answers = os.fdopen(ans_r, "rb")
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
+        # Ends at EOF, i.e. when the worker (and anything holding its end of the pipe) is gone.
+        with self._answers:
+            while line := self._answers.readline(MAX_ANSWER_BYTES):
+                self._lines.put(line)
         self._lines.put(None)
 
     def stderr_tail(self, chars: int = 2000) -> str:
         try:
-            self._stderr.seek(0)
-            return self._stderr.read()[-chars:]
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(0, size - 4 * chars))
+            return self._stderr.read().decode("utf-8", "replace")[-chars:]
         except (OSError, ValueError):
             return ""
 
     def request(self, doc: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
         try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(doc) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+            self._requests.write(json.dumps(doc) + "\n")
+            self._requests.flush()
+        except (BrokenPipeError, OSError, ValueError):
             raise self._died() from None
-        while True:
-            try:
-                line = self._lines.get(timeout=timeout)
-            except queue.Empty:
-                self.kill()
-                raise WorkerDied(f"worker gave no answer in {timeout:.0f}s", self.stderr_tail()) from None
-            if line is None:
-                raise self._died()
-            line = line.strip()
-            if line.startswith("{"):
-                return json.loads(line)
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise WorkerDied(f"worker gave no answer in {timeout:.0f}s", self.stderr_tail()) from None
+        if line is None:
+            raise self._died()
+        ans = self._parse(line)
+        if ans.get("type") == "no-torch":
+            raise NoTorch(bool(ans.get("missing")), str(ans.get("message", "")))
+        expect = ANSWERS.get(str(doc.get("op")), "")
+        if not _valid(ans, expect):
+            raise self._malformed(f"a {ans.get('type')!r} answer that does not fit a {doc.get('op')!r} request")
+        return ans
+
+    def _parse(self, line: bytes) -> dict[str, Any]:
+        if not line.endswith(b"\n"):
+            raise self._malformed(f"an answer line over {MAX_ANSWER_BYTES >> 20} MiB" if len(line) >= MAX_ANSWER_BYTES else "a cut-off answer")
+        try:
+            ans = json.loads(line)
+        except (ValueError, RecursionError):
+            raise self._malformed("an answer that is not JSON") from None
+        if not isinstance(ans, dict):
+            raise self._malformed("an answer that is not a JSON object")
+        return ans
+
+    def _malformed(self, what: str) -> ProtocolError:
+        # A worker that breaks the protocol cannot be trusted with the next request either.
+        self.kill()
+        return ProtocolError(f"worker sent {what}", self.stderr_tail())
 
     def _died(self) -> WorkerDied:
-        rc = self.proc.wait(timeout=30)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
         how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
         return WorkerDied(f"worker {how}", self.stderr_tail())
 
@@ -91,19 +230,30 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        if self.alive:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-    def close(self) -> None:
-        if self.alive:
+        """SIGKILL to the worker's whole process group, then reap it."""
+        if self.proc.returncode is None:
+            # Not reaped yet, so the group id is still the worker's own: it cannot name a stranger.
             try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write('{"op": "exit"}\n')
-                self.proc.stdin.flush()
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        _live.discard(self)
+
+    def close(self, *, force: bool = False) -> None:
+        """Ask the worker to exit (or, with force, kill it at once); either way it is gone afterwards."""
+        if self.alive and not force:
+            try:
+                self._requests.write('{"op": "exit"}\n')
+                self._requests.flush()
                 self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        with contextlib.suppress(OSError):
+            self._requests.close()
         self._stderr.close()
 
 

@@ -1,12 +1,15 @@
-"""The worker's JSON-lines loop: one request per line on stdin, one answer per line on stdout."""
+"""The worker's JSON-lines loop: one request per line in, one answer per line out, on two private
+pipes that mpsup hands over (never stdin/stdout, which the measured code may use)."""
 
 from __future__ import annotations
 
 import gc
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -50,6 +53,8 @@ class Worker:
             os.kill(os.getpid(), signal.SIGKILL)
         if TEST_HOOKS and spec["kind"] == "__raise__":
             raise RuntimeError("this workload raises on purpose")
+        if TEST_HOOKS and spec["kind"] == "__garbage__":
+            self.out.write("this is not a protocol message\n")  # a broken answer on the protocol pipe itself
         torch.manual_seed(0)
         self.device.reset_peak()
         built = build(spec, self.device)
@@ -103,24 +108,51 @@ def _classify(exc: BaseException) -> str:
     return "error"
 
 
-def main() -> None:
-    # Our protocol owns stdout; anything torch prints goes to stderr instead.
-    proto = sys.stdout
+def _read_requests(requests: Any, into: queue.Queue[str]) -> None:
+    for line in requests:
+        into.put(line)
+    # The request pipe ended: mpsup closed it or is gone (killed, crashed). Either way nobody will
+    # read our answers, so stop now rather than finish a long measurement for no one.
+    os._exit(0)
+
+
+def _requests_from(in_fd: int) -> queue.Queue[str]:
+    pending: queue.Queue[str] = queue.Queue()
+    requests = os.fdopen(in_fd, "r", encoding="utf-8")
+    threading.Thread(target=_read_requests, args=(requests, pending), daemon=True).start()
+    return pending
+
+
+def _answer(worker: Worker, handlers: dict[str, Any], req: Any) -> dict[str, Any]:
+    try:
+        answer = handlers[req["op"]](req)
+    except Exception as exc:
+        worker.teardown_quietly()
+        answer = {"type": "error", "status": _classify(exc), "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
+                  "traceback": traceback.format_exc(limit=4)}
+    return answer
+
+
+def main(in_fd: int, out_fd: int) -> None:
+    # The pipes are ours alone: a process the measured code starts must not hold them open (mpsup
+    # would never see the worker's end) nor write into them.
+    os.set_inheritable(in_fd, False)
+    os.set_inheritable(out_fd, False)
+    # fd 1 already goes to the log (the boot code made sure); Python's own stdout object follows it.
     sys.stdout = sys.stderr
-    worker = Worker(proto)
+    worker = Worker(os.fdopen(out_fd, "w", encoding="utf-8"))
     handlers = {"hello": worker.hello, "setup": worker.setup, "sample": worker.sample,
                 "teardown": worker.teardown, "smoke": worker.smoke}
-    for line in sys.stdin:
+    pending = _requests_from(in_fd)
+    while True:
+        line = pending.get()
         if not line.strip():
             continue
-        req = json.loads(line)
-        op = req.get("op")
-        if op == "exit":
-            break
         try:
-            answer = handlers[op](req)
-        except Exception as exc:
-            worker.teardown_quietly()
-            answer = {"type": "error", "status": _classify(exc), "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
-                      "traceback": traceback.format_exc(limit=4)}
-        worker.send(answer)
+            req = json.loads(line)
+        except ValueError as exc:
+            worker.send({"type": "error", "status": "error", "message": f"request is not JSON: {exc}"})
+            continue
+        if isinstance(req, dict) and req.get("op") == "exit":
+            break
+        worker.send(_answer(worker, handlers, req))

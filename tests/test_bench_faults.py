@@ -1,0 +1,239 @@
+"""Faults during a real CPU bench: signals, a dead mpsup, a full disk, a read-only data dir, a crash in
+the statistics. Each must leave every finished measurement readable by `mpsup report --list`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mpsup.bench.journal import SUFFIX
+from mpsup.bench.policy import SamplingPolicy
+from mpsup.bench.record import list_record_paths, load_record
+from mpsup.bench.run import run_bench
+from mpsup.bench.runner import BenchOptions, EnvSpec
+from mpsup.bench.workloads import Workload
+from mpsup.errors import OperationFailed, UserError
+from mpsup.report import load
+from tests.conftest import run_cli
+
+# Enough workloads that a signal lands mid-run: 59 linear shapes at t1, a few seconds in all.
+BENCH = ["bench", "--device", "cpu", "--only", "linear/*/t1", "--tokens", "1", "--budget", "0.03", "--no-smoke", "--json"]
+
+
+def _journaled(runs: Path) -> int:
+    """Workloads on disk in the live journal (0 while there is none)."""
+    for j in runs.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            return sum(1 for ln in j.read_bytes().splitlines() if ln.startswith(b'{"workload"'))
+    return 0
+
+
+def _start(mpsup_home: Path, at_least: int = 2) -> tuple[subprocess.Popen[str], int, int | None]:
+    proc = subprocess.Popen([sys.executable, "-m", "mpsup", *BENCH], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while _journaled(mpsup_home / "runs") < at_least:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "the bench never journaled a workload"
+        time.sleep(0.05)
+    done = _journaled(mpsup_home / "runs")
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    worker = int(children.read_text().split()[0]) if children.exists() and children.read_text().split() else None
+    return proc, done, worker
+
+
+def _gone(pid: int | None, within: float = 10.0) -> bool:
+    if pid is None:
+        return True  # no /proc here: nothing to check
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):  # dead, waiting for init to reap it
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _listed(mpsup_home: Path) -> list[dict]:
+    res = run_cli("report", "--list", "--json")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize(("how", "code"), [("SIGTERM", 143), ("SIGHUP", 129), ("double Ctrl-C", 130)])
+def test_signal_keeps_every_finished_workload(how: str, code: int, mpsup_home: Path):
+    proc, done, worker = _start(mpsup_home)
+    if how == "double Ctrl-C":
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
+        time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # pressed again while the record is being saved
+    else:
+        os.kill(proc.pid, getattr(signal, how))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]
+    assert "Traceback" not in err
+    assert _gone(worker), "the worker outlived mpsup"
+    summary = json.loads(out)
+    record = load_record(Path(summary["path"]))
+    assert record["partial"] is True and record["interrupted"] is True
+    assert record["signal"] == ("SIGINT" if how == "double Ctrl-C" else how)
+    assert done <= len(record["workloads"]) < 59
+    assert all(w["envs"]["baseline"]["samples"] for w in record["workloads"])
+    assert not list((mpsup_home / "runs").glob(f"*{SUFFIX}*"))
+    assert [(r["id"], r["partial"]) for r in _listed(mpsup_home)] == [(record["id"], True)]
+
+
+def test_killed_mpsup_leaves_a_journal_that_report_recovers(mpsup_home: Path):
+    proc, done, worker = _start(mpsup_home)
+    os.kill(proc.pid, signal.SIGKILL)  # no handler runs: only the journal can save the measurements
+    proc.communicate(timeout=60)
+    assert _gone(worker), "the worker outlived a killed mpsup"
+    assert list_record_paths() == [] and len(list((mpsup_home / "runs").glob(f"*{SUFFIX}"))) == 1
+    rows = _listed(mpsup_home)
+    assert len(rows) == 1 and rows[0]["partial"] is True and rows[0]["workloads"] >= done
+    record = load_record(Path(rows[0]["path"]))
+    assert record["interrupted"] is True and record["recovered"]["unreadable_lines"] == 0
+    assert not list((mpsup_home / "runs").glob(f"*{SUFFIX}"))
+
+
+def _tiny(name: str) -> Workload:
+    return Workload(name, "linear", "linear", "fp32", {"tokens": 2, "in_features": 8, "out_features": 8})
+
+
+def _bench(n: int = 3, **kw) -> tuple[dict, Path | None]:
+    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.01), smoke=False)
+    return run_bench([EnvSpec("baseline", Path(sys.executable))], [_tiny(f"w{i}") for i in range(n)], opts, **kw)
+
+
+def _recover(mpsup_home: Path) -> dict:
+    warnings: list[str] = []
+    rows = load.stored_runs(warnings.append)
+    assert len(rows) == 1 and any("recovered" in w for w in warnings), warnings
+    assert not list((mpsup_home / "runs").glob(f"*{SUFFIX}"))
+    return load_record(Path(rows[0]["path"]))
+
+
+def test_full_disk_while_saving_keeps_the_journal_and_says_where(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
+    def no_space(_record: dict, *_a: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m, pytest.raises(OperationFailed, match="No space left on device") as info:
+        m.setattr("mpsup.bench.run.save_record", no_space)
+        _bench(3)
+    journal = next((mpsup_home / "runs").glob(f"*{SUFFIX}"))
+    assert str(journal) in str(info.value)
+    # The disk has room again.
+    record = _recover(mpsup_home)
+    # The run itself finished: its journal says so, and the record is complete.
+    assert record["partial"] is False and [w["name"] for w in record["workloads"]] == ["w0", "w1", "w2"]
+
+
+def test_full_disk_mid_run_stops_and_keeps_what_was_journaled(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
+    import mpsup.bench.journal as journal_mod
+
+    real = journal_mod._write_all
+    lines = []
+
+    def fill_up(fd: int, data: bytes) -> None:
+        lines.append(data)
+        if data.startswith(b'{"workload"') and sum(d.startswith(b'{"workload"') for d in lines) == 2:
+            real(fd, data[: len(data) // 2])  # the disk fills halfway through the line
+            raise OSError(28, "No space left on device")
+        real(fd, data)
+
+    def no_space(*_a: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m, pytest.raises(OperationFailed, match="kept in"):
+        m.setattr(journal_mod, "_write_all", fill_up)
+        m.setattr("mpsup.bench.run.save_record", no_space)
+        _bench(4)
+    record = _recover(mpsup_home)
+    assert record["partial"] is True and [w["name"] for w in record["workloads"]] == ["w0"]
+    assert record["recovered"]["unreadable_lines"] == 0  # the torn line was cut back off
+
+
+def test_crash_in_the_statistics_mid_run_keeps_finished_workloads(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
+    import mpsup.bench.policy as policy_mod
+
+    armed = []
+    real = policy_mod.median_ci
+
+    def broken(values, *a, **kw):  # type: ignore[no-untyped-def]
+        if armed:
+            raise ZeroDivisionError("a bug in the statistics")
+        return real(values, *a, **kw)
+
+    monkeypatch.setattr(policy_mod, "median_ci", broken)
+    record, path = _bench(3, progress=lambda ev, _i: armed.append(1) if ev == "done" else None)
+    assert path is not None and record["partial"] is True and "ZeroDivisionError" in record["failure"]
+    stored = load_record(path)
+    assert [w["name"] for w in stored["workloads"]] == ["w0"] and stored["workloads"][0]["envs"]["baseline"]["samples"]
+    assert "a bug in the statistics" in stored["failure_traceback"]
+    res = run_cli("report", "--list", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)[0]["partial"] is True
+
+
+def test_crash_in_a_summary_costs_the_summary_not_the_samples(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("mpsup.bench.runner.median_ci", lambda *_a, **_k: 1 / 0)
+    record, path = _bench(2)
+    assert path is not None and record["partial"] is False
+    for w in load_record(path)["workloads"]:
+        env = w["envs"]["baseline"]
+        assert env["samples"] and "median" not in env and env["summary_error"].startswith("ZeroDivisionError")
+
+
+def test_crash_while_finishing_keeps_the_journal(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
+    def broken(*_a: object) -> list[str]:
+        raise ValueError("a bug while finishing")
+
+    with monkeypatch.context() as m, pytest.raises(OperationFailed, match=r"a bug while finishing.*kept in .*journal"):
+        m.setattr("mpsup.bench.run.conditions_changed", broken)
+        _bench(2)
+    record = _recover(mpsup_home)
+    assert record["partial"] is True and [w["name"] for w in record["workloads"]] == ["w0", "w1"]
+
+
+@pytest.fixture
+def read_only_runs(mpsup_home: Path) -> Iterator[Path]:
+    runs = mpsup_home / "runs"
+    runs.mkdir(parents=True)
+    if os.geteuid() != 0:
+        runs.chmod(0o555)
+        try:
+            yield runs
+        finally:
+            runs.chmod(0o755)
+        return
+    # Root writes through any mode bits: only a read-only mount stops it.
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(runs)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("running as root, where chmod does not stop writes, and a read-only tmpfs cannot be mounted here")
+    try:
+        yield runs
+    finally:
+        subprocess.run(["umount", str(runs)], check=False)
+
+
+def test_read_only_data_dir_is_refused_before_any_work(read_only_runs: Path, monkeypatch: pytest.MonkeyPatch):
+    res = run_cli("bench", "--device", "cpu", "--only", "roofline*", "--no-smoke", "--budget", "0.01")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "cannot write run records there" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    # In-process: no worker was ever started.
+    from mpsup.bench import runner
+
+    monkeypatch.setattr(runner.Runner, "start", lambda _self: pytest.fail("a worker started"))
+    with pytest.raises(UserError, match="nothing was measured"):
+        _bench(1)

@@ -1,0 +1,173 @@
+"""The run journal and the stop signals, without a worker: fast, in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from mpsup.bench.journal import SUFFIX, UNREADABLE, Journal, JournalWriteError, rebuild_record, recover_journals
+from mpsup.bench.record import list_record_paths, load_record, new_record, new_run_id
+from mpsup.bench.run import StopSignals
+from mpsup.errors import UserError
+from mpsup.report import load
+
+
+def _workload(name: str, samples: list[float]) -> dict:
+    return {"name": name, "kind": "linear", "part": "linear", "dtype": "fp32", "count": 1, "status": "ok",
+            "envs": {"baseline": {"status": "ok", "calls": 1, "samples": samples, "median": sorted(samples)[len(samples) // 2]}}}
+
+
+def _header(run_id: str) -> dict:
+    rec = new_record("single", "cpu", [{"label": "baseline", "torch_version": "2.13.0", "python": "/x/python"}], {})
+    rec["id"] = run_id
+    return rec
+
+
+def _journal_with(n: int) -> Journal:
+    j = Journal.create(new_run_id())
+    j.append("header", _header(j.run_id))
+    for i in range(n):
+        j.append("workload", _workload(f"w{i}", [1.0 + i, 1.1 + i, 1.2 + i]))
+    return j
+
+
+def test_journal_is_one_json_line_per_event_and_locked_while_open(mpsup_home: Path):
+    j = _journal_with(2)
+    try:
+        lines = j.path.read_text().splitlines()
+        assert [next(iter(json.loads(ln))) for ln in lines] == ["begin", "header", "workload", "workload"]
+        assert j.path.parent == mpsup_home / "runs" and j.path.name == f"{j.run_id}{SUFFIX}"
+        # A live bench holds the lock: recovery leaves its journal alone.
+        assert recover_journals(pytest.fail) == []
+        assert j.path.exists() and list_record_paths() == []
+    finally:
+        j.close()
+
+
+def test_dead_run_is_recovered_once_as_a_partial_record(mpsup_home: Path):
+    j = _journal_with(3)
+    j.close()  # what a SIGKILL does: the lock goes, the file stays
+    warnings: list[str] = []
+    rows = load.stored_runs(warnings.append)
+    assert len(rows) == 1 and rows[0]["id"] == j.run_id and rows[0]["partial"] is True and rows[0]["workloads"] == 3
+    assert any("recovered the interrupted run" in w and "3 finished workloads" in w for w in warnings)
+    assert not j.path.exists()
+    record = load_record(list_record_paths()[0])
+    assert record["interrupted"] is True and record["recovered"]["from"] == j.path.name
+    assert record["workloads"][2]["envs"]["baseline"]["samples"] == [3.0, 3.1, 3.2]
+    # Listing again finds nothing new to recover and no duplicate.
+    warnings.clear()
+    assert len(load.stored_runs(warnings.append)) == 1 and warnings == []
+
+
+def test_torn_last_line_costs_only_that_line(mpsup_home: Path):
+    j = _journal_with(2)
+    j.close()
+    with open(j.path, "ab") as fh:
+        fh.write(b'{"workload": {"name": "half-writ')
+    assert recover_journals(lambda _m: None)
+    record = load_record(list_record_paths()[0])
+    assert [w["name"] for w in record["workloads"]] == ["w0", "w1"] and record["recovered"]["unreadable_lines"] == 1
+
+
+def test_failed_append_is_cut_back_so_later_lines_stay_readable(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
+    j = _journal_with(1)
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(JournalWriteError, match="No space left on device"):
+        j.append("workload", _workload("lost", [9.0]))
+    monkeypatch.setattr(os, "write", real_write)
+    j.append("workload", _workload("after", [2.0]))
+    j.close()
+    record = rebuild_record(j.path.read_bytes(), j.path)
+    assert record is not None and [w["name"] for w in record["workloads"]] == ["w0", "after"]
+    assert record["recovered"]["unreadable_lines"] == 0
+
+
+def test_journal_whose_record_was_saved_is_just_removed(mpsup_home: Path):
+    from mpsup.bench.record import save_record
+
+    j = _journal_with(1)
+    j.close()
+    rec = rebuild_record(j.path.read_bytes(), j.path)
+    assert rec is not None
+    save_record(rec)  # the bench saved its record, then died before removing the journal
+    recover_journals(pytest.fail)
+    assert not j.path.exists() and len(list_record_paths()) == 1
+
+
+def test_journal_of_a_run_that_measured_nothing_is_removed(mpsup_home: Path):
+    j = Journal.create(new_run_id())
+    j.close()
+    assert recover_journals(pytest.fail) == []
+    assert not j.path.exists() and list_record_paths() == []
+
+
+def test_unreadable_journal_is_set_aside_with_one_warning(mpsup_home: Path):
+    runs = mpsup_home / "runs"
+    runs.mkdir(parents=True)
+    bad = runs / f"20260101T000000Z-abcdef{SUFFIX}"
+    bad.write_text('{"header": {"schema": "mpsup.run/1", "id": 5}}\n')
+    warnings: list[str] = []
+    recover_journals(warnings.append)
+    assert len(warnings) == 1 and "corrupt run record" in warnings[0]
+    assert not bad.exists() and (runs / (bad.name + UNREADABLE)).exists()
+    recover_journals(pytest.fail)  # set aside: no warning on every listing
+
+
+def test_a_fifo_named_like_a_journal_does_not_hang(mpsup_home: Path):
+    runs = mpsup_home / "runs"
+    runs.mkdir(parents=True)
+    os.mkfifo(runs / f"20260101T000000Z-ffffff{SUFFIX}")
+    warnings: list[str] = []
+    assert recover_journals(warnings.append) == []
+    assert warnings and "not a regular file" in warnings[0]
+
+
+def test_unwritable_runs_folder_is_refused_before_anything(mpsup_home: Path):
+    mpsup_home.mkdir(parents=True)
+    (mpsup_home / "runs").write_text("a file where the runs folder should be")
+    with pytest.raises(UserError, match="cannot write run records there"):
+        Journal.create(new_run_id())
+
+
+def test_journal_made_for_nothing_leaves_no_folder(mpsup_home: Path):
+    j = Journal.create(new_run_id())
+    j.discard_unused()
+    assert not mpsup_home.exists()
+
+
+def test_stop_signals_first_raises_later_ones_are_ignored():
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stops:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between bytecodes
+                pass
+        # The run is stopping now: a second signal (a second Ctrl-C, a SIGHUP) must not cut the save short.
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGHUP)
+        for _ in range(1000):
+            pass
+        assert stops.received == [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_stop_signal_waits_for_the_end_of_a_critical_section():
+    done = []
+    with StopSignals() as stops:
+        with pytest.raises(KeyboardInterrupt), stops.critical():
+            os.kill(os.getpid(), signal.SIGHUP)
+            for _ in range(1000):
+                pass
+            done.append("appended to the record and the journal")
+        assert done and stops.first == signal.SIGHUP

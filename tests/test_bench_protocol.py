@@ -1,0 +1,151 @@
+"""The worker protocol: its own pipes, answers checked, a worker that never outlives mpsup."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from mpsup.bench.policy import SamplingPolicy
+from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
+from mpsup.bench.workerproc import WorkerProcess, _valid, check_interpreter
+from mpsup.bench.workloads import Workload
+from mpsup.errors import UserError
+from tests.conftest import run_cli
+
+
+def _runner() -> Runner:
+    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.01), smoke=False)
+    runner = Runner([EnvSpec("baseline", Path(sys.executable))], opts)
+    runner.start()
+    return runner
+
+
+def _tiny(name: str, kind: str = "linear") -> Workload:
+    return Workload(name, kind, "linear", "fp32", {"tokens": 2, "in_features": 8, "out_features": 8})
+
+
+def test_stray_output_is_harmless_and_a_malformed_answer_is_one_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A module:function model that prints (fake protocol lines too, even with os.write on fd 1) is
+    measured normally; a broken answer on the protocol pipe itself is that workload's crash only."""
+    (tmp_path / "chatty_model.py").write_text(textwrap.dedent("""
+        import os
+        import torch
+
+        os.write(1, b"import-time chatter\\n")
+        print("{not json")
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                os.write(1, b'{"type": "samples", "host": ["x"]}\\n')
+                print('{"type": "ready"}')
+                return x * 2
+
+        def make():
+            return M(), torch.ones(4)
+    """))
+    chatty = Workload("model/end-to-end", "end_to_end", "model", "fp32",
+                      {"source": "factory", "target": "chatty_model:make", "cwd": str(tmp_path), "compile": False})
+    monkeypatch.setenv("MPSUP_WORKER_TEST_HOOKS", "1")
+    runner = _runner()
+    try:
+        r = runner.measure(chatty)
+        log = runner.sessions[0].worker.stderr_tail()  # type: ignore[union-attr]
+        results = [runner.measure(w) for w in (_tiny("garbage", "__garbage__"), _tiny("after"))]
+    finally:
+        runner.close()
+    assert r["status"] == "ok", r.get("reason")
+    env = r["envs"]["baseline"]
+    assert env["samples"] and all(isinstance(s, float) and s > 0 for s in env["samples"])
+    assert '{"type": "ready"}' in log  # kept in the worker's log for a crash report, never parsed
+    assert [x["status"] for x in results] == ["crash", "ok"]
+    assert "not JSON" in results[0]["reason"]
+    assert runner.sessions[0].crashes == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "op"),
+    [
+        ({"type": "ready"}, "setup"),  # no calls: once a KeyError traceback
+        ({"type": "ready", "calls": "3"}, "setup"),
+        ({"type": "ready", "calls": True}, "setup"),
+        ({"type": "samples", "host": ["1.0"]}, "sample"),
+        ({"type": "samples", "host": [float("nan")]}, "sample"),
+        ({"type": "samples", "host": [1.0], "device": "fast"}, "sample"),
+        ({"type": "samples", "host": [1.0]}, "setup"),  # an answer to some other request
+        ({"type": "hello"}, "hello"),
+        ({"type": "error", "message": 5}, "sample"),
+        ({"type": "done", "memory": []}, "teardown"),
+    ],
+)
+def test_answers_that_break_the_protocol_are_refused(answer: dict, op: str):
+    from mpsup.bench.workerproc import ANSWERS
+
+    assert not _valid(answer, ANSWERS[op])
+
+
+def test_good_answers_pass():
+    assert _valid({"type": "ready", "calls": 3}, "ready")
+    assert _valid({"type": "samples", "host": [1e-6, 2e-6], "device": None}, "samples")
+    assert _valid({"type": "error", "status": "oom", "message": "out of memory"}, "samples")
+
+
+def test_worker_stops_when_mpsup_goes_away_even_mid_measurement():
+    """mpsup killed with SIGKILL runs no cleanup; the worker sees its request pipe end and exits."""
+    w = WorkerProcess(Path(sys.executable))
+    try:
+        assert w.request({"op": "hello", "device": "cpu"})["type"] == "hello"
+        assert w.request({"op": "setup", "workload": _tiny("x").spec(), "calls": 1})["type"] == "ready"
+        w._requests.write('{"op": "sample", "count": 100000000}\n')  # minutes of work
+        w._requests.flush()
+        time.sleep(0.3)
+        assert w.alive
+        w._requests.close()  # what the kernel does to mpsup's end of the pipe when mpsup dies
+        deadline = time.monotonic() + 10
+        while w.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not w.alive, "the worker kept measuring for nobody"
+    finally:
+        w.close(force=True)
+
+
+def test_check_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "py").symlink_to(sys.executable)
+    # Relative paths become absolute (the worker runs elsewhere) but a venv's symlink is kept as is.
+    assert check_interpreter(Path("py")) == tmp_path / "py"
+    with pytest.raises(UserError, match="no such interpreter"):
+        check_interpreter(tmp_path / "nope")
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_unusable_python_is_one_line_and_exit_2(tmp_path: Path, mpsup_home: Path):
+    (tmp_path / "plain.txt").write_text("not a program")
+    fake_torch = tmp_path / "site" / "torch"
+    fake_torch.mkdir(parents=True)
+    (fake_torch / "__init__.py").write_text("raise ImportError('libtorch_cpu.so: cannot open shared object file')\n")
+    cases = {
+        tmp_path / "plain.txt": "not executable",
+        tmp_path: "is a folder",
+        # -S: no site-packages, so no torch, as in a fresh venv.
+        _script(tmp_path / "no-torch-python", f'exec "{sys.executable}" -S "$@"\n'): "no torch in",
+        _script(tmp_path / "broken-torch-python", f'PYTHONPATH="{tmp_path / "site"}" exec "{sys.executable}" -S "$@"\n'):
+            "torch cannot be imported in",
+    }
+    for python, needle in cases.items():
+        res = run_cli("bench", "--device", "cpu", "--only", "roofline*", "--no-smoke", "--python", str(python))
+        assert res.returncode == 2, (python, res.stderr)
+        assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "libtorch_cpu.so" in res.stderr
+    assert not (mpsup_home / "runs").exists()
+    assert os.access(sys.executable, os.X_OK)

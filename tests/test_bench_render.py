@@ -1,0 +1,42 @@
+"""Bench's terminal output shows names and paths it did not write literally: never as rich markup."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from mpsup.bench.render import bench_progress, render_run
+
+
+def _record() -> dict:
+    env = {"status": "ok", "median": 1e-3, "ci_low": 9e-4, "ci_high": 1.1e-3, "samples": [1e-3] * 6, "memory": {}}
+    return {
+        "id": "run[/x]", "device": "cpu", "partial": True, "interrupted": True, "signal": "SIGTERM",
+        "environments": [{"label": "baseline", "torch_version": "2.13[dev]", "device_name": "CPU [bold]x[/bold]", "threads": 2}],
+        "smoke": [{"feature": "fp8_cast", "envs": {"baseline": {"status": "fail", "message": "bad [/red] value"}}}],
+        "workloads": [
+            {"name": "models/[old] llama/q_proj", "source": "ckpt/[/x].safetensors", "part": "model", "kind": "linear",
+             "status": "ok", "count": 1, "envs": {"baseline": env}},
+            {"name": "layer[/]", "source": "s", "part": "model", "kind": "linear", "status": "error",
+             "reason": "RuntimeError: [link=x]boom", "count": 1, "envs": {"baseline": {"status": "error"}}},
+        ],
+        "model": {"path": "models/[old] llama", "format": "safetensors", "linear_weight_bytes": 0, "fp8_weight_bytes": 0},
+        "hygiene": {"changed": ["on_battery changed [/]"]},
+    }
+
+
+def test_render_run_shows_hostile_text_literally():
+    console = Console(record=True, width=300, color_system=None)
+    render_run(_record(), console)  # `[/x]` once raised a MarkupError here
+    out = console.export_text()
+    for text in ("models/[old] llama/q_proj", "ckpt/[/x].safetensors", "layer[/]", "run[/x]", "2.13[dev]",
+                 "CPU [bold]x[/bold]", "bad [/red] value", "[link=x]boom", "models/[old] llama", "on_battery changed [/]"):
+        assert text in out, text
+    assert "Interrupted (SIGTERM)" in out
+
+
+def test_progress_shows_a_hostile_workload_name():
+    console = Console(record=True, width=300, color_system=None, force_terminal=False)
+    with bench_progress(console) as on_event:
+        on_event("start", {"total": 1})
+        on_event("workload", {"name": "w[/x]"})
+    assert "w[/x]" in console.export_text()
