@@ -91,3 +91,62 @@ def serve(root: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class Routes:
+    """What a scripted server answers: path -> (status, headers, body); every request's Host and path are kept in `hits`."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.hits: list[tuple[str, str]] = []
+
+    def page(self, path: str, body: bytes | str, content_type: str = "text/html") -> None:
+        data = body.encode() if isinstance(body, str) else body
+        self.answers[path] = (200, {"Content-Type": content_type, "Content-Length": str(len(data))}, data)
+
+    def redirect(self, path: str, location: str, status: int = 302) -> None:
+        self.answers[path] = (status, {"Location": location, "Content-Length": "0"}, b"")
+
+    def stream(self, path: str, chunk: bytes, count: int) -> None:
+        """A body sent without Content-Length (HTTP/1.0, closed at the end): only reading it tells its size."""
+        self.answers[path] = (200, {"Content-Type": "text/html", "X-Stream": str(count)}, chunk)
+
+
+@contextmanager
+def serve_routes(routes: Routes) -> Iterator[str]:
+    """A scripted server on 127.0.0.1; yields its base URL. Unknown paths are 404."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _answer(self, with_body: bool) -> None:
+            routes.hits.append((self.headers.get("Host", ""), self.path))
+            status, headers, body = routes.answers.get(self.path, (404, {"Content-Length": "0"}, b""))
+            repeat = int(headers.get("X-Stream", "1"))
+            self.send_response(status)
+            for key, value in headers.items():
+                if key != "X-Stream":
+                    self.send_header(key, value)
+            self.end_headers()
+            if with_body:
+                try:
+                    for _ in range(repeat):
+                        self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading: what a capped reader does
+
+        def do_GET(self) -> None:
+            self._answer(True)
+
+        def do_HEAD(self) -> None:
+            self._answer(False)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -6,6 +6,7 @@ the local index as if it were the user's own configured index, so nothing leaves
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -139,6 +140,10 @@ def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path,
     assert f"{prefix}/bin/python" in script and ".building-" not in script
     assert subprocess.run([pip_script, "--version"], capture_output=True).returncode == 0
     assert f'VIRTUAL_ENV="{prefix}"' in (prefix / "bin" / "activate").read_text().replace("'", '"')
+    assert ".building-" not in (prefix / "pyvenv.cfg").read_text()
+    rc_wheel = indexes["root"] / "good" / "files" / env["wheel"]["filename"]
+    assert env["wheel"]["sha256"] == hashlib.sha256(rc_wheel.read_bytes()).hexdigest() and env["wheel"]["sha256_from"] == "index"
+    assert env["wheel"]["seen_at"] and not list((mpsup_home / "downloads").glob(".download-*"))
     assert _freeze(baseline) == before
 
     from mpsup.envs.resolve import resolve_environment
@@ -146,6 +151,8 @@ def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path,
     assert resolve_environment("2.16.0rc1", "--candidate") == Path(env["python"])
     listed = json.loads(run_cli("install-rc", "--list", "--json").stdout)
     assert [d["torch_version"] for d in listed] == ["2.16.0rc1"]
+    table = run_cli("install-rc", "--list", env={"COLUMNS": "250"}).stdout
+    assert env["wheel"]["sha256"][:12] in table and " test " in table
     again = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--yes")
     assert again.returncode == 0 and "already installed" in again.stdout
     removed = run_cli("install-rc", "--remove", "2.16.0rc1")
@@ -242,6 +249,12 @@ def test_unreachable_index_is_one_line_with_the_command_for_later(baseline: Path
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot read the package index" in lines[0]
     assert f"When online, run: mpsup install-rc --channel test --index-url http://127.0.0.1:{port}/simple" in lines[0]
+    assert lines[0].endswith(f"--python {baseline} --yes")
+    # A dry run is suggested as a dry run: the suggestion is the command the user ran, never one that installs.
+    dry = run_cli("install-rc", "--python", str(baseline), "--index-url", f"http://127.0.0.1:{port}/simple", "--dry-run")
+    assert dry.returncode == 1
+    assert dry.stderr.strip().endswith(f"When online, run: mpsup install-rc --channel test --index-url http://127.0.0.1:{port}/simple "
+                                       f"--python {baseline} --dry-run")
     assert _envs(mpsup_home) == []
 
 

@@ -22,3 +22,8 @@ def runs_dir() -> Path:
 
 def envs_dir() -> Path:
     return data_dir() / "envs"
+
+
+def downloads_dir() -> Path:
+    """Wheels fetched by install-rc, each named by its validated wheel file name (kept private: 0700)."""
+    return data_dir() / "downloads"

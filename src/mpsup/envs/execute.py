@@ -1,9 +1,13 @@
 """Carrying out an install plan, and rolling an in-place upgrade back.
 
-The rules: check space before downloading; install only a hash-checked wheel; a side-by-side
-environment is built under a temporary name and appears under its real name only once verified;
-an in-place upgrade saves the environment's `pip freeze` first and puts it back by itself when the
-upgrade fails. Any failure (Ctrl-C included) leaves no half-built environment.
+The rules: check space before downloading; install only a hash-checked wheel (or, under
+--allow-unhashed, one whose computed hash is recorded); a side-by-side environment is built and
+verified under a temporary name, its paths are pointed at the final name while it is still there,
+one rename puts it in place, and its record is written last. So whatever stops an install (an
+error, Ctrl-C, a power cut), the final name holds either nothing, or a folder without a record that
+no plan calls installed and the next install replaces, or the complete, recorded environment.
+An in-place upgrade saves the environment's `pip freeze` first and puts it back by itself when the
+upgrade fails.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ from typing import Any, Protocol
 from packaging.version import Version
 
 from mpsup.envs import installer as inst
-from mpsup.envs.download import fetch_wheel
+from mpsup.envs.download import FetchedWheel, fetch_wheel
 from mpsup.envs.plan import InstallPlan
-from mpsup.envs.records import EnvRecord, env_slug, latest_rollback, now_iso, save_rollback, write_record
-from mpsup.envs.venvs import create_venv, relocate, remove_tree, venv_python
+from mpsup.envs.records import ENV_RECORD, EnvRecord, env_slug, latest_rollback, now_iso, read_rollback, save_rollback, write_record
+from mpsup.envs.venvs import commit_move, create_venv, is_ours, mark_as_ours, point_at, remove_tree, venv_python
 from mpsup.errors import OperationFailed, UserError
-from mpsup.paths import data_dir, envs_dir
+from mpsup.paths import data_dir, downloads_dir, envs_dir
 from mpsup.probe import run_interpreter_probe
 from mpsup.syscmd import run_command
 
@@ -116,7 +120,7 @@ def verify(plan: InstallPlan, python: Path, probe: Callable[[Path], dict[str, An
     return {**facts, "companions": versions}
 
 
-def _record(plan: InstallPlan, facts: dict[str, Any], prefix: Path, python: Path) -> EnvRecord:
+def _record(plan: InstallPlan, facts: dict[str, Any], fetched: FetchedWheel, prefix: Path, python: Path) -> EnvRecord:
     torch_facts = facts["torch"]
     return EnvRecord(
         name=prefix.name if plan.mode == "side-by-side" else f"inplace-{env_slug(python)}",
@@ -132,7 +136,8 @@ def _record(plan: InstallPlan, facts: dict[str, Any], prefix: Path, python: Path
         created_at=now_iso(),
         baseline_python=str(plan.baseline_python),
         baseline_torch=plan.baseline_torch,
-        wheel={"filename": plan.wheel.filename, "url": plan.wheel.url, "sha256": plan.wheel.sha256, "size": plan.wheel.size},
+        wheel={"filename": plan.wheel.filename, "url": plan.wheel.url, "sha256": fetched.sha256, "sha256_from": fetched.sha256_from,
+               "size": plan.wheel.size, "upload_time": plan.wheel.upload_time, "seen_at": plan.wheel.seen_at},
         companions=dict(facts.get("companions") or {}),
         mps_built=bool(torch_facts.get("mps_built")),
         mps_available=bool(torch_facts.get("mps_available")),
@@ -143,7 +148,7 @@ def _record(plan: InstallPlan, facts: dict[str, Any], prefix: Path, python: Path
 def _install(plan: InstallPlan, python: Path, wheel: Path, clone_file: Path | None) -> None:
     """The checked wheel goes into a folder of its own, so the installer can take nothing else for it."""
     with tempfile.TemporaryDirectory(prefix="wheel-", dir=_tmp_dir()) as folder:
-        link = Path(folder) / wheel.name
+        link = Path(folder) / plan.wheel.filename  # validated when planned; pip matches the pin by this name
         link.symlink_to(wheel.resolve())
         for argv in inst.install_commands(plan.installer, python, plan.install_args(Path(folder), clone_file), plan.uv):
             _run_installer(argv, f"{plan.installer} install")
@@ -155,9 +160,21 @@ def _tmp_dir() -> Path:
     return path
 
 
-def _fetch(plan: InstallPlan, progress: Progress) -> Path:
+def _fetch(plan: InstallPlan, progress: Progress) -> FetchedWheel:
     progress.step(f"Fetching {plan.wheel.filename}")
-    return fetch_wheel(plan.wheel.url, plan.wheel.sha256, data_dir() / "cache" / "wheels", cafile=plan.cafile, progress=progress.download)
+    return fetch_wheel(plan.wheel.url, plan.wheel.filename, plan.wheel.sha256, downloads_dir(), cafile=plan.cafile,
+                       progress=progress.download, allow_unhashed=plan.allow_unhashed, size=plan.wheel.size)
+
+
+def _clear_leftover(prefix: Path) -> None:
+    """An interrupted install's folder (ours, no record) is removed; anything else at the final name is refused."""
+    if not (prefix.exists() or prefix.is_symlink()):
+        return
+    if (prefix / ENV_RECORD).is_file():
+        raise UserError(f"{prefix} is already installed (another mpsup finished it meanwhile); nothing was changed")
+    if prefix.is_symlink() or not is_ours(prefix):
+        raise UserError(f"{prefix} exists but holds no mpsup record; move it away or remove it first")
+    remove_tree(prefix)
 
 
 def _clean_stale_builds() -> None:
@@ -197,41 +214,46 @@ def install_side_by_side(plan: InstallPlan, *, progress: Progress | None = None,
                          free_bytes: Callable[[Path], int] | None = None) -> InstallResult:
     progress = progress or _Silent()
     started = time.monotonic()
-    if plan.prefix.exists():
-        raise UserError(f"{plan.prefix} exists but holds no mpsup record; move it away or remove it first")
+    _clear_leftover(plan.prefix)
     _clean_stale_builds()
     check_space(plan, free_bytes)
-    wheel = _fetch(plan, progress)
+    fetched = _fetch(plan, progress)
     building = plan.prefix.with_name(f".building-{plan.name}-{os.getpid()}")
-    moved = False
+    moving = recorded = False
     clone_file: Path | None = None
     try:
         progress.step(f"Creating a virtual environment from {plan.baseline_python}")
+        remove_tree(building)  # an earlier attempt of this same process, interrupted without its cleanup
         create_venv(plan.baseline_python, building, with_pip=plan.installer == "pip")
+        mark_as_ours(building)
         tmp_python = venv_python(building)
         if plan.clone_lines:
             clone_file = _write_temp_lines(plan.clone_lines)
         progress.step(f"Installing torch {plan.to_version} with {plan.installer}"
                       + (f" and {len(plan.clone_lines)} packages from your environment" if plan.clone_lines else ""))
-        _install(plan, tmp_python, wheel, clone_file)
+        _install(plan, tmp_python, fetched.path, clone_file)
         progress.step("Verifying the new environment")
         facts = verify(plan, tmp_python, probe)
-        record = _record(plan, facts, plan.prefix, venv_python(plan.prefix))
-        write_record(building, record)
-        relocate(building, plan.prefix)
-        moved = True
-        # The move rewrote paths in scripts; make sure the interpreter still finds its torch there.
+        progress.step(f"Moving it into place as {plan.prefix.name}")
+        point_at(building, plan.prefix)
+        moving = True  # from here the environment may be at its final name, even if the rename itself is interrupted
+        commit_move(building, plan.prefix)
+        # The paths were rewritten for the new place; make sure the interpreter still finds its torch there.
         if probe(venv_python(plan.prefix)) is None:
             raise OperationFailed(f"{plan.prefix}: the environment did not survive the move into place")
+        record = _record(plan, facts, fetched, plan.prefix, venv_python(plan.prefix))
+        record_path = write_record(plan.prefix, record)
+        recorded = True
     except BaseException:
-        remove_tree(building)
-        if moved:
-            remove_tree(plan.prefix)
+        if not recorded:
+            remove_tree(building)
+            if moving and is_ours(plan.prefix):  # the prefix was free when we started: what is there is this build
+                remove_tree(plan.prefix)
         raise
     finally:
         if clone_file is not None:
             clone_file.unlink(missing_ok=True)
-    return InstallResult(record, plan.prefix / "mpsup-env.json", time.monotonic() - started)
+    return InstallResult(record, record_path, time.monotonic() - started)
 
 
 def _write_temp_lines(lines: tuple[str, ...] | list[str]) -> Path:
@@ -250,12 +272,12 @@ def install_in_place(plan: InstallPlan, *, progress: Progress | None = None,
     frozen = inst.freeze(plan.python)
     if frozen is None:
         raise OperationFailed(f"{plan.python}: pip freeze failed, so the environment could not be saved; nothing was changed")
-    wheel = _fetch(plan, progress)
+    fetched = _fetch(plan, progress)
     saved = save_rollback(plan.python, frozen, plan.baseline_torch, plan.index_url)
     progress.step(f"Saved {len(frozen)} packages to {saved}")
     try:
         progress.step(f"Upgrading {plan.python} to torch {plan.to_version} with {plan.installer}")
-        _install(plan, plan.python, wheel, None)
+        _install(plan, plan.python, fetched.path, None)
         progress.step("Verifying the upgraded environment")
         facts = verify(plan, plan.python, probe)
     except BaseException as exc:
@@ -267,7 +289,7 @@ def install_in_place(plan: InstallPlan, *, progress: Progress | None = None,
             raise OperationFailed(f"{exc}; restoring the saved set also failed ({restore_exc}); "
                                   f"run `mpsup install-rc --rollback --python {plan.python}`") from None
         raise
-    record = _record(plan, facts, plan.prefix, plan.python)
+    record = _record(plan, facts, fetched, plan.prefix, plan.python)
     folder = envs_dir() / record.name
     path = write_record(folder, record)
     return InstallResult(record, path, time.monotonic() - started, saved)
@@ -287,7 +309,7 @@ class RollbackResult:
 
 def restore(python: Path, saved_path: Path) -> RollbackResult:
     """Make the environment's packages equal the saved freeze again: reinstall what changed, remove what was added."""
-    doc = json.loads(saved_path.read_text())
+    doc = read_rollback(saved_path)
     saved: list[str] = doc["freeze"]
     current = inst.freeze(python)
     if current is None:

@@ -1,13 +1,17 @@
 """Read a package index's simple API: PEP 691 JSON where offered, PEP 503 HTML otherwise.
 
 Only what picking a wheel needs is kept: file name, absolute URL, sha256, size, Requires-Python,
-yanked. `file://` indexes are read from disk (a folder's page is its index.html).
+yanked, upload time. `file://` indexes are read from disk (a folder's page is its index.html).
+
+Every network read goes through `open_url`, which applies the address policy of `--index-url` to
+the URL asked for and to every redirect hop, so a page or a wheel cannot lead mpsup to plain http
+by redirecting. Pages are read bounded: an index page is a few MB; a huge one is refused, not read.
 """
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
-import json
 import re
 import ssl
 import urllib.error
@@ -17,14 +21,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.store import parse_json, read_bytes_bounded
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+# The nightly channel's torch page, the largest we know of, is a few MB; 32 MiB leaves ample room
+# while a 50 MB page (once 841 MB of memory and 35 s) is refused before it is parsed.
+MAX_INDEX_PAGE_BYTES = 32 << 20
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
 class IndexUnreachable(Exception):
     """The index could not be read (offline, DNS, refused, HTTP error): the caller says so in one line."""
+
+
+class ProjectNotFound(IndexUnreachable):
+    """The index answered, but has no page for the project (HTTP 404, or no such folder)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class IndexFile:
     size: int | None = None
     requires_python: str | None = None
     yanked: bool = False
+    upload_time: str | None = None  # PEP 700, where the index gives it
 
 
 def normalize_name(name: str) -> str:
@@ -42,22 +57,36 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_index_url(url: str, what: str = "--index-url") -> None:
-    """https and file are fine; plain http only to this machine (tests, a local mirror)."""
+    """https and file are fine; plain http only to this machine (tests, a local mirror).
+
+    Hosts are judged as written: `127.1` or a name that happens to resolve to 127.0.0.1 is not
+    "this machine" here, so a redirect cannot smuggle one in either.
+    """
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme in ("https", "file"):
         return
     if parsed.scheme == "http":
-        host = parsed.hostname or ""
-        if host == "localhost":
+        if _is_loopback(parsed.hostname or ""):
             return
-        try:
-            if ipaddress.ip_address(host).is_loopback:
-                return
-        except ValueError:
-            pass
         raise UserError(f"{what} {url}: plain http is refused (anyone on the path could swap the wheel); use https")
     raise UserError(f"{what} {url}: expected an https://, file:// or loopback http:// URL")
+
+
+def check_link(url: str, index_url: str, what: str = "the index links the wheel at") -> None:
+    """A link on an index page obeys the same rule, and only a local index may point at local files."""
+    check_index_url(url, what)
+    if urllib.parse.urlsplit(url).scheme == "file" and urllib.parse.urlsplit(index_url).scheme != "file":
+        raise UserError(f"{what} {url}: a remote index may not point at files on this machine")
 
 
 def project_url(index_url: str, project: str) -> str:
@@ -107,19 +136,33 @@ def parse_html_page(text: str, page_url: str) -> list[IndexFile]:
     return files
 
 
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _json_entry(entry: Any, page_url: str) -> IndexFile | None:
+    """One PEP 691 file entry; None for entries too malformed to use. Mistyped optional fields count as absent."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or not isinstance(entry.get("url"), str):
+        return None
+    if not entry["filename"] or not entry["url"]:
+        return None
+    url, frag_sha = _split_hash(urllib.parse.urljoin(page_url, entry["url"]))
+    hashes: dict[str, Any] = entry["hashes"] if isinstance(entry.get("hashes"), dict) else {}
+    listed = _str_or_none(hashes.get("sha256"))
+    sha = listed.lower() if listed and _SHA256.fullmatch(listed) else frag_sha
+    size = entry.get("size")
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    yanked = entry.get("yanked")
+    return IndexFile(entry["filename"], url, sha, size, _str_or_none(entry.get("requires-python")),
+                     bool(yanked) if isinstance(yanked, (bool, str)) else False, _str_or_none(entry.get("upload-time")))
+
+
 def parse_json_page(text: str, page_url: str) -> list[IndexFile]:
-    """PEP 691 (with PEP 700's size where given)."""
-    doc = json.loads(text)
-    files = []
-    for entry in doc.get("files", []):
-        if not isinstance(entry, dict) or not entry.get("filename") or not entry.get("url"):
-            continue
-        url, frag_sha = _split_hash(urllib.parse.urljoin(page_url, entry["url"]))
-        hashes = entry.get("hashes") if isinstance(entry.get("hashes"), dict) else {}
-        size = entry.get("size") if isinstance(entry.get("size"), int) else None
-        files.append(IndexFile(entry["filename"], url, (hashes.get("sha256") or frag_sha), size,
-                               entry.get("requires-python"), bool(entry.get("yanked"))))
-    return files
+    """PEP 691 (with PEP 700's size and upload time where given); a page that is not one is a UserError naming it."""
+    doc = parse_json(text, page_url, "index page (PEP 691 JSON)")
+    if not isinstance(doc, dict) or not isinstance(doc.get("files", []), list):
+        raise UserError(f"{page_url}: not a PEP 691 index page (expected an object with a 'files' list)")
+    return [f for entry in doc.get("files", []) if (f := _json_entry(entry, page_url)) is not None]
 
 
 @dataclass(frozen=True)
@@ -143,28 +186,72 @@ def local_path(url: str) -> Path | None:
     return Path(urllib.request.url2pathname(parsed.path)) if parsed.scheme == "file" else None
 
 
-def open_url(url: str, *, cafile: str | None = None, timeout: float = 30.0, accept: str = _ACCEPT, method: str = "GET"):
-    """urlopen with the user's CA bundle; proxies come from the usual *_proxy variables."""
+class _PolicyRedirects(urllib.request.HTTPRedirectHandler):
+    """Each redirect hop must pass the rule the user's own --index-url passes, before it is followed."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        target = urllib.parse.urljoin(req.full_url, newurl)
+        try:
+            check_index_url(target, f"{req.full_url} redirects to")
+            if urllib.parse.urlsplit(target).scheme == "file":
+                raise UserError(f"{req.full_url} redirects to {target}: a redirect may not lead to files on this machine")
+        except UserError:
+            fp.close()
+            raise
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def open_url(url: str, *, cafile: str | None = None, timeout: float = 30.0, accept: str = _ACCEPT, method: str = "GET",
+             what: str = "the URL"):  # type: ignore[no-untyped-def]
+    """urlopen with the user's CA bundle and the address policy on the URL and on every redirect hop.
+
+    Proxies come from the usual *_proxy variables.
+    """
+    check_index_url(url, what)
     request = urllib.request.Request(url, headers={"Accept": accept, "User-Agent": "mpsup"}, method=method)
-    return urllib.request.urlopen(request, timeout=timeout, context=ssl_context(cafile))
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=ssl_context(cafile)), _PolicyRedirects())
+    return opener.open(request, timeout=timeout)
 
 
-def default_fetcher(cafile: str | None = None, timeout: float = 30.0) -> Fetcher:
+def _charset(name: str | None) -> str:
+    try:
+        return codecs.lookup(name).name if name else "utf-8"
+    except LookupError:  # a server naming a charset Python does not know: read it as UTF-8
+        return "utf-8"
+
+
+def read_capped(resp: Any, url: str, max_bytes: int = MAX_INDEX_PAGE_BYTES) -> bytes:
+    """The body, streamed, refused as soon as it passes `max_bytes` (Content-Length is checked first)."""
+    too_big = UserError(f"{url}: the index page is larger than {max_bytes >> 20} MiB; refusing to read it (is this a package index?)")
+    length = resp.headers.get("Content-Length")
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise too_big
+    chunks, total = [], 0
+    while chunk := resp.read(1 << 20):
+        total += len(chunk)
+        if total > max_bytes:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def default_fetcher(cafile: str | None = None, timeout: float = 30.0, max_bytes: int = MAX_INDEX_PAGE_BYTES) -> Fetcher:
     def fetch(url: str) -> Fetched:
         path = local_path(url)
         if path is not None:
             if path.is_dir():
                 path = path / "index.html"
-            try:
-                return Fetched(path.read_text(errors="replace"), url, "text/html")
-            except OSError as exc:
-                raise IndexUnreachable(f"{path}: {exc.strerror or exc}") from None
+            if not path.exists():
+                raise ProjectNotFound(f"{path}: No such file")
+            return Fetched(read_bytes_bounded(path, "index page", max_bytes).decode("utf-8", errors="replace"), url, "text/html")
         try:
-            with open_url(url, cafile=cafile, timeout=timeout) as resp:
-                body = resp.read().decode(resp.headers.get_content_charset() or "utf-8", errors="replace")
-                return Fetched(body, resp.geturl(), resp.headers.get("Content-Type", ""))
+            with open_url(url, cafile=cafile, timeout=timeout, what="the index page") as resp:
+                body = read_capped(resp, url, max_bytes)
+                text = body.decode(_charset(resp.headers.get_content_charset()), errors="replace")
+                return Fetched(text, resp.geturl(), resp.headers.get("Content-Type", ""))
         except urllib.error.HTTPError as exc:
-            raise IndexUnreachable(f"{url}: HTTP {exc.code} {exc.reason}") from None
+            kind = ProjectNotFound if exc.code == 404 else IndexUnreachable
+            raise kind(f"{url}: HTTP {exc.code} {exc.reason}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise IndexUnreachable(f"{url}: {reason}") from None
@@ -177,13 +264,12 @@ def list_project_files(index_url: str, project: str, fetch: Fetcher) -> list[Ind
     url = project_url(index_url, project)
     try:
         page = fetch(url)
+    except ProjectNotFound:
+        return []
     except IndexUnreachable as exc:
-        if "HTTP 404" in str(exc) or "No such file" in str(exc):
+        if "HTTP 404" in str(exc) or "No such file" in str(exc):  # fetchers written before ProjectNotFound
             return []
         raise
     if "json" in page.content_type:
-        try:
-            return parse_json_page(page.text, page.url)
-        except (json.JSONDecodeError, AttributeError):
-            raise IndexUnreachable(f"{url}: not a valid PEP 691 JSON page") from None
+        return parse_json_page(page.text, page.url)
     return parse_html_page(page.text, page.url)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,13 +19,15 @@ from packaging.version import InvalidVersion, Version
 
 from mpsup.envs import installer as inst
 from mpsup.envs.discover import pick_wheel
-from mpsup.envs.download import head_size
-from mpsup.envs.index import Fetcher, IndexUnreachable, check_index_url, default_fetcher, list_project_files, local_path
-from mpsup.envs.records import ENV_RECORD
+from mpsup.envs.download import head_size, wheel_file_name
+from mpsup.envs.index import Fetcher, IndexUnreachable, check_index_url, check_link, default_fetcher, list_project_files, local_path
+from mpsup.envs.records import ENV_RECORD, now_iso, read_env_record
 from mpsup.envs.tags import Target, target_from_probe
-from mpsup.envs.venvs import venv_python
+from mpsup.envs.venvs import is_ours, venv_python
 from mpsup.errors import OperationFailed, UserError
-from mpsup.paths import data_dir, envs_dir
+from mpsup.host.facts import is_compat_version
+from mpsup.host.parsers import parse_sw_vers
+from mpsup.paths import downloads_dir, envs_dir
 from mpsup.probe import run_interpreter_probe
 from mpsup.syscmd import run_command
 
@@ -33,6 +36,7 @@ CHANNEL_INDEX = {
     "nightly": "https://download.pytorch.org/whl/nightly/cpu",
 }
 ProbeFn = Callable[[Path], dict[str, Any] | None]
+HostMacosFn = Callable[[], str | None]
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,15 @@ class InstallRequest:
     in_place: bool = False
     clone: bool = False
     installer: str = "auto"
+    allow_unhashed: bool = False
+    # How the user asked, only so that a retry suggestion repeats it (a dry run stays a dry run).
+    dry_run: bool = False
+    yes: bool = False
+    as_json: bool = False
+    allow_root: bool = False
 
     def retry_command(self) -> str:
-        """The command to run later, e.g. once back online."""
+        """The command the user ran, to run again later (e.g. once back online), with the interpreter made explicit."""
         parts = ["mpsup", "install-rc", "--channel", self.channel]
         if self.index_url:
             parts += ["--index-url", self.index_url]
@@ -56,15 +66,22 @@ class InstallRequest:
         if self.companions:
             parts += ["--with", ",".join(self.companions)]
         parts += ["--in-place"] if self.in_place else (["--clone"] if self.clone else [])
-        return " ".join([*parts, "--python", str(self.python), "--yes"])
+        if self.installer != "auto":
+            parts += ["--installer", self.installer]
+        parts += ["--python", str(self.python)]
+        flags = (("--allow-unhashed", self.allow_unhashed), ("--allow-root", self.allow_root), ("--dry-run", self.dry_run),
+                 ("--json", self.as_json), ("--yes", self.yes))
+        return shlex.join([*parts, *(flag for flag, on in flags if on)])
 
 
 @dataclass(frozen=True)
 class PlannedWheel:
     filename: str
     url: str
-    sha256: str | None
+    sha256: str | None  # from the index; None only under --allow-unhashed
     size: int | None
+    upload_time: str | None = None  # the index's (PEP 700), where given
+    seen_at: str | None = None  # when mpsup read the listing
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,9 @@ class InstallPlan:
     prereleases: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     cafile: str | None = None
+    allow_unhashed: bool = False
+    replaces_leftover: bool = False  # an interrupted install left the prefix without a record: removed first
+    supersedes: dict[str, Any] | None = None  # the recorded environment of the same version but another build
 
     @property
     def name(self) -> str:
@@ -174,25 +194,99 @@ def _stable_pick(python: Path, version: str | None) -> tuple[str, PlannedWheel]:
         raise OperationFailed(f"pip would install no torch for {python}")
     pick = picks[0]
     filename = urllib.parse.unquote(urllib.parse.urlsplit(pick.url).path.rsplit("/", 1)[-1])
-    return pick.version, PlannedWheel(filename, pick.url, pick.sha256, None)
+    return pick.version, PlannedWheel(wheel_file_name(filename, "torch", "pip's pick"), pick.url, pick.sha256, None, None, now_iso())
 
 
 def _index_pick(request: InstallRequest, index: str, target: Target, fetch: Fetcher) -> tuple[str, PlannedWheel, tuple[str, ...]]:
     files = list_project_files(index, "torch", fetch)
+    seen_at = now_iso()
     result = pick_wheel(files, target, version=request.version, allow_prereleases=request.channel != "stable", where=index)
     if result.wheel is None:
         raise OperationFailed(result.message or "no wheel fits")
     f = result.wheel.file
-    return str(result.wheel.version), PlannedWheel(f.filename, f.url, f.sha256, f.size), result.notes
+    return str(result.wheel.version), PlannedWheel(f.filename, f.url, f.sha256, f.size, f.upload_time, seen_at), result.notes
 
 
-def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe: ProbeFn = run_interpreter_probe) -> InstallPlan | NothingToDo:
+def read_host_macos(run: Callable[..., Any] = run_command) -> str | None:
+    """This Mac's real macOS version: sw_vers, else the kernel's; None off macOS or when both give an alias.
+
+    Both are read by programs built against the current SDK, so they are not shown the 10.16 alias
+    (unless SYSTEM_VERSION_COMPAT=1 forces it on everyone, which is what the alias check is for).
+    """
+    res = run(["sw_vers"], timeout=10)
+    version = parse_sw_vers(res.stdout).version if res.ok else None
+    if version and not is_compat_version(version):
+        return version
+    res = run(["sysctl", "-n", "kern.osproductversion"], timeout=10)
+    version = res.stdout.strip() if res.ok else None
+    return version if version and not is_compat_version(version) else None
+
+
+def _target(facts: dict[str, Any], host_macos: HostMacosFn) -> Target:
+    """The interpreter's tags target; a 10.16 / 16.0 macOS alias is replaced by the host's real version."""
+    if facts.get("platform") == "darwin" and is_compat_version(str(facts.get("mac_ver") or "")):
+        return target_from_probe(facts, host_macos())
+    return target_from_probe(facts)
+
+
+def _listed(wheel: dict[str, Any]) -> str:
+    when = wheel.get("upload_time") or wheel.get("seen_at")
+    return f", listed {str(when)[:10]}" if isinstance(when, str) and when else ""
+
+
+def _supersede_note(rec: dict[str, Any], version: str, wheel: PlannedWheel, label: str, channel: str, prefix: Path) -> str:
+    """Same version, another build: a release candidate carries the final version, so only the hash tells them apart."""
+    old = rec.get("wheel") or {}
+    old_channel = str(rec.get("channel") or "unknown")
+    was = (f"the installed torch {version} ({rec['name']}: {old_channel} channel, sha256 {str(old.get('sha256'))[:12]}...{_listed(old)})")
+    sha = f"sha256 {str(wheel.sha256)[:12]}..."
+    if old_channel == "test" and channel != "test":
+        what = f"{was} was a release candidate: {label} now lists {version} as another build ({sha}), the final release"
+    elif old_channel == "test":
+        what = f"{was} was an earlier candidate: {label} now lists another build of {version} ({sha}), a later candidate or the final"
+    else:
+        what = f"{was} is not the build {label} lists now ({sha})"
+    return f"{what}. This plan installs it beside the old one as {prefix.name}; remove the old one with: mpsup install-rc --remove {rec['name']}"
+
+
+def _side_by_side_prefix(version: str, wheel: PlannedWheel, target: Target, label: str, channel: str,
+                         baseline_torch: str | None) -> tuple[Path, tuple[str, ...], bool, dict[str, Any] | None] | NothingToDo:
+    """Where the new environment goes: (prefix, notes, replaces a leftover, superseded record), or why nothing is to do.
+
+    Only a folder with its record is an installed environment: the record is written last, so a
+    folder without one is what an interrupted install left, never "already installed".
+    """
+    prefix = envs_dir() / f"torch-{version}-{target.python_tag}"
+    notes: list[str] = []
+    superseded: dict[str, Any] | None = None
+    if (prefix / ENV_RECORD).is_file():
+        rec = read_env_record(prefix / ENV_RECORD)
+        old_sha = (rec.get("wheel") or {}).get("sha256")
+        if not old_sha or not wheel.sha256 or str(old_sha).lower() == wheel.sha256.lower():
+            return NothingToDo(f"torch {version} is already installed beside your environment in {prefix}; "
+                               f"compare with: mpsup bench --candidate {prefix.name}", baseline_torch, version)
+        superseded = {"name": rec["name"], "prefix": str(prefix), "channel": rec.get("channel"), "sha256": old_sha}
+        prefix = prefix.with_name(f"{prefix.name}-{wheel.sha256[:8].lower()}")
+        if (prefix / ENV_RECORD).is_file():
+            return NothingToDo(f"torch {version} (sha256 {wheel.sha256[:12]}...) is already installed beside your environment in "
+                               f"{prefix}; compare with: mpsup bench --candidate {prefix.name}", baseline_torch, version)
+        notes.append(_supersede_note(rec, version, wheel, label, channel, prefix))
+    leftover = prefix.exists() or prefix.is_symlink()
+    if leftover:
+        if prefix.is_symlink() or not is_ours(prefix):
+            raise UserError(f"{prefix} exists but holds no mpsup record; move it away or remove it first")
+        notes.append(f"an interrupted install left {prefix} without its record (not a usable environment); it will be replaced")
+    return prefix, tuple(notes), leftover, superseded
+
+
+def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe: ProbeFn = run_interpreter_probe,
+                 host_macos: HostMacosFn = read_host_macos) -> InstallPlan | NothingToDo:
     if request.index_url:
         check_index_url(request.index_url)
     if request.version is not None and _version(request.version) is None:
         raise UserError(f"--version {request.version!r}: not a PEP 440 version (e.g. 2.16.0rc1)")
     facts = probe_baseline(request.python, probe)
-    target = target_from_probe(facts)
+    target = _target(facts, host_macos)
     torch_facts = facts.get("torch") or {}
     baseline_torch = torch_facts.get("version")
     if request.in_place and facts.get("externally_managed"):
@@ -216,25 +310,34 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
     except IndexUnreachable as exc:
         raise OperationFailed(f"cannot read the package index ({exc}); nothing was changed. When online, run: {request.retry_command()}") from None
     if index is not None:
-        # An https page may still link a wheel over plain http: the same rule applies to the file itself.
-        # (For stable, the user's own pip settings, trusted-host included, already decided.)
-        check_index_url(wheel.url, "the index links the wheel at")
+        # An https page may still link a wheel over plain http: the same rule applies to the file itself
+        # (and to every redirect on the way, in open_url).
+        check_link(wheel.url, index)
+    wheel_file_name(wheel.filename, "torch", label)
+    if wheel.sha256 is None and not request.allow_unhashed:
+        raise UserError(f"{label} gives no sha256 for {wheel.url}; refusing to install an unchecked wheel "
+                        "(--allow-unhashed accepts it: its sha256 is then computed from the download and recorded)")
+    if target.macos_note():
+        notes = (*notes, str(target.macos_note()))
     newest, installed = _version(version), _version(baseline_torch)
-    if request.version is None and installed is not None and newest is not None and newest.public <= installed.public:
+    # Compared as versions: `.public` is a string, and "2.12.0" <= "2.7.1" as strings.
+    if request.version is None and installed is not None and newest is not None and Version(newest.public) <= Version(installed.public):
         kind = {"test": "release candidate", "nightly": "nightly build"}.get(request.channel, "stable release")
         return NothingToDo(f"no {kind} newer than {baseline_torch} is published on {label}; the newest there is {version}",
                            baseline_torch, version)
     if request.in_place and installed is not None and newest is not None and newest.public == installed.public:
         return NothingToDo(f"torch {baseline_torch} is already installed in {request.python}", baseline_torch, version)
+    leftover, superseded = False, None
     if request.in_place:
         prefix = Path(str(facts.get("executable") or request.python)).parent.parent
         python = request.python
     else:
-        prefix = envs_dir() / f"torch-{version}-{target.python_tag}"
+        placed = _side_by_side_prefix(version, wheel, target, label, request.channel, baseline_torch)
+        if isinstance(placed, NothingToDo):
+            return placed
+        prefix, where_notes, leftover, superseded = placed
+        notes = (*where_notes, *notes)
         python = venv_python(prefix)
-        if (prefix / ENV_RECORD).is_file():
-            return NothingToDo(f"torch {version} is already installed beside your environment in {prefix}; "
-                               f"compare with: mpsup bench --candidate {prefix.name}", baseline_torch, version)
     clone_lines: tuple[str, ...] = ()
     if request.clone and not request.in_place:
         frozen = inst.freeze(request.python)
@@ -242,8 +345,11 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
             raise UserError(f"--clone: could not read the packages of {request.python} (pip freeze failed)")
         clone_lines = tuple(inst.clone_lines(frozen))
     size = wheel.size if wheel.size is not None else head_size(wheel.url, cafile)
-    wheel = PlannedWheel(wheel.filename, wheel.url, wheel.sha256, size)
-    wheel_path = local_path(wheel.url) or (data_dir() / "cache" / "wheels" / wheel.filename)
+    wheel = PlannedWheel(wheel.filename, wheel.url, wheel.sha256, size, wheel.upload_time, wheel.seen_at)
+    if wheel.sha256 is None:
+        notes = (*notes, "the index gives no sha256 for this wheel; accepted by --allow-unhashed: its sha256 is computed "
+                         "from the download and recorded")
+    wheel_path = local_path(wheel.url) or (downloads_dir() / wheel.filename)
     return InstallPlan(
         mode="in-place" if request.in_place else "side-by-side",
         channel=request.channel,
@@ -265,6 +371,9 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
         prereleases=request.channel in ("test", "nightly"),
         notes=(*notes, why_installer) if why_installer else notes,
         cafile=cafile,
+        allow_unhashed=request.allow_unhashed,
+        replaces_leftover=leftover,
+        supersedes=superseded,
     )
 
 

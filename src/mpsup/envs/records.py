@@ -9,7 +9,6 @@ the `pip freeze` saved before it in `rollback/`.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +17,16 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.paths import data_dir, envs_dir
-from mpsup.store import atomic_write_json
+from mpsup.store import atomic_write_json, read_json_object
+
+# A record is a few kB; anything much larger is not one of ours.
+_MAX_RECORD_BYTES = 1 << 20
+# Keys a record must carry with these types to be usable (older records carry these too).
+_REQUIRED: dict[str, type] = {"python": str}
+_OPTIONAL: dict[str, type | tuple[type, ...]] = {
+    "name": str, "mode": str, "prefix": str, "torch_version": str, "channel": str, "created_at": str,
+    "python_version": str, "index_url": (str, type(None)), "wheel": dict, "companions": dict,
+}
 
 ENV_RECORD = "mpsup-env.json"
 ENV_SCHEMA = 1
@@ -39,6 +47,10 @@ class EnvRecord:
     created_at: str
     baseline_python: str
     baseline_torch: str | None
+    # filename, url, sha256 (checked against the index's, or computed from the download: sha256_from),
+    # size, and when it was listed: the index's upload time where given, and when mpsup read the listing.
+    # A release candidate carries the final version (torch-2.8.0-... on the test channel), so the
+    # hash and channel are what later tell a candidate from the final build of the same version.
     wheel: dict[str, Any] = field(default_factory=dict)
     companions: dict[str, str] = field(default_factory=dict)
     mps_built: bool = False
@@ -63,22 +75,49 @@ def env_slug(python: Path) -> str:
     return hashlib.sha256(str(python.absolute().parent.parent).encode()).hexdigest()[:12]
 
 
-def recorded_environments() -> list[dict[str, Any]]:
-    out = []
+def _record_problem(doc: Any) -> str | None:
+    """Why a parsed record cannot be used, or None."""
+    if not isinstance(doc, dict):
+        return f"expected a JSON object, found {type(doc).__name__}"
+    for key, kind in _REQUIRED.items():
+        if not isinstance(doc.get(key), kind):
+            return f"'{key}' is missing or not a {kind.__name__}"
+    for key, kinds in _OPTIONAL.items():
+        if key in doc and not isinstance(doc[key], kinds):
+            return f"'{key}' has the wrong type ({type(doc[key]).__name__})"
+    return None
+
+
+def read_env_record(path: Path) -> dict[str, Any]:
+    """One environment record, validated; UserError naming the file otherwise."""
+    doc = read_json_object(path, "record file", _MAX_RECORD_BYTES)
+    problem = _record_problem(doc)
+    if problem:
+        raise UserError(f"{path}: not a usable environment record ({problem})")
+    doc.setdefault("name", path.parent.name)
+    doc.setdefault("mode", "side-by-side")
+    doc["record_dir"] = str(path.parent)
+    return doc
+
+
+def scan_environments() -> tuple[list[dict[str, Any]], list[str]]:
+    """The usable records, and one line for each record that was skipped (unreadable, a FIFO, wrong types)."""
+    out: list[dict[str, Any]] = []
+    problems: list[str] = []
     base = envs_dir()
     if not base.is_dir():
-        return out
+        return out, problems
     for rec in sorted(base.glob(f"*/{ENV_RECORD}")):
         try:
-            doc = json.loads(rec.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("python"), str):
-            doc.setdefault("name", rec.parent.name)
-            doc.setdefault("mode", "side-by-side")
-            doc["record_dir"] = str(rec.parent)
-            out.append(doc)
-    return out
+            out.append(read_env_record(rec))
+        except UserError as exc:
+            problems.append(str(exc))
+    return out, problems
+
+
+def recorded_environments() -> list[dict[str, Any]]:
+    """The usable records; a bad record among them is skipped (scan_environments says which)."""
+    return scan_environments()[0]
 
 
 def write_record(folder: Path, record: EnvRecord) -> Path:
@@ -125,11 +164,16 @@ def save_rollback(python: Path, frozen: list[str], torch_version: str | None, in
 def latest_rollback(python: Path) -> tuple[Path, dict[str, Any]] | None:
     folder = rollback_dir() / env_slug(python)
     for path in sorted(folder.glob("*.json"), reverse=True):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            raise UserError(f"{path}: not a readable rollback record (corrupt JSON)") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("freeze"), list):
-            raise UserError(f"{path}: not a rollback record (no 'freeze' list)")
-        return path, doc
+        return path, read_rollback(path)
     return None
+
+
+def read_rollback(path: Path) -> dict[str, Any]:
+    """A saved package set: an object whose 'freeze' is a list of strings; UserError naming the file otherwise."""
+    doc = read_json_object(path, "rollback record", 16 * _MAX_RECORD_BYTES)
+    freeze = doc.get("freeze")
+    if not isinstance(freeze, list) or not all(isinstance(ln, str) for ln in freeze):
+        raise UserError(f"{path}: not a rollback record (no 'freeze' list of requirement lines)")
+    if not isinstance(doc.get("index_url"), (str, type(None))):
+        raise UserError(f"{path}: not a rollback record ('index_url' is not a string)")
+    return doc

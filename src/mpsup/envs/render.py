@@ -1,4 +1,8 @@
-"""How install-rc shows its plan, its progress (stderr) and its result."""
+"""How install-rc shows its plan, its progress (stderr) and its result.
+
+Everything shown through rich that mpsup did not write itself (paths, index URLs and file names,
+notes quoting them, record fields) goes through `safe`: rich would read `[...]` in it as markup.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from rich.progress import (
 from rich.table import Table
 
 from mpsup.envs.plan import InstallPlan
+from mpsup.render import safe
 
 
 def human_size(size: int | None) -> str:
@@ -36,50 +41,75 @@ def human_size(size: int | None) -> str:
     return f"{size} B"
 
 
+def _sha_text(plan: InstallPlan) -> str:
+    if plan.wheel.sha256:
+        return f"sha256 {plan.wheel.sha256[:12]}... checked"
+    return "sha256 not given by the index; accepted by --allow-unhashed, computed from the download and recorded"
+
+
 def render_plan(plan: InstallPlan, console: Console) -> None:
-    t = Table(title=f"Plan: torch {plan.baseline_torch or '(none)'} -> {plan.to_version} ({plan.mode})", show_header=False, title_justify="left")
+    t = Table(title=f"Plan: torch {safe(plan.baseline_torch or '(none)')} -> {safe(plan.to_version)} ({plan.mode})", show_header=False,
+              title_justify="left")
     t.add_column(style="bold")
     t.add_column(overflow="fold")
-    t.add_row("from", f"{plan.baseline_python}  (torch {plan.baseline_torch or 'not installed'})")
-    t.add_row("to", f"torch {plan.to_version}" + (f" with {', '.join(plan.companions)}" if plan.companions else ""))
+    t.add_row("from", safe(f"{plan.baseline_python}  (torch {plan.baseline_torch or 'not installed'})"))
+    t.add_row("to", safe(f"torch {plan.to_version}" + (f" with {', '.join(plan.companions)}" if plan.companions else "")))
     where = str(plan.prefix) + ("  (a new environment; yours is not touched)" if plan.mode == "side-by-side"
                                 else "  (upgraded in place; its package list is saved first for --rollback)")
-    t.add_row("into", where)
-    t.add_row("channel", plan.channel)
-    t.add_row("index", plan.index_label)
-    t.add_row("wheel", f"{plan.wheel.filename}  ({human_size(plan.wheel.size)}; sha256 "
-                       + (f"{plan.wheel.sha256[:12]}... checked)" if plan.wheel.sha256 else "not given by the index)"))
-    t.add_row("for", plan.target)
+    t.add_row("into", safe(where))
+    t.add_row("channel", safe(plan.channel))
+    t.add_row("index", safe(plan.index_label))
+    t.add_row("wheel", safe(f"{plan.wheel.filename}  ({human_size(plan.wheel.size)}; {_sha_text(plan)})"))
+    t.add_row("for", safe(plan.target))
     if plan.clone_lines:
         t.add_row("clone", f"{len(plan.clone_lines)} packages from your environment (the torch family left out)")
     for i, cmd in enumerate(plan.commands()):
-        t.add_row("command" if i == 0 else "", shlex.join(cmd))
+        t.add_row("command" if i == 0 else "", safe(shlex.join(cmd)))
     for note in plan.notes:
-        t.add_row("note", note)
+        t.add_row("note", safe(note))
     console.print(t)
 
 
 def render_installed(result: Any, console: Console) -> None:
     rec = result.record
-    console.print(f"[green]✓[/] torch {rec.torch_version} is installed and verified in {rec.prefix} "
+    console.print(f"[green]✓[/] torch {safe(rec.torch_version)} is installed and verified in {safe(rec.prefix)} "
                   f"({result.elapsed_s:.0f} s; MPS built: {'yes' if rec.mps_built else 'no'}, available: {'yes' if rec.mps_available else 'no'})",
                   highlight=False, soft_wrap=True)
+    if rec.wheel.get("sha256_from") == "download":
+        console.print(f"The index gave no sha256; the wheel's, computed from the download, is recorded: {safe(rec.wheel.get('sha256'))}",
+                      highlight=False, soft_wrap=True)
     if rec.mode == "side-by-side":
         # bench's baseline defaults to mpsup's own Python: name the user's when it is another one.
         baseline = "" if Path(rec.baseline_python).absolute() == Path(sys.executable).absolute() else f"--baseline {rec.baseline_python} "
-        console.print(f"Compare it with your environment: [bold]mpsup bench {baseline}--candidate {rec.name}[/] then [bold]mpsup report[/]",
+        console.print(f"Compare it with your environment: [bold]{safe(f'mpsup bench {baseline}--candidate {rec.name}')}[/] then [bold]mpsup report[/]",
                       highlight=False, soft_wrap=True)
     else:
-        console.print(f"Undo with: [bold]mpsup install-rc --rollback --python {rec.python}[/]", highlight=False, soft_wrap=True)
+        console.print(f"Undo with: [bold]{safe(f'mpsup install-rc --rollback --python {rec.python}')}[/]", highlight=False, soft_wrap=True)
+
+
+def _listed(wheel: Any) -> str:
+    if not isinstance(wheel, dict):
+        return ""
+    when = wheel.get("upload_time") or wheel.get("seen_at")
+    return str(when)[:10] if when else ""
+
+
+def _sha_short(wheel: Any) -> str:
+    sha = wheel.get("sha256") if isinstance(wheel, dict) else None
+    if not isinstance(sha, str) or not sha:
+        return "not recorded"
+    return sha[:12] + (" (computed)" if wheel.get("sha256_from") == "download" else "")
 
 
 def render_environments(docs: list[dict[str, Any]], console: Console) -> None:
     t = Table(title=f"{len(docs)} recorded environments")
-    for col in ("name", "torch", "python", "channel", "mode", "created", "path"):
+    for col in ("name", "torch", "python", "channel", "sha256", "listed", "mode", "created", "path"):
         t.add_column(col, overflow="fold")
     for d in docs:
-        t.add_row(str(d.get("name")), str(d.get("torch_version")), str(d.get("python_version", "")), str(d.get("channel", "")),
-                  str(d.get("mode")), str(d.get("created_at", ""))[:16].replace("T", " "), str(d.get("prefix", d.get("python"))))
+        wheel = d.get("wheel")
+        cells = (d.get("name"), d.get("torch_version"), d.get("python_version", ""), d.get("channel", ""), _sha_short(wheel), _listed(wheel),
+                 d.get("mode"), str(d.get("created_at", ""))[:16].replace("T", " "), d.get("prefix", d.get("python")))
+        t.add_row(*(safe(c if c is not None else "") for c in cells))
     console.print(t)
 
 
@@ -105,7 +135,7 @@ class RichInstallProgress:
     def step(self, text: str) -> None:
         if self._step is not None:
             self._progress.update(self._step, completed=1, total=1)
-        self._step = self._progress.add_task(text, total=None)
+        self._step = self._progress.add_task(safe(text), total=None)
 
     def download(self, done: int, total: int | None) -> None:
         if self._download is None:

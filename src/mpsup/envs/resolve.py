@@ -19,7 +19,15 @@ def resolve_environment(value: str, flag: str) -> Path:
         if py is None:
             raise UserError(f"{flag} {value}: a folder without bin/python (not a virtual environment)")
         return py
-    for doc in recorded_environments():
-        if value in (doc.get("torch_version"), doc.get("name")):
+    docs = recorded_environments()
+    for doc in docs:
+        if value == doc.get("name"):
             return Path(doc["python"])
+    # A release candidate and its final carry the same version: then the version alone names neither.
+    by_version = [doc for doc in docs if value == doc.get("torch_version")]
+    if len(by_version) > 1:
+        names = ", ".join(sorted(str(doc.get("name")) for doc in by_version))
+        raise UserError(f"{flag} {value}: several recorded environments hold torch {value} ({names}); name one of them")
+    if by_version:
+        return Path(by_version[0]["python"])
     raise UserError(f"{flag} {value}: neither an interpreter, a venv, nor a recorded candidate version")

@@ -3,6 +3,12 @@
 mpsup may run under one Python and install for another (`--python`), so `packaging.tags.sys_tags()`
 would answer for the wrong interpreter. The probe reports version, ABI threading, OS, arch and libc;
 `packaging` turns those into the ordered tag list pip would use.
+
+macOS versions: a Python built against an old SDK is told 10.16 on macOS 11 and later (16.0 on
+macOS 26), and `packaging` then offers no `macosx_11_0`/`macosx_14_0` tag, so no torch wheel would
+fit. Such an alias is replaced by the host's real version (read by the caller, e.g. from sw_vers).
+Tags are always computed, never read from installed metadata: torch 2.10.0's own WHEEL file says
+`macosx_110_0_arm64` (pytorch PR 173541).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from packaging import tags
+
+from mpsup.host.facts import is_compat_version
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,8 @@ class Target:
     machine: str  # arm64, x86_64, aarch64
     macos: tuple[int, int] | None = None
     glibc: tuple[int, int] | None = None
+    macos_reported: str | None = None  # what the Python said when that was a compatibility alias (10.16, 16.0)
+    macos_assumed: bool = False  # the alias could not be resolved: the oldest macOS it stands for is used
 
     @property
     def python_tag(self) -> str:
@@ -33,23 +43,49 @@ class Target:
         where = {"darwin": f"macOS {'.'.join(map(str, self.macos or ()))}", "linux": "Linux"}.get(self.platform, self.platform)
         return f"{self.python_tag} on {where} {self.machine}".replace("  ", " ")
 
+    def macos_note(self) -> str | None:
+        """Why the macOS version used for tags is not the one the Python reports, if it is not."""
+        if self.macos_reported is None or self.macos is None:
+            return None
+        used = ".".join(map(str, self.macos))
+        if self.macos_assumed:
+            return (f"this Python reports macOS {self.macos_reported}, a compatibility alias, and the real version could not be read; "
+                    f"wheel tags assume macOS {used}, the oldest it stands for")
+        return f"this Python reports macOS {self.macos_reported}, a compatibility alias; wheel tags are computed for macOS {used}"
+
 
 def _pair(text: str | None) -> tuple[int, int] | None:
     match = re.match(r"(\d+)\.(\d+)", text or "")
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def target_from_probe(probe: dict[str, Any]) -> Target:
+def _macos(reported: str | None, host_macos: str | None) -> tuple[tuple[int, int] | None, str | None, bool]:
+    """(version for tags, the alias reported or None, whether the version is a guess)."""
+    if not is_compat_version(reported):
+        return _pair(reported), None, False
+    if host_macos and not is_compat_version(host_macos) and _pair(host_macos):
+        return _pair(host_macos), reported, False
+    if _pair(reported) == (16, 0):
+        return (26, 0), reported, False  # macOS 26 is the only release shown as 16.0
+    return (11, 0), reported, True
+
+
+def target_from_probe(probe: dict[str, Any], host_macos: str | None = None) -> Target:
+    """`host_macos`: the host's real macOS version, used when the probe's is a compatibility alias."""
     major, minor = (int(x) for x in str(probe["version"]).split(".")[:2])
     libc = str(probe.get("libc") or "")
+    darwin = probe.get("platform") == "darwin"
+    macos, reported, assumed = _macos(str(probe.get("mac_ver") or ""), host_macos) if darwin else (None, None, False)
     return Target(
         python_version=(major, minor),
         implementation=str(probe.get("implementation") or "cpython"),
         free_threaded=bool(probe.get("free_threaded")),
         platform=str(probe.get("platform") or ""),
         machine=str(probe.get("machine") or ""),
-        macos=_pair(probe.get("mac_ver")) if probe.get("platform") == "darwin" else None,
+        macos=macos,
         glibc=_pair(libc.split()[-1]) if libc.startswith("glibc") else None,
+        macos_reported=reported,
+        macos_assumed=assumed,
     )
 
 

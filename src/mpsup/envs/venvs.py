@@ -2,8 +2,9 @@
 
 Venvs hard-code their own path in script shebangs, activate scripts and pyvenv.cfg. Building under
 a temporary name means a failed or interrupted build is never mistaken for a usable environment,
-but the move must then rewrite those paths, which `relocate` does for the files venv and the
-installer write into bin/.
+but those paths must then name the final place. `point_at` rewrites them while the environment is
+still in its build folder, so that the single rename into place is the commit: before it nothing
+is at the final name, after it everything there already points at itself.
 """
 
 from __future__ import annotations
@@ -37,13 +38,25 @@ def create_venv(base_python: Path, prefix: Path, *, with_pip: bool) -> None:
         raise OperationFailed(f"{base_python} -m venv failed: {detail[-1] if detail else 'exit ' + str(res.returncode)}")
 
 
-def relocate(old: Path, new: Path) -> int:
-    """Move a venv from `old` to `new` and point its scripts at the new place; files rewritten."""
-    old_bytes, new_bytes = str(old).encode(), str(new).encode()
-    old.rename(new)
+BUILD_MARKER = ".mpsup-build"
+
+
+def mark_as_ours(prefix: Path) -> None:
+    """Left inside every environment mpsup builds: a folder at a final name with this but no record
+    is what an interrupted install leaves, and may be removed; anything else there is not ours."""
+    (prefix / BUILD_MARKER).write_text("built by mpsup install-rc; complete only once mpsup-env.json is here\n")
+
+
+def is_ours(prefix: Path) -> bool:
+    return (prefix / BUILD_MARKER).is_file()
+
+
+def point_at(folder: Path, final: Path) -> int:
+    """Rewrite the paths of `folder` in pyvenv.cfg and bin/ to name `final`, where it is about to move; files rewritten."""
+    old_bytes, new_bytes = str(folder).encode(), str(final).encode()
     rewritten = 0
-    candidates = [new / "pyvenv.cfg"]
-    bindir = new / "bin"
+    candidates = [folder / "pyvenv.cfg"]
+    bindir = folder / "bin"
     if bindir.is_dir():
         candidates += [p for p in bindir.iterdir() if p.is_file() and not p.is_symlink()]
     for path in candidates:
@@ -60,6 +73,14 @@ def relocate(old: Path, new: Path) -> int:
         path.chmod(mode)
         rewritten += 1
     return rewritten
+
+
+def commit_move(folder: Path, final: Path) -> None:
+    """The one step that makes the environment appear under its name. rename(2) would replace an
+    empty folder there, so an existing one is refused first."""
+    if final.exists() or final.is_symlink():
+        raise OperationFailed(f"{final} appeared while the environment was being built; the new one was not moved there")
+    folder.rename(final)
 
 
 def remove_tree(path: Path) -> None:
