@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
     assert res.returncode == 0, res.stderr
     (tmp_path / "b.safetensors").unlink()
     res = run_cli("bench", "--model", str(index), "--list")
-    assert res.returncode == 2 and "shard b.safetensors is missing" in res.stderr
+    assert res.returncode == 2 and "shard 'b.safetensors' is missing" in res.stderr
 
 
 @pytest.mark.parametrize(("name", "content", "needle"), [
@@ -197,3 +198,106 @@ def test_module_function_and_pt2_run_end_to_end(tmp_path: Path, mpsup_home: Path
     bad.write_bytes(b"nope")
     res = run_cli("bench", "--model", str(bad))
     assert res.returncode == 2 and "not a torch.export archive" in res.stderr
+
+
+# ---- issue 10: hostile input through `bench --model` ----
+
+def _pt_archive(path: Path, pickle_bytes: bytes) -> Path:
+    """A torch.save-shaped zip whose data.pkl is the given (hostile) pickle program."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle_bytes)
+        z.writestr("archive/version", "3\n")
+        z.writestr("archive/byteorder", "little")
+    return path
+
+
+def _spans_disks(path: Path) -> Path:
+    """A zip64 end locator claiming two disks: zipfile.is_zipfile itself raises BadZipFile on it."""
+    path.write_bytes(b"x" * 64 + struct.pack("<4sLQL", b"PK\x06\x07", 0, 0, 2) + b"PK\x05\x06" + b"\0" * 18)
+    return path
+
+
+def _empty(path: Path) -> Path:
+    path.write_bytes(b"")
+    return path
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (lambda p: _pt_archive(p, b"h\xad."), "KeyError: 173"),  # BINGET of a memo slot never set
+    (lambda p: _pt_archive(p, b"K\x01K\x02s."), "IndexError"),  # SETITEM with too short a stack
+    (lambda p: _pt_archive(p, b"}X\x01\x00\x00\x00a(X\x07\x00\x00\x00storage"), r"cannot open as a state dict \(EOFError\)"),
+    (lambda p: _pt_archive(p, b"garbage"), "refused this pickle .*Unsupported operand 103"),
+    (_spans_disks, "not a torch.save zip archive"),  # BadZipFile from is_zipfile
+    (lambda p: _empty(p), "not a torch.save zip archive"),
+])
+def test_broken_state_dicts_are_one_line(tmp_path: Path, make, needle: str):
+    from mpsup.errors import UserError
+    from mpsup.model.load import load_model
+
+    p = make(tmp_path / "broken.pt")
+    with pytest.raises(UserError, match=needle) as exc:
+        load_model(p)
+    assert str(exc.value).startswith(f"{p}: ") and "\n" not in str(exc.value)
+
+
+def test_broken_state_dict_on_the_command_line(tmp_path: Path, mpsup_home: Path):
+    p = _pt_archive(tmp_path / "broken.pt", b"h\xad.")
+    res = run_cli("bench", "--model", str(p), "--list")
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "KeyError: 173" in res.stderr
+    assert len([line for line in res.stderr.splitlines() if line.startswith("mpsup:")]) == 1
+
+
+def test_markup_in_tensor_names_and_paths_is_shown_as_written(tmp_path: Path):
+    """Issue 10, item 5: `[/x]` in a tensor name raised MarkupError; `[old]` in a path vanished."""
+    folder = tmp_path / "[old] llama"
+    folder.mkdir()
+    p = write_safetensors(folder / "model.safetensors", {"[/x].q_proj.weight": (8, 8)})
+    header = json.loads(p.read_bytes()[8:8 + struct.unpack("<Q", p.read_bytes()[:8])[0]])
+    header["[bold]packed.weight"] = {"dtype": "I8", "shape": [4, 4], "data_offsets": [128, 144]}
+    raw = json.dumps(header).encode()
+    with p.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + 144)
+    res = run_cli("bench", "--model", str(folder), "--list", "--tokens", "1", env={"COLUMNS": "200"})
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "not measured: [bold]packed.weight: quantized or packed (I8)" in res.stderr
+    import zipfile
+
+    pt2 = folder / "m.pt2"
+    with zipfile.ZipFile(pt2, "w") as z:
+        z.writestr("archive_format", "pt2")
+    res = run_cli("bench", "--model", str(pt2), "--list", env={"COLUMNS": "400"})
+    assert res.returncode == 0 and "[old] llama" in res.stdout, res.stdout
+
+
+def test_names_too_long_for_the_file_system_are_one_line(tmp_path: Path):
+    for name in ("a" * 5000 + ".safetensors", "a" * 5000 + ".pt2", "a" * 5000, str(tmp_path / ("d" * 300)) + "/x.safetensors"):
+        res = run_cli("bench", "--model", name, "--list")
+        assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr[-300:]
+
+
+RSS_PROBE = ("import resource, runpy, sys\nsys.argv = ['mpsup', *sys.argv[1:]]\ntry:\n    runpy.run_module('mpsup', run_name='__main__')\n"
+             "finally:\n    print('RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
+
+
+def test_a_3_gib_pt2_is_fingerprinted_without_reading_it(tmp_path: Path):
+    """Issue 10, item 7: `--list` of a 3 GiB .pt2 took 3.1 GB of memory and 17 s (the whole file was read)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    big = tmp_path / "big.pt2"
+    with big.open("wb") as fh:
+        fh.truncate(3 << 30)  # a hole: no disk used
+    with zipfile.ZipFile(big, "a") as z:
+        z.writestr("big/archive_format", "pt2")
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", RSS_PROBE, "bench", "--model", str(big), "--list", "--json"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    elapsed = time.perf_counter() - t0
+    assert res.returncode == 0, res.stderr[-2000:]
+    rss_mb = int(res.stderr.split("RSS_KB")[-1]) / 1024
+    assert rss_mb < 600 and elapsed < 10, (rss_mb, elapsed)
+    assert len(json.loads(res.stdout)) == 1

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from mpsup.model.extract import extract
+import re
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mpsup.model.extract import extract, per_expert
 from mpsup.model.safetensors_header import ITEMSIZE, TensorInfo
 
 
@@ -84,3 +91,41 @@ def test_quantized_listed_as_not_measured_and_conv_uses_default_sizes():
     conv2d = next(w for w in ex.workloads if w.name.startswith("model/conv2d"))
     assert conv2d.params == {"weight_shape": [32, 4, 3, 3], "input_shape": [1, 4, 64, 64], "padding": 1}
     assert by_kind["pad"].params["pad"] == [1, 1, 1, 1, 2, 0]
+
+
+# The expression per_expert replaced; kept here as the reference for what a match means.
+OLD_PER_EXPERT = re.compile(r"^(?P<prefix>.*?)\.(?:\d+\.)?.*?experts\.(?P<expert>\d+)\.(?P<proj>\w+)\.weight$")
+
+
+def _old(name: str) -> tuple[str, int, str] | None:
+    m = OLD_PER_EXPERT.match(name)
+    return (m.group("prefix"), int(m.group("expert")), m.group("proj")) if m else None
+
+
+NAME_PARTS = st.sampled_from(["model", "layers", "0", "12", "mlp", "experts", "shared_experts", "block_sparse_moe",
+                              "w1", "up_proj", "weight", "bias", "", "x-y", "é", "٣"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(NAME_PARTS, min_size=1, max_size=9))
+def test_per_expert_matches_as_the_old_expression_did(parts: list[str]):
+    name = ".".join(parts)
+    assert per_expert(name) == _old(name)
+
+
+@pytest.mark.parametrize("name", [
+    "a." * 20000 + "weight",  # 7.7 s in the old expression
+    "." * 40000 + "weight",  # 17 s
+    "x.experts.1." * 3333 + "weight",  # 6.9 s
+])
+def test_per_expert_is_linear_in_the_name(name: str):
+    t0 = time.perf_counter()
+    for _ in range(10):
+        per_expert(name)
+    assert (time.perf_counter() - t0) / 10 < 0.05
+
+
+def test_names_with_markup_and_unicode_extract():
+    ts = {n: _t(n, (16, 8)) for n in ("m.[/x].experts.0.up.weight", "m.[/x].experts.1.up.weight", "[bold]q_proj.weight")}
+    ex = extract(ts, tokens=(1,))
+    assert {w.kind for w in ex.workloads} == {"grouped_mm", "linear"}

@@ -14,7 +14,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mpsup.model.safetensors_header import ModelFormatError, read_header
+from mpsup.errors import UserError
+from mpsup.model.safetensors_header import MAX_NAME_CHARS, read_header
 
 
 def _write(path: Path, header: dict, data_bytes: int) -> Path:
@@ -67,13 +68,15 @@ def test_sparse_llama3_8b_sized_file_reads_only_the_header(tmp_path: Path):
 
 def test_reads_nothing_but_the_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Count every byte read: the weights (here 1 GiB of hole) are never touched."""
+    import mpsup.model.safetensors_header as sh
+
     header = {"w": {"dtype": "BF16", "shape": [32768, 16384], "data_offsets": [0, 32768 * 16384 * 2]}}
     p = _write(tmp_path / "big.safetensors", header, 32768 * 16384 * 2)
     reads: list[int] = []
-    real_open = Path.open
+    real_open = sh.open_regular
 
-    def counting_open(self, *args, **kwargs):
-        fh = real_open(self, *args, **kwargs)
+    def counting_open(path, what):
+        fh = real_open(path, what)
         real_read = fh.read
 
         def read(n=-1):
@@ -84,7 +87,7 @@ def test_reads_nothing_but_the_header(tmp_path: Path, monkeypatch: pytest.Monkey
         fh.read = read
         return fh
 
-    monkeypatch.setattr(Path, "open", counting_open)
+    monkeypatch.setattr(sh, "open_regular", counting_open)
     h = read_header(p)
     assert h.tensors["w"].nbytes == 2**30
     assert sum(reads) == 8 + h.header_bytes
@@ -93,23 +96,74 @@ def test_reads_nothing_but_the_header(tmp_path: Path, monkeypatch: pytest.Monkey
 GOOD = {"w": {"dtype": "F16", "shape": [2, 3], "data_offsets": [0, 12]}}
 
 
+def _raw(path: Path, header: bytes, data_bytes: int = 0) -> Path:
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * data_bytes)
+    return path
+
+
+def _f16(**offsets: list[int]) -> dict:
+    """F16 vectors of (end - begin) / 2 elements at the given offsets."""
+    return {n: {"dtype": "F16", "shape": [(e - b) // 2], "data_offsets": [b, e]} for n, (b, e) in offsets.items()}
+
+
 @pytest.mark.parametrize(("mutate", "needle"), [
     (lambda p: p.write_bytes(b"\x01\x02"), "truncated"),
-    (lambda p: p.write_bytes(struct.pack("<Q", 10**6) + b"{}"), "past the end"),
-    (lambda p: p.write_bytes(struct.pack("<Q", 2**62) + b"{}"), "absurd"),
+    (lambda p: p.write_bytes(struct.pack("<Q", 10**6) + b"{}"), "runs past the end"),
+    (lambda p: p.write_bytes(struct.pack("<Q", 2**62) + b"{}"), "over the 100 MiB limit"),
     (lambda p: p.write_bytes(struct.pack("<Q", 5) + b"{nope"), "not valid JSON"),
     (lambda p: _write(p, {"w": {"dtype": "F16", "shape": [2, 3], "data_offsets": [0, 12]}}, 4), "outside"),
     (lambda p: _write(p, {"w": {"dtype": "F16", "shape": [2, -3], "data_offsets": [0, 12]}}, 12), "negative or absurd"),
     (lambda p: _write(p, {"w": {"dtype": "F16", "shape": [2, 4], "data_offsets": [0, 12]}}, 12), "needs 16 bytes"),
     (lambda p: _write(p, {"w": {"dtype": "Q4_K", "shape": [2, 3], "data_offsets": [0, 12]}}, 12), "unknown dtype"),
+    (lambda p: _write(p, {"w": {"dtype": [[[]]], "shape": [2, 3], "data_offsets": [0, 12]}}, 12), "unknown dtype <a JSON list>"),
     (lambda p: _write(p, {"w": [1, 2]}, 12), "not an object"),
+    # issue 10, item 8: every JSON failure is one line
+    (lambda p: _raw(p, b'{"w": "\xff"}'), "not UTF-8"),
+    (lambda p: _raw(p, b"[" * 100_000), "nested too deeply"),
+    (lambda p: _raw(p, b'{"w": {"dtype": "F16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 2]}}', 2), "4300 digits"),
+    (lambda p: _raw(p, b'{"w": {"dtype": "F16", "shape": [NaN], "data_offsets": [0, 2]}}', 2), "NaN is not valid JSON"),
+    # issue 10, item 9: the tensors must tile the data exactly, as the safetensors library requires
+    (lambda p: _write(p, _f16(a=[0, 8], b=[0, 8]), 8), "'b': data_offsets \\[0, 8\\] overlaps"),
+    (lambda p: _write(p, _f16(a=[0, 8], b=[4, 12]), 12), "overlaps the tensor before it"),
+    (lambda p: _write(p, _f16(a=[4, 12]), 12), "leaves a gap of 4 bytes"),
+    (lambda p: _write(p, _f16(a=[0, 4], b=[8, 12]), 12), "'b'.* leaves a gap of 4 bytes"),
+    (lambda p: _write(p, _f16(a=[0, 4]), 12), "cover 4 data bytes but the file holds 12"),
+    (lambda p: _write(p, {"a": {"dtype": "F16", "shape": [2], "data_offsets": [4, 0]}}, 4), "outside"),  # reversed
+    # issue 10, item 7: a name long enough to make name matching costly is refused before any matching
+    (lambda p: _write(p, {"a." * 20000 + "weight": {"dtype": "F16", "shape": [1], "data_offsets": [0, 2]}}, 2),
+     f"tensor name of 40,006 characters \\(over {MAX_NAME_CHARS:,}\\)"),
 ])
 def test_bad_headers_are_one_clear_error(tmp_path: Path, mutate, needle: str):
     p = tmp_path / "bad.safetensors"
     mutate(p)
-    with pytest.raises(ModelFormatError, match=needle) as exc:
+    with pytest.raises(UserError, match=needle) as exc:
         read_header(p)
-    assert str(p) in str(exc.value) and "\n" not in str(exc.value)
+    assert str(p) in str(exc.value) and "\n" not in str(exc.value) and len(str(exc.value)) < 400
+
+
+def test_layout_in_any_header_order_with_empty_tensors(tmp_path: Path):
+    """The safetensors library writes the header in name order but the data in its own order (by dtype,
+    then name), and a zero-sized tensor shares its offset with a neighbour: all of that stays valid."""
+    header = {"a": {"dtype": "F16", "shape": [2], "data_offsets": [8, 12]},
+              "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "empty": {"dtype": "F32", "shape": [0, 3], "data_offsets": [8, 8]},
+              "z": {"dtype": "BF16", "shape": [], "data_offsets": [12, 14]}}
+    h = read_header(_write(tmp_path / "ok.safetensors", header, 14))
+    assert [h.tensors[n].nbytes for n in ("a", "b", "empty", "z")] == [4, 8, 0, 2]
+
+
+def test_no_file_bytes_in_messages(tmp_path: Path):
+    """Issue 10, item 6: `/etc/shadow: header length 3619251681095544690 is absurd` gave away 8 bytes of
+    the file. Whatever a non-safetensors file holds, the message says what is wrong, never what is there."""
+    secrets = [b"root:$6$saltsalt$hashhash\n", b"SECRET\x00\x00" + b"x" * 100, b"\x10\x00\x00\x00\x00\x00\x00\x00{\"k\": 1, x"]
+    for i, content in enumerate(secrets):
+        p = tmp_path / f"s{i}.safetensors"
+        p.write_bytes(content)
+        with pytest.raises(UserError) as exc:
+            read_header(p)
+        msg = str(exc.value).replace(str(p), "")
+        (number,) = struct.unpack("<Q", content[:8])
+        assert str(number) not in msg and "SECRET" not in msg and "root" not in msg and "salt" not in msg, msg
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -124,7 +178,7 @@ def test_fuzzed_headers_only_raise_clear_errors(tmp_path: Path, data: bytes, cut
     p.write_bytes(bytes(blob))
     try:
         h = read_header(p)
-    except ModelFormatError as exc:
+    except UserError as exc:
         assert str(p) in str(exc)
         return
     for t in h.tensors.values():  # whatever parsed is consistent with the file

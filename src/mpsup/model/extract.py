@@ -10,14 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpsup.bench.workloads import ITEMSIZE, Workload
+from mpsup.model.config import ModelConfig, model_config
 from mpsup.model.safetensors_header import ITEMSIZE as ITEMSIZE_ST
-from mpsup.model.safetensors_header import TensorInfo
+from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
 
 DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
 EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|\bwte|embeddings?\.weight$)")
 OUTPUT_HEAD = re.compile(r"(^|\.)(lm_head|output)\.weight$")
 ROUTER = re.compile(r"(block_sparse_moe\.gate|mlp\.gate|\.router)\.weight$")
-PER_EXPERT = re.compile(r"^(?P<prefix>.*?)\.(?:\d+\.)?.*?experts\.(?P<expert>\d+)\.(?P<proj>\w+)\.weight$")
+DIGITS = re.compile(r"\d+")
+WORD = re.compile(r"\w+")
 ATTENTION = re.compile(r"(attn|attention|q_proj|k_proj|v_proj|o_proj|qkv|to_q|to_k|to_v|to_out)")
 QUANT_HINT = re.compile(r"(qweight|qzeros|scales|absmax|quant_map|\.SCB$|weight_format)")
 
@@ -39,10 +41,23 @@ def _layerless(name: str) -> str:
     return re.sub(r"\.\d+\.", ".N.", name)
 
 
-def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None, *,
+def per_expert(name: str) -> tuple[str, int, str] | None:
+    """`<prefix>.<...>experts.<id>.<proj>.weight` -> (prefix, id, proj), prefix being the text before the first
+    dot. Plain splitting, linear in the name's length: the lazy regular expression it replaces backtracked
+    quadratically (8 s for one 40 KB name; a header may hold 100 MB of names)."""
+    parts = name.split(".")
+    if len(parts) < 5 or parts[-1] != "weight" or len(name) > MAX_NAME_CHARS:
+        return None
+    group, expert, proj = parts[-4], parts[-3], parts[-2]
+    if not (group.endswith("experts") and DIGITS.fullmatch(expert) and WORD.fullmatch(proj)):
+        return None
+    return parts[0], int(expert), proj
+
+
+def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig | None = None, *,
             tokens: tuple[int, ...] = (1, 512), dtype: str | None = None) -> Extraction:
-    cfg = config or {}
-    top_k = int(cfg.get("num_experts_per_tok") or cfg.get("moe_topk") or 2)
+    cfg = config if isinstance(config, ModelConfig) else model_config(config, "the model config")
+    top_k = cfg.top_k
     linear: Counter[tuple[int, int, str, str]] = Counter()
     embeddings: Counter[tuple[int, int, str]] = Counter()
     experts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -62,11 +77,12 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
         dt = dtype or DTYPES[t.dtype]
         if len(t.shape) < 2 or not name.endswith("weight"):
             continue  # norms, biases, buffers: no layer of their own
-        m = PER_EXPERT.match(name)
-        if len(t.shape) == 2 and m and "experts" in name:
-            key = (_layerless(m.group("prefix")) + ".experts", m.group("proj"))
+        m = per_expert(name) if len(t.shape) == 2 else None
+        if m:
+            prefix, expert_id, proj = m
+            key = (_layerless(prefix) + ".experts", proj)
             g = experts.setdefault(key, {"ids": set(), "shape": t.shape, "dtype": dt, "layers": set()})
-            g["ids"].add(int(m.group("expert")))
+            g["ids"].add(expert_id)
             g["layers"].add(name.split(".experts.")[0])
             weight_bytes += t.nbytes
             weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
@@ -82,7 +98,7 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
             out_f, in_f = t.shape
             if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
                 embeddings[(out_f, in_f, dt)] += 1
-                if not has_head and cfg.get("tie_word_embeddings", True):
+                if not has_head and cfg.tie_word_embeddings:
                     linear[(in_f, out_f, "output-head", dt)] += 1  # tied: the embedding doubles as the head
                 continue
             role = ("output-head" if OUTPUT_HEAD.search(name) else "router" if ROUTER.search(name)
@@ -122,7 +138,7 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
         out_c, in_c, *kernel = shape
         pad = kernel[-1] // 2
         if len(kernel) == 3:
-            frames = int(cfg.get("mpsup_frames", DEFAULT_FRAMES))
+            frames = cfg.frames or DEFAULT_FRAMES
             x_shape = [1, in_c, frames, res, res]
             # Causal 3D convs (Wan-style VAEs) pad time on one side only, then convolve unpadded.
             workloads.append(Workload(
@@ -146,6 +162,7 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | None = None
 # down block and doubles back up; without a config, 64 latent pixels and 4 latent frames.
 DEFAULT_RESOLUTION = 64
 DEFAULT_FRAMES = 4
+DEFAULT_LEVELS = 4
 
 
 def _numel(shape: Any) -> int:
@@ -155,10 +172,9 @@ def _numel(shape: Any) -> int:
     return n
 
 
-def _resolution(name: str, cfg: dict[str, Any]) -> int:
-    base = cfg.get("sample_size")
-    base = int(base[0] if isinstance(base, list) else base) if base else DEFAULT_RESOLUTION
-    levels = len(cfg.get("block_out_channels") or cfg.get("dim_mult") or [1, 2, 4, 4])
+def _resolution(name: str, cfg: ModelConfig) -> int:
+    base = cfg.sample_size or DEFAULT_RESOLUTION
+    levels = cfg.levels or DEFAULT_LEVELS
     m = re.search(r"(down_blocks|downsamples|up_blocks|upsamples)\.(\d+)", name)
     if m:
         i = int(m.group(2))
@@ -170,13 +186,11 @@ def _resolution(name: str, cfg: dict[str, Any]) -> int:
 
 
 def extract_model(tensors: dict[str, TensorInfo], config: dict[str, Any] | None, *, tokens: tuple[int, ...],
-                  dtype: str | None = None) -> Extraction:
-    """Like `extract`, but a Diffusers pipeline's components are extracted one by one (each with its
-    own config) and their workloads named and tagged by component, so each is reported apart."""
-    cfg = config or {}
-    components = cfg.get("components")
-    if not isinstance(components, dict):
-        return extract(tensors, cfg, tokens=tokens, dtype=dtype)
+                  dtype: str | None = None, components: dict[str, dict[str, Any]] | None = None) -> Extraction:
+    """Like `extract`, but a Diffusers pipeline's components (given: their configs by name) are extracted
+    one by one and their workloads named and tagged by component, so each is reported apart."""
+    if components is None:
+        return extract(tensors, config, tokens=tokens, dtype=dtype)
     total = Extraction([])
     for component in sorted({n.split("/", 1)[0] for n in tensors}):
         part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}

@@ -1,25 +1,35 @@
 """A model path -> its tensors (from headers only), its config, and a fingerprint for pairing runs.
 
-Supported so far: a `.safetensors` file, a sharded checkpoint (`*.safetensors.index.json`), and a
-Hugging Face Transformers folder (`config.json` + safetensors weights). Other formats of issue 5
-(Diffusers folders, .pt/.pth/.bin state dicts, .pt2 exports, module:function) are refused with a
-clear message until they are implemented."""
+Supported: a `.safetensors` file, a sharded checkpoint (`*.safetensors.index.json`), a Hugging Face
+Transformers folder (`config.json` + safetensors weights), a Diffusers folder, and .pt/.pth/.bin state
+dicts (.pt2 exports and module:function are timed end to end by the CLI). Every file is untrusted: only
+regular files inside the model's folder are opened (`files.ModelFolder`), every JSON document goes
+through the store's guarded reader, and every config field used is checked (`config.model_config`)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
+import os
+import stat
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, read_header
+from mpsup.model.config import model_config
+from mpsup.model.files import ModelFolder
+from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, check_name, read_header, shown
+from mpsup.store import open_regular, read_json_object
 
 NOT_YET = {".gguf": "GGUF", ".ckpt": "checkpoint"}
 STATE_DICT_SUFFIXES = (".pt", ".pth", ".bin")
 TORCH_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.float8_e4m3fn": "F8_E4M3",
                 "torch.int8": "I8", "torch.uint8": "U8", "torch.int32": "I32", "torch.int64": "I64", "torch.float64": "F64",
                 "torch.bool": "BOOL", "torch.int16": "I16"}
+# Real configs are a few kilobytes and real sharded indexes a few megabytes (a 90,000-tensor index is ~9 MB).
+CONFIG_MAX_BYTES = 16 << 20
+INDEX_MAX_BYTES = 64 << 20
+PT2_SAMPLE_BYTES = 1 << 20
 
 
 @dataclass
@@ -29,90 +39,120 @@ class LoadedModel:
     tensors: dict[str, TensorInfo]
     config: dict[str, Any] = field(default_factory=dict)
     fingerprint: str = ""
+    components: dict[str, dict[str, Any]] | None = None  # a Diffusers pipeline: each component's config
 
     def describe(self) -> dict[str, Any]:
         return {"path": str(self.path), "format": self.format, "fingerprint": self.fingerprint,
                 "tensors": len(self.tensors)}
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise ModelFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ModelFormatError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+def _config(path: Path, folder: ModelFolder) -> dict[str, Any]:
+    """A config.json, with every field extraction will read checked now, so an error names this file."""
+    doc = read_json_object(folder.member(path, "model config"), "model config", CONFIG_MAX_BYTES)
+    model_config(doc, str(path))
+    return doc
 
 
 def _sharded(index_path: Path) -> dict[str, TensorInfo]:
-    doc = _read_json(index_path)
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    """A sharded index: its shards must be files in the index's own folder."""
+    folder = ModelFolder.of(index_path.parent)
+    doc = read_json_object(index_path, "sharded index", INDEX_MAX_BYTES)
+    weight_map = doc.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelFormatError(f"{index_path}: no 'weight_map' in this sharded index")
+    for name, shard_name in weight_map.items():
+        check_name(index_path, name)
+        if not isinstance(shard_name, str):
+            raise ModelFormatError(f"{index_path}: tensor {shown(name)} maps to {shown(shard_name)}, not a shard file name")
     tensors: dict[str, TensorInfo] = {}
-    for shard_name in sorted({str(v) for v in weight_map.values()}):
-        shard = index_path.parent / shard_name
-        if not shard.exists():
-            raise ModelFormatError(f"{index_path}: shard {shard_name} is missing")
+    for shard_name in sorted(set(weight_map.values())):
+        shard = folder.named(shard_name, index_path, "shard")
+        if not os.path.lexists(shard):
+            raise ModelFormatError(f"{index_path}: shard {shown(shard_name)} is missing")
         tensors.update(read_header(shard).tensors)
     missing = [name for name in weight_map if name not in tensors]
     if missing:
-        raise ModelFormatError(f"{index_path}: {len(missing)} tensors named in the index are in no shard (e.g. {missing[0]})")
+        raise ModelFormatError(f"{index_path}: {len(missing)} tensors named in the index are in no shard (e.g. {shown(missing[0])})")
     return tensors
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's type and the line that says what went wrong, cut short."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"  # torch's weights_only refusal buries the reason among advice lines
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    reason = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {reason[:200]}" if reason else type(exc).__name__
+
+
+def _is_zip(fh: Any) -> bool:
+    try:
+        return zipfile.is_zipfile(fh)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):  # is_zipfile raises BadZipFile for some broken archives
+        return False
 
 
 def _state_dict(path: Path) -> dict[str, TensorInfo]:
     """A torch.save'd state dict, opened with weights_only=True (never a full unpickle) and mmap=True
     (shapes come from the archive's metadata; no weight page is read)."""
+    with open_regular(path, "state dict") as fh:
+        if not _is_zip(fh):
+            raise ModelFormatError(f"{path}: not a torch.save zip archive (legacy or foreign pickle: not read)")
     import pickle
-    import zipfile
 
-    import torch
+    import torch  # only now: importing it takes seconds, and most refusals need none of it
 
-    if not zipfile.is_zipfile(path):
-        raise ModelFormatError(f"{path}: not a torch.save zip archive (legacy or foreign pickle: not read)")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else "refused"
-        raise ModelFormatError(f"{path}: weights_only loading refused this pickle ({first})") from None
-    except (RuntimeError, OSError, ValueError, EOFError) as exc:
-        raise ModelFormatError(f"{path}: cannot open as a state dict ({str(exc).splitlines()[0][:200]})") from None
+        raise ModelFormatError(f"{path}: weights_only loading refused this pickle ({_first_line(exc)})") from None
+    except Exception as exc:  # a damaged archive surfaces as any of a dozen types (BadZipFile, KeyError, IndexError...)
+        raise ModelFormatError(f"{path}: cannot open as a state dict ({_first_line(exc)})") from None
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
         raise ModelFormatError(f"{path}: holds a {type(obj).__name__}, not a state dict")
     tensors: dict[str, TensorInfo] = {}
-    for name, value in obj.items():
+    for key, value in obj.items():
         if isinstance(value, torch.Tensor):
+            name = str(key)
+            check_name(path, name)
             dtype = TORCH_DTYPES.get(str(value.dtype), str(value.dtype))
-            tensors[str(name)] = TensorInfo(str(name), dtype, tuple(value.shape), value.numel() * value.element_size())
+            tensors[name] = TensorInfo(name, dtype, tuple(value.shape), value.numel() * value.element_size())
     return tensors
 
 
 def _diffusers(path: Path) -> LoadedModel:
     """A Diffusers pipeline: each component folder (unet/, transformer/, vae/, text_encoder/ ...) is read
     on its own; tensor names get the component as a prefix so each is measured and reported apart."""
-    index = _read_json(path / "model_index.json")
-    if not isinstance(index, dict):
-        raise ModelFormatError(f"{path / 'model_index.json'}: not a JSON object")
+    folder = ModelFolder.of(path)
+    index_path = folder.member(path / "model_index.json", "Diffusers model index")
+    index = read_json_object(index_path, "Diffusers model index", CONFIG_MAX_BYTES)
     tensors: dict[str, TensorInfo] = {}
     configs: dict[str, Any] = {}
     for component in sorted(k for k in index if not k.startswith("_")):
-        folder = path / component
-        weights = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-        idx = sorted(folder.glob("*.safetensors.index.json")) if folder.is_dir() else []
-        if not weights and not idx:
+        sub = folder.named(component, index_path, "component", plain=True)
+        if not os.path.isdir(sub):
+            continue  # a component without a folder (or not downloaded)
+        part = _component_tensors(sub)
+        if not part:
             continue  # schedulers, tokenizers: no weights
-        part = _sharded(idx[0]) if idx else {k: v for f in weights for k, v in read_header(f).tensors.items()}
         for name, t in part.items():
             tensors[f"{component}/{name}"] = TensorInfo(f"{component}/{name}", t.dtype, t.shape, t.nbytes)
-        if (folder / "config.json").exists():
-            cfg = _read_json(folder / "config.json")
-            configs[component] = cfg if isinstance(cfg, dict) else {}
+        if os.path.lexists(sub / "config.json"):
+            configs[component] = _config(sub / "config.json", ModelFolder.of(sub))
     if not tensors:
         raise ModelFormatError(f"{path}: a Diffusers folder whose components hold no safetensors weights")
-    return LoadedModel(path, "diffusers", tensors, {"components": configs}, _fingerprint(tensors))
+    return LoadedModel(path, "diffusers", tensors, {}, _fingerprint(tensors), components=configs)
+
+
+def _component_tensors(sub: Path) -> dict[str, TensorInfo]:
+    folder = ModelFolder.of(sub)
+    indexes = sorted(sub.glob("*.safetensors.index.json"))
+    if indexes:
+        return _sharded(folder.member(indexes[0], "sharded index"))
+    return {k: v for f in sorted(sub.glob("*.safetensors")) for k, v in read_header(folder.member(f, "checkpoint")).tensors.items()}
 
 
 def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
@@ -123,32 +163,63 @@ def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
     return h.hexdigest()[:16]
 
 
+def pt2_fingerprint(path: Path) -> str:
+    """A .pt2 export's fingerprint from its size, its first MiB and its last MiB: at most 2 MiB read,
+    whatever the file's size (reading a 3 GiB export whole took 3 GB of memory and 17 s).
+
+    Bounded rather than whole-file: a .pt2 is a zip archive whose central directory, at the end, records
+    every member's CRC-32 and size, so a change anywhere (the program, any weight) changes the last MiB;
+    the first MiB adds the leading weights' bytes. The prefix alone would not do: torch.export writes
+    the weights first and the program (models/model.json) near the end, so two graphs over the same
+    weights would share their first MiB."""
+    with open_regular(path, ".pt2 export") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not _is_zip(fh):
+            raise ModelFormatError(f"{path}: not a torch.export archive (.pt2 files are zip archives)")
+        h = hashlib.sha256(f"pt2 {size}\n".encode())
+        try:
+            fh.seek(0)
+            h.update(fh.read(PT2_SAMPLE_BYTES))
+            fh.seek(max(PT2_SAMPLE_BYTES, size - PT2_SAMPLE_BYTES))
+            h.update(fh.read(PT2_SAMPLE_BYTES))
+        except OSError as exc:
+            raise ModelFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return h.hexdigest()[:16]
+
+
+def _file_type(path: Path) -> int:
+    """The st_mode of path (links followed), or one line for a missing or unreadable path."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ModelFormatError(f"{path}: no such file or folder") from None
+    except OSError as exc:  # a name too long, a link loop, a folder we may not enter
+        raise ModelFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def load_model(path: Path) -> LoadedModel:
-    if not path.exists():
-        raise ModelFormatError(f"{path}: no such file or folder")
     config: dict[str, Any] = {}
-    if path.is_dir():
-        if (path / "model_index.json").exists():
+    if stat.S_ISDIR(_file_type(path)):
+        folder = ModelFolder.of(path)
+        if os.path.lexists(path / "model_index.json"):
             return _diffusers(path)
-        if (path / "config.json").exists():
-            cfg = _read_json(path / "config.json")
-            config = cfg if isinstance(cfg, dict) else {}
+        if os.path.lexists(path / "config.json"):
+            config = _config(path / "config.json", folder)
         indexes = sorted(path.glob("*.safetensors.index.json"))
         singles = sorted(path.glob("*.safetensors"))
         if indexes:
-            tensors, fmt = _sharded(indexes[0]), "transformers-sharded"
+            tensors, fmt = _sharded(folder.member(indexes[0], "sharded index")), "transformers-sharded"
         elif singles:
             tensors = {}
             for f in singles:
-                tensors.update(read_header(f).tensors)
+                tensors.update(read_header(folder.member(f, "checkpoint")).tensors)
             fmt = "transformers"
         else:
             raise ModelFormatError(f"{path}: a folder without safetensors weights (not a model mpsup can read yet)")
     elif path.name.endswith(".safetensors.index.json"):
         tensors, fmt = _sharded(path), "safetensors-sharded"
-        if (path.parent / "config.json").exists():
-            cfg = _read_json(path.parent / "config.json")
-            config = cfg if isinstance(cfg, dict) else {}
+        if os.path.lexists(path.parent / "config.json"):
+            config = _config(path.parent / "config.json", ModelFolder.of(path.parent))
     elif path.suffix == ".safetensors":
         tensors, fmt = read_header(path).tensors, "safetensors"
     elif path.suffix in STATE_DICT_SUFFIXES:

@@ -1,0 +1,111 @@
+"""The few config.json fields mpsup reads, checked: a wrong type is one line naming the file and key.
+
+A config comes from a download like any other input: `"num_experts_per_tok": "two"`, `[2]`, `1e400`,
+`"sample_size": "big"` or `"block_out_channels": 5` must not reach `int()` or `len()`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mpsup.model.safetensors_header import ModelFormatError, shown
+
+DEFAULT_TOP_K = 2
+MAX_TOP_K = 4096
+MAX_RESOLUTION = 16384  # latent pixels; activations are allocated at this size, so it is bounded
+MAX_LEVELS = 64
+MAX_FRAMES = 4096
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    top_k: int = DEFAULT_TOP_K
+    tie_word_embeddings: bool = True
+    sample_size: int | None = None  # None: the default resolution
+    levels: int | None = None  # down/up block count; None: the default
+    frames: int | None = None
+
+
+def _bad(source: str, key: str, value: object, expected: str) -> ModelFormatError:
+    return ModelFormatError(f"{source}: {key!r} must be {expected}, found {shown(value)}")
+
+
+def _integer(value: object) -> int | None:
+    """value as an int when it is one (2 or 2.0), else None; booleans are not integers here."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _positive(doc: Mapping[str, Any], key: str, source: str, maximum: int) -> int | None:
+    """A positive integer at key; absent, null or 0 (how configs say "not used") give None."""
+    value = doc.get(key)
+    if value is None or (_integer(value) == 0):
+        return None
+    n = _integer(value)
+    if n is None or not 0 < n <= maximum:
+        raise _bad(source, key, value, f"a positive integer up to {maximum}")
+    return n
+
+
+def _top_k(doc: Mapping[str, Any], source: str) -> int:
+    k = _positive(doc, "num_experts_per_tok", source, MAX_TOP_K)
+    if k is not None:
+        return k
+    value = doc.get("moe_topk")
+    if isinstance(value, list) and value:  # Hunyuan configs give one per layer: the largest bounds them all
+        ks = [_integer(v) for v in value]
+        if any(x is None or not 0 < x <= MAX_TOP_K for x in ks):
+            raise _bad(source, "moe_topk", value, f"a positive integer (or a list of them) up to {MAX_TOP_K}")
+        return max(x for x in ks if x is not None)
+    return _positive(doc, "moe_topk", source, MAX_TOP_K) or DEFAULT_TOP_K
+
+
+def _sample_size(doc: Mapping[str, Any], source: str) -> int | None:
+    value = doc.get("sample_size")
+    if value is None or value == 0 or value == []:
+        return None
+    first = value[0] if isinstance(value, list) else value  # [height, width]: the first
+    n = _integer(first)
+    if n is None or not 0 < n <= MAX_RESOLUTION:
+        raise _bad(source, "sample_size", value, f"a positive integer (or a list of them) up to {MAX_RESOLUTION}")
+    return n
+
+
+def _levels(doc: Mapping[str, Any], source: str) -> int | None:
+    for key in ("block_out_channels", "dim_mult"):
+        value = doc.get(key)
+        if value is None or value == []:
+            continue
+        if not isinstance(value, list) or len(value) > MAX_LEVELS or any(_integer(v) is None for v in value):
+            raise _bad(source, key, value, f"a list of at most {MAX_LEVELS} integers")
+        return len(value)
+    return None
+
+
+def _tie(doc: Mapping[str, Any], source: str) -> bool:
+    if "tie_word_embeddings" not in doc:
+        return True  # Transformers' default
+    value = doc["tie_word_embeddings"]
+    if value is None:
+        return False  # what Transformers makes of an explicit null
+    if not isinstance(value, bool):
+        raise _bad(source, "tie_word_embeddings", value, "true or false")
+    return value
+
+
+def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
+    """The fields of a config.json (already parsed) that extraction uses, each checked."""
+    if doc is None:
+        return ModelConfig()
+    if not isinstance(doc, Mapping):
+        raise ModelFormatError(f"{source}: a model config must be a JSON object, found {shown(doc)}")
+    return ModelConfig(top_k=_top_k(doc, source), tie_word_embeddings=_tie(doc, source),
+                       sample_size=_sample_size(doc, source), levels=_levels(doc, source),
+                       frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES))

@@ -1,0 +1,113 @@
+"""Issue 10, items 8 and 9: config.json values of the wrong type are one line naming the file and key.
+
+Before, each of these was a traceback from int() or len() (or, for `"tie_word_embeddings": "false"`,
+a silently wrong result: the string is truthy)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from mpsup.errors import UserError
+from mpsup.model.config import ModelConfig, model_config
+from mpsup.model.extract import extract, extract_model
+from mpsup.model.load import load_model
+from tests.conftest import MODEL_CONFIGS, run_cli
+
+EXPERTS = {f"m.layers.0.mlp.experts.{e}.up_proj.weight": {"dtype": "F16", "shape": [8, 8], "data_offsets": [128 * e, 128 * e + 128]}
+           for e in range(4)}
+CONV = {"decoder.up_blocks.1.conv.weight": {"dtype": "F16", "shape": [4, 4, 3, 3], "data_offsets": [0, 288]}}
+
+
+def model_folder(root: Path, config: str | bytes, header: dict = EXPERTS) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps(header).encode()
+    size = max(e["data_offsets"][1] for e in header.values())
+    with (root / "model.safetensors").open("wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + size)
+    (root / "config.json").write_bytes(config.encode() if isinstance(config, str) else config)
+    return root
+
+
+@pytest.mark.parametrize(("config", "needle"), [
+    ('{"num_experts_per_tok": "two"}', "'num_experts_per_tok' must be a positive integer up to 4096, found 'two'"),
+    ('{"num_experts_per_tok": [2]}', "'num_experts_per_tok' must be .* found \\[2\\]"),
+    ('{"num_experts_per_tok": 1e400}', "'num_experts_per_tok' must be .* found inf"),
+    ('{"num_experts_per_tok": 2.5}', "'num_experts_per_tok' must be .* found 2.5"),
+    ('{"num_experts_per_tok": -1}', "'num_experts_per_tok' must be a positive"),
+    ('{"num_experts_per_tok": true}', "'num_experts_per_tok' must be .* found True"),
+    ('{"num_experts_per_tok": {"a": 1}}', "found <a JSON object>"),
+    ('{"num_experts_per_tok": Infinity}', "Infinity is not valid JSON"),
+    ('{"num_experts_per_tok": NaN}', "NaN is not valid JSON"),
+    ('{"moe_topk": "8"}', "'moe_topk' must be"),
+    ('{"moe_topk": [8, "x"]}', "'moe_topk' must be"),
+    ('{"sample_size": "big"}', "'sample_size' must be a positive integer .* found 'big'"),
+    ('{"sample_size": [null]}', "'sample_size' must be"),
+    ('{"sample_size": 1e9}', "'sample_size' must be .* up to 16384"),
+    ('{"block_out_channels": 5}', "'block_out_channels' must be a list of at most 64 integers, found 5"),
+    ('{"dim_mult": ["a"]}', "'dim_mult' must be a list"),
+    ('{"block_out_channels": [[[[1]]]]}', "'block_out_channels' must be a list"),
+    ('{"tie_word_embeddings": "false"}', "'tie_word_embeddings' must be true or false, found 'false'"),
+    ('{"mpsup_frames": "4"}', "'mpsup_frames' must be"),
+    ('{"num_experts_per_tok": "' + "x" * 5000 + '"}', "found 'xxxx.*\\(5,000 characters\\)"),
+    ('[1, 2]', "model config must be a JSON object, found list"),
+    (b'{"a": "\xff"}', "model config is not UTF-8 text"),
+    ("[" * 100_000, "nested too deeply"),
+    ('{"x": ' + "9" * 5000 + "}", "4300 digits"),
+    ("", "not valid JSON"),
+])
+def test_wrong_config_values_are_one_line_naming_file_and_key(tmp_path: Path, config: str | bytes, needle: str):
+    folder = model_folder(tmp_path / "m", config)
+    with pytest.raises(UserError, match=needle) as exc:
+        load_model(folder)
+    msg = str(exc.value)
+    assert msg.startswith(str(folder / "config.json") + ":") and "\n" not in msg and len(msg) < 400
+
+
+def test_on_the_command_line_it_is_exit_2_without_traceback(tmp_path: Path, mpsup_home: Path):
+    folder = model_folder(tmp_path / "m", '{"num_experts_per_tok": "two"}')
+    res = run_cli("bench", "--model", str(folder), "--list")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "config.json: 'num_experts_per_tok' must be a positive integer" in res.stderr
+    assert not (mpsup_home / "runs").exists()
+
+
+def test_diffusers_component_configs_are_checked_too(tmp_path: Path):
+    root = tmp_path / "pipe"
+    model_folder(root / "vae", '{"block_out_channels": 5}', CONV)
+    (root / "vae" / "model.safetensors").rename(root / "vae" / "diffusion_pytorch_model.safetensors")
+    (root / "model_index.json").write_text(json.dumps({"_class_name": "P", "vae": ["diffusers", "AutoencoderKL"]}))
+    with pytest.raises(UserError, match=r"vae/config\.json: 'block_out_channels' must be a list"):
+        load_model(root)
+
+
+def test_valid_values_still_mean_what_they_did(tmp_path: Path):
+    def grouped_top_k(cfg: dict) -> int:
+        folder = model_folder(tmp_path / f"m{len(list(tmp_path.iterdir()))}", json.dumps(cfg))
+        m = load_model(folder)
+        (w,) = extract(m.tensors, m.config, tokens=(1,)).workloads
+        return w.params["top_k"]
+
+    assert grouped_top_k({"num_experts_per_tok": 3}) == 3
+    assert grouped_top_k({"num_experts_per_tok": 3.0}) == 3
+    assert grouped_top_k({"num_experts_per_tok": None, "moe_topk": 1}) == 1
+    assert grouped_top_k({"moe_topk": [1, 3, 2]}) == 3  # Hunyuan: one per layer
+    assert grouped_top_k({"num_experts_per_tok": 0}) == 2  # 0 means "not set", as before
+    assert grouped_top_k({}) == 2
+    assert model_config({"tie_word_embeddings": None}, "c") == ModelConfig(tie_word_embeddings=False)
+    conv = load_model(model_folder(tmp_path / "vae", json.dumps({"sample_size": [96, 64], "block_out_channels": [1, 2, 3]}), CONV))
+    (w,) = extract_model(conv.tensors, conv.config, tokens=(1,)).workloads
+    assert w.name == "model/conv2d/4x4k3x3/48px"  # up block 1 of 3 levels: 96 >> 1
+
+
+def test_the_shared_real_configs_pass(tmp_path: Path):
+    if not MODEL_CONFIGS.is_dir():
+        pytest.skip("../shared/data/model-configs is not present in this checkout")
+    configs = sorted(MODEL_CONFIGS.glob("*.json"))
+    assert configs
+    for path in configs:
+        model_config(json.loads(path.read_text()), str(path))  # raises on any field it would refuse
