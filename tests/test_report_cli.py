@@ -116,7 +116,8 @@ def test_only_corrupt_is_exit_2(tmp_path: Path):
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     res = run_cli("report", str(bad))
-    assert res.returncode == 2 and "no usable paired run record" in res.stderr and "Traceback" not in res.stderr
+    # The one record asked for: its own problem, naming it, is the error.
+    assert res.returncode == 2 and f"{bad}: not a run record" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_no_runs_yet_is_exit_2():

@@ -47,6 +47,7 @@ def doctor(
     from mpsup.doctor.run import diagnose
     from mpsup.host.snapshot import capture, load_snapshot
     from mpsup.host.snapshot import save_snapshot as write_snapshot
+    from mpsup.render import safe
 
     if from_snapshot is not None and python is not None:
         raise UserError("--from-snapshot and --python cannot be combined: a snapshot already names its Python")
@@ -59,7 +60,7 @@ def doctor(
             snapshot = capture(python)
     if save_snapshot is not None:
         write_snapshot(snapshot, save_snapshot)
-        stderr_console.print(f"snapshot written to {save_snapshot}")
+        stderr_console.print(f"snapshot written to {safe(save_snapshot)}")
     report = diagnose(snapshot)
     if as_json:
         emit_json(report.to_json())
@@ -132,16 +133,18 @@ def bench(
         from mpsup.bench.suite import default_tokens
         from mpsup.model.extract import extract_model
         from mpsup.model.load import load_model
+        from mpsup.render import safe
 
         loaded = load_model(model)
-        ex = extract_model(loaded.tensors, loaded.config, tokens=_parse_tokens(tokens) or default_tokens(dev), dtype=dtype)
+        ex = extract_model(loaded.tensors, loaded.config, tokens=_parse_tokens(tokens) or default_tokens(dev), dtype=dtype,
+                           components=loaded.components)
         if not ex.workloads:
             raise UserError(f"{model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
         workloads = select(ex.workloads, only) if only else ex.workloads
         model_doc = {**loaded.describe(), "linear_weight_bytes": ex.linear_weight_bytes,
                      "fp8_weight_bytes": ex.fp8_weight_bytes, "not_measured": ex.not_measured}
         for item in ex.not_measured[:5]:
-            stderr_console.print(f"not measured: {item['tensor']}: {item['reason']}", highlight=False, soft_wrap=True)
+            stderr_console.print(f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True)
     else:
         workloads = select(build_suite(dev, _parse_tokens(tokens)), only)
     if list_only:
@@ -152,9 +155,11 @@ def bench(
         return
     if aa and candidate:
         raise UserError("--aa pairs the baseline with itself; it cannot be combined with --candidate")
+    if python is not None:
+        from mpsup.bench.workerproc import check_interpreter
+
+        python = check_interpreter(python, "--python")
     base_py = _resolve_python(baseline, "--baseline") if baseline else (python or Path(sys.executable))
-    if python is not None and not python.exists():
-        raise UserError(f"{python}: no such interpreter")
     envs = [EnvSpec("baseline", base_py)]
     mode = "single"
     if candidate:
@@ -164,15 +169,25 @@ def bench(
         envs.append(EnvSpec("baseline-2", base_py))
         mode = "aa"
     options = BenchOptions(device=dev, policy=SamplingPolicy(budget_s=budget), threads=threads, smoke=smoke)
+    from mpsup.render import safe
+
+    def warn(msg: str) -> None:
+        stderr_console.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
+
     with bench_progress(stderr_console) as on_event:
-        record, path = run_bench(envs, workloads, options, mode=mode, model=model_doc, progress=on_event)
+        record, path = run_bench(envs, workloads, options, mode=mode, model=model_doc, progress=on_event, warn=warn, exiting=True)
     if as_json:
         emit_json(run_summary(record, str(path) if path else None))
     else:
         render_run(record, stdout_console)
-        stdout_console.print(f"Run record: {path}")
+        stdout_console.print(f"Run record: {safe(path)}", highlight=False, soft_wrap=True)
     if record.get("interrupted"):
-        raise typer.Exit(130)
+        import signal
+
+        raise typer.Exit(128 + signal.Signals[record.get("signal", "SIGINT")].value)
+    if record.get("failure"):
+        error_line(f"{record['failure']}; the finished measurements are in {path}")
+        raise typer.Exit(1)
     failed = any(w["status"] in ("crash", "error") for w in record["workloads"]) or any(
         e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values()
     )
@@ -180,26 +195,24 @@ def bench(
 
 
 def _is_factory(text: str) -> bool:
+    import os
     import re
 
-    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not Path(text).exists()
+    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)  # never raises (a name too long)
 
 
 def _end_to_end_workloads(target: str, compile_too: bool) -> tuple[list, dict]:
     import hashlib
+    import os
 
     from mpsup.bench.workloads import Workload
 
     if target.endswith(".pt2"):
-        path = Path(target)
-        if not path.is_file():
-            raise UserError(f"{path}: no such file")
-        import zipfile
+        from mpsup.model.load import pt2_fingerprint
 
-        if not zipfile.is_zipfile(path):
-            raise UserError(f"{path}: not a torch.export archive (.pt2 files are zip archives)")
-        params = {"source": "pt2", "path": str(path.resolve())}
-        fingerprint = hashlib.sha256(path.read_bytes()[:1 << 20]).hexdigest()[:16]
+        path = Path(target)
+        fingerprint = pt2_fingerprint(path)  # a regular zip file, or one line; reads at most 2 MiB
+        params = {"source": "pt2", "path": os.path.realpath(path)}
         doc = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
     else:
         params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
@@ -214,12 +227,14 @@ def _end_to_end_workloads(target: str, compile_too: bool) -> tuple[list, dict]:
 def _print_workload_list(workloads: list) -> None:
     from rich.table import Table
 
+    from mpsup.render import safe
+
     t = Table(title=f"{len(workloads)} workloads")
     for col in ("name", "kind", "count", "dtype", "shape", "tags", "source"):
         t.add_column(col, overflow="fold")
     for w in workloads:
         shape = ", ".join(f"{k}={v}" for k, v in w.params.items() if k not in ("kernel", "method"))
-        t.add_row(w.name, w.kind, str(w.count), w.dtype, shape, ",".join(w.tags), w.source)
+        t.add_row(*(safe(cell) for cell in (w.name, w.kind, w.count, w.dtype, shape, ",".join(w.tags), w.source)))
     stdout_console.print(t)
 
 
@@ -245,72 +260,14 @@ def report(
     as_json: JsonOpt = False,
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
-    from mpsup.report import load
-    from mpsup.report.analysis import analyze, merge_single_runs
-    from mpsup.report.render import multi_json, render_html, render_markdown, render_multi_terminal, render_terminal
-    from mpsup.store import atomic_write_text
+    from mpsup.report.command import ReportRequest, run_report
 
-    def warn(msg: str) -> None:
-        stderr_console.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
-
-    if as_json:
-        fmt = ReportFormat.json
-    if list_runs:
-        rows = load.stored_runs(warn)
-        if fmt is ReportFormat.json:
-            emit_json(rows)
-        else:
-            from rich.table import Table
-
-            t = Table(title=f"{len(rows)} stored runs")
-            for c in ("id", "created", "mode", "device", "torch", "workloads", "model"):
-                t.add_column(c)
-            for r in rows:
-                t.add_row(r["id"], str(r["created_at"]), str(r["mode"]) + (" (partial)" if r["partial"] else ""),
-                          r["device"], " vs ".join(str(x) for x in r["torch"]), str(r["workloads"]), r["model"] or "")
-            stdout_console.print(t)
-        return
-    if (baseline is None) != (candidate is None):
-        raise UserError("--baseline and --candidate go together (two single runs to pair)")
-    if baseline and candidate:
-        records = [merge_single_runs(load.by_id(baseline, warn), load.by_id(candidate, warn))]
-    elif run:
-        records = [load.by_id(run, warn)]
-    elif paths:
-        records = load.records_from_paths(paths, warn)
-    else:
-        records = [load.newest_paired(warn)]
-    analyses = [analyze(r, threshold=threshold, seed=seed) for r in records]
-    if fmt is ReportFormat.json:
-        doc = analyses[0].to_json() if len(analyses) == 1 else multi_json(analyses)
-        text = None
-    elif fmt is ReportFormat.markdown:
-        text = "\n".join(render_markdown(a) for a in analyses)
-    elif fmt is ReportFormat.html:
-        text = "".join(render_html(a) for a in analyses[:1])
-    else:
-        text = None
-    if output is not None:
-        if fmt is ReportFormat.terminal:
-            raise UserError("-o needs --format markdown, json or html")
-        import json as _json
-
-        atomic_write_text(output, text if text is not None else _json.dumps(doc, indent=2) + "\n")
-        stderr_console.print(f"report written to {output}")
-    elif fmt is ReportFormat.json:
-        emit_json(doc)
-    elif text is not None:
-        sys.stdout.write(text)
-    elif len(analyses) > 1:
-        render_multi_terminal(analyses, stdout_console)
-    else:
-        render_terminal(analyses[0], stdout_console)
-    if fail_on_regression:
-        verdicts = {a.verdict for a in analyses}
-        if "regression" in verdicts:
-            raise typer.Exit(1)
-        if "inconclusive" in verdicts:
-            raise typer.Exit(3)
+    request = ReportRequest(paths=paths or [], run=run, list_runs=list_runs, baseline=baseline, candidate=candidate,
+                            fmt="json" if as_json else fmt.value, output=output, threshold=threshold, seed=seed,
+                            fail_on_regression=fail_on_regression)
+    code = run_report(request, stdout_console, stderr_console)
+    if code:
+        raise typer.Exit(code)
 
 
 class ChannelChoice(StrEnum):
@@ -341,12 +298,15 @@ def install_rc(
     list_envs: Annotated[bool, typer.Option("--list", help="Show the recorded candidate environments.")] = False,
     remove: Annotated[str | None, typer.Option("--remove", help="Delete a recorded environment (by version or name).")] = None,
     rollback: Annotated[bool, typer.Option("--rollback", help="Put back the packages saved before an --in-place upgrade.")] = False,
+    allow_unhashed: Annotated[bool, typer.Option("--allow-unhashed", help="Accept a wheel the index gives no sha256 for "
+                                                 "(its hash is computed from the download and recorded).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Install the PyTorch release candidate (or nightly, or newest stable) beside your environment, safely."""
     from mpsup.envs import execute, records
     from mpsup.envs import render as env_render
     from mpsup.envs.plan import InstallRequest, NothingToDo, current_euid, is_root_refused, plan_install
+    from mpsup.render import safe
 
     chosen = [flag for flag, on in (("--list", list_envs), ("--remove", remove is not None), ("--rollback", rollback)) if on]
     if len(chosen) > 1:
@@ -354,7 +314,9 @@ def install_rc(
     if in_place and clone:
         raise UserError("--clone makes a new environment; it cannot be combined with --in-place")
     if list_envs:
-        docs = records.recorded_environments()
+        docs, problems = records.scan_environments()
+        for problem in problems:
+            stderr_console.print(f"[yellow]warning:[/] skipped {safe(problem)}", highlight=False, soft_wrap=True)
         if as_json:
             emit_json(docs)
         else:
@@ -367,37 +329,38 @@ def install_rc(
         else:
             for doc in removed:
                 what = "record (your environment itself was not touched)" if doc.get("mode") == "in-place" else "environment"
-                stdout_console.print(f"Removed the {what} {doc['name']} (torch {doc.get('torch_version')})", highlight=False)
+                stdout_console.print(safe(f"Removed the {what} {doc['name']} (torch {doc.get('torch_version')})"), highlight=False)
         return
     if is_root_refused(sys.platform, current_euid(), allow_root):
         raise UserError("running as root on macOS would leave root-owned files in your environments; run as yourself, or pass --allow-root")
     target = python or Path(sys.executable)
     if rollback:
-        _confirm_or_refuse(yes, f"Put back the packages saved for {target}?")
+        _confirm_or_refuse(yes, safe(f"Put back the packages saved for {target}?"))
         result = execute.rollback(target)
         if as_json:
             emit_json(result.to_json())
         else:
-            stdout_console.print(f"Restored {target}: reinstalled {len(result.reinstalled)}, removed {len(result.removed)} packages "
-                                 f"(saved set {result.saved})", highlight=False, soft_wrap=True)
+            stdout_console.print(safe(f"Restored {target}: reinstalled {len(result.reinstalled)}, removed {len(result.removed)} packages "
+                                      f"(saved set {result.saved})"), highlight=False, soft_wrap=True)
         return
     companions = tuple(c.strip() for c in (with_ or "").split(",") if c.strip())
     request = InstallRequest(python=target, channel=channel.value, index_url=index_url, version=version, companions=companions,
-                             in_place=in_place, clone=clone, installer=installer.value)
+                             in_place=in_place, clone=clone, installer=installer.value, allow_unhashed=allow_unhashed,
+                             dry_run=dry_run, yes=yes, as_json=as_json, allow_root=allow_root)
     with stderr_console.status(f"Looking for torch on the {channel.value} channel..."):
         plan = plan_install(request)
     if isinstance(plan, NothingToDo):
         if as_json:
             emit_json(plan.to_json())
         else:
-            stdout_console.print(plan.message, highlight=False, soft_wrap=True)
+            stdout_console.print(safe(plan.message), highlight=False, soft_wrap=True)
         return
     env_render.render_plan(plan, stderr_console if as_json else stdout_console)
     if dry_run:
         if as_json:
             emit_json({"status": "planned", "dry_run": True, "plan": plan.to_json()})
         return
-    _confirm_or_refuse(yes, f"Install torch {plan.to_version} into {plan.prefix}?")
+    _confirm_or_refuse(yes, safe(f"Install torch {plan.to_version} into {plan.prefix}?"))
     do_install = execute.install_in_place if plan.mode == "in-place" else execute.install_side_by_side
     with env_render.install_progress(stderr_console) as progress:
         result = do_install(plan, progress=progress)
@@ -408,6 +371,7 @@ def install_rc(
 
 
 def _confirm_or_refuse(yes: bool, question: str) -> None:
+    """`question` is rich markup: callers escape what they did not write (paths, versions from an index)."""
     if yes:
         return
     if not sys.stdin.isatty():
@@ -426,4 +390,13 @@ def main() -> None:
         app()
     except (UserError, OperationFailed) as exc:
         error_line(str(exc))
+        if _wants_json(sys.argv[1:]):
+            # --json promises one JSON document on stdout: a failure is one too, for scripts to read.
+            emit_json({"status": "error", "message": str(exc), "exit_code": exc.exit_code})
         sys.exit(exc.exit_code)
+
+
+def _wants_json(args: list[str]) -> bool:
+    from itertools import pairwise
+
+    return "--json" in args or "--format=json" in args or ("--format", "json") in pairwise(args)

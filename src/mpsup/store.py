@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +91,43 @@ def read_json_object(path: Path, what: str, max_bytes: int = DEFAULT_MAX_JSON_BY
     return doc
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask. Linux shows it in /proc; elsewhere it can only be read by setting it, so it is
+    set to a common value for that instant (never 0: a file another thread creates meanwhile stays private)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        old = os.umask(0o022)
+        os.umask(old)
+    return old
+
+
+def _mode_for(target: Path) -> int:
+    """A replaced regular file keeps its permissions; a new one gets what the umask gives `open()`.
+    (mkstemp creates 0600, which would make every written file private whatever the user chose.)"""
+    try:
+        st = os.stat(target)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        return stat.S_IMODE(st.st_mode) & 0o777
+    return 0o666 & ~current_umask()
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same folder and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
@@ -102,6 +136,35 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_file_through(path: Path, text: str, what: str) -> Path:
+    """Write a user-named output file as a shell's `>` would, but atomically; returns the file written.
+
+    A symlink is followed (the link stays, its target gets the text); the file keeps its mode (a new one
+    gets the umask's); anything but a regular file (a folder, a device, a FIFO) is refused rather than
+    replaced. Every failure is one UserError naming the path.
+    """
+    target = Path(os.path.realpath(path))  # follows symlinks, dangling ones too, like `>` does
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write the {what} there ({exc.strerror or exc})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "is a folder" if stat.S_ISDIR(st.st_mode) else "is not a regular file"
+        raise UserError(f"{path}: {kind}; refusing to write the {what} there (name a file)")
+    try:
+        atomic_write_text(target, text)
+        if st is not None and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+            # Root replacing someone's file hands it back to them; anyone else cannot, and becomes its
+            # owner, as with any editor's safe save.
+            with contextlib.suppress(PermissionError):
+                os.chown(target, st.st_uid, st.st_gid)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write the {what} there ({exc.strerror or exc})") from None
+    return target
 
 
 def finite_json(doc: Any) -> Any:

@@ -65,9 +65,10 @@ class Analysis:
     verdict: str
     sentence: str
     threshold: float
+    device_time: dict[str, Any] = field(default_factory=dict)  # see device_time_semantics
 
     def to_json(self) -> dict[str, Any]:
-        def iv(i: Interval | None) -> dict[str, float] | None:
+        def iv(i: Interval | None) -> dict[str, float | None] | None:
             return i.to_json() if i else None
 
         return {
@@ -100,8 +101,21 @@ def _peak(env: dict[str, Any]) -> float | None:
     return float(v) if v else None
 
 
+def device_time_semantics(env_a: dict[str, Any], env_b: dict[str, Any]) -> dict[str, Any]:
+    """What each environment's device_samples measure (its worker's `event_timing`): an MPS event up
+    to torch 2.14 is a CPU clock read in a completion callback, from 2.15 the GPU's end time. Device
+    samples are only ever compared when both sides time the same thing; unknown never matches."""
+    a, b = env_a.get("event_timing"), env_b.get("event_timing")
+    return {"baseline": a, "candidate": b, "comparable": a is not None and a == b}
+
+
 def _size(w: dict[str, Any], env: dict[str, Any]) -> float:
     return float(env.get("flops_per_call") or env.get("bytes_per_call") or 1.0)
+
+
+def _timed(env: dict[str, Any]) -> list[float]:
+    # A zero time is no measurement (it cannot be a ratio's denominator).
+    return [float(x) for x in env.get("samples") or [] if x > 0]
 
 
 def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval, list[float]]:
@@ -122,6 +136,9 @@ def _labels(record: dict[str, Any]) -> tuple[str, str]:
 
 def merge_single_runs(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
     """Two single-environment runs of the same workloads, as one unpaired two-environment record."""
+    for rec in (base, cand):
+        if not rec["environments"]:
+            raise UserError(f"run {rec['id']} records no environment: nothing to pair")
     for key in ("device",):
         if base.get(key) != cand.get(key):
             raise UserError(f"runs {base['id']} and {cand['id']} were on different devices "
@@ -139,26 +156,36 @@ def merge_single_runs(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, A
     workloads = []
     for w in base["workloads"]:
         merged = dict(w)
-        merged["envs"] = {"baseline": w["envs"].get(base["environments"][0]["label"], {}),
-                          "candidate": by_name[w["name"]]["envs"].get(cand["environments"][0]["label"], {})}
+        merged["envs"] = {"baseline": _envs(w).get(base["environments"][0]["label"], {}),
+                          "candidate": _envs(by_name[w["name"]]).get(cand["environments"][0]["label"], {})}
         workloads.append(merged)
     smoke = []
-    cand_smoke = {s["feature"]: s for s in cand.get("smoke", [])}
-    for s in base.get("smoke", []):
+    cand_smoke = {s["feature"]: s for s in cand.get("smoke") or []}
+    for s in base.get("smoke") or []:
         other = cand_smoke.get(s["feature"], {"envs": {}})
         smoke.append({"feature": s["feature"], "envs": {
             "baseline": next(iter(s["envs"].values()), {}), "candidate": next(iter(other["envs"].values()), {})}})
     envs = [{**base["environments"][0], "label": "baseline"}, {**cand["environments"][0], "label": "candidate"}]
     return {**base, "id": f"{base['id']}+{cand['id']}", "mode": "unpaired", "environments": envs,
             "workloads": workloads, "smoke": smoke,
-            "hygiene": {"before": base.get("hygiene", {}).get("before", {}),
-                        "after": cand.get("hygiene", {}).get("after", {}),
-                        "changed": [*base.get("hygiene", {}).get("changed", []), *cand.get("hygiene", {}).get("changed", [])]}}
+            "hygiene": {"before": _hygiene(base)["before"], "after": _hygiene(cand)["after"],
+                        "changed": [*_hygiene(base)["changed"], *_hygiene(cand)["changed"]]}}
+
+
+def _envs(w: dict[str, Any]) -> dict[str, Any]:
+    # A workload skipped before any environment ran it may carry no (or null) envs.
+    return w.get("envs") or {}
+
+
+def _hygiene(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's machine conditions, with absent (or null) parts as empty ones."""
+    hyg = record.get("hygiene") or {}
+    return {"before": hyg.get("before") or {}, "after": hyg.get("after") or {}, "changed": list(hyg.get("changed") or [])}
 
 
 def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str]]:
     out = []
-    for s in record.get("smoke", []):
+    for s in record.get("smoke") or []:
         sa = s["envs"].get(a, {}).get("status")
         sb = s["envs"].get(b, {}).get("status")
         if sa is None or sb is None or sa == sb:
@@ -178,19 +205,19 @@ def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str
 
 
 def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
-    usable = [c for c in changes if c.speedup and c.baseline_s and c.ratios]
+    # (workload, its baseline time per forward, its speedup)
+    usable = [(c, c.count * c.baseline_s, c.speedup.estimate) for c in changes if c.speedup and c.baseline_s and c.ratios]
     if not usable:
         return None
-    total_base = sum(c.count * c.baseline_s for c in usable)  # type: ignore[operator]
-    est = total_base / sum(c.count * c.baseline_s / c.speedup.estimate for c in usable)  # type: ignore[operator,union-attr]
+    total_base = sum(t for _, t, _ in usable)
+    est = total_base / sum(t / s for _, t, s in usable)
     rng = random.Random(seed)
     boots = []
     for _ in range(1000):
-        t = 0.0
-        for c in usable:
-            r = median(rng.choices(c.ratios, k=len(c.ratios)))
-            t += c.count * c.baseline_s / r  # type: ignore[operator]
-        boots.append(total_base / t)
+        forward = 0.0
+        for c, t, _ in usable:
+            forward += t / median(rng.choices(c.ratios, k=len(c.ratios)))
+        boots.append(total_base / forward)
     boots.sort()
     return Interval(est, boots[24], boots[974])
 
@@ -237,7 +264,7 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
     a, b = _labels(record)
     changes: list[WorkloadChange] = []
     for i, w in enumerate(record["workloads"]):
-        ea, eb = w["envs"].get(a, {}), w["envs"].get(b, {})
+        ea, eb = _envs(w).get(a, {}), _envs(w).get(b, {})
         base_s, cand_s = ea.get("median"), eb.get("median")
         speedup: Interval | None = None
         ratios: list[float] = []
@@ -245,12 +272,12 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
             ratios = [float(r) for r in w["ratios"] if r and r > 0 and math.isfinite(r)]
             if ratios:
                 speedup = paired_ratio_ci(ratios, seed=seed + i)
-        elif ea.get("samples") and eb.get("samples"):
-            speedup, ratios = _unpaired_ratio(ea["samples"], eb["samples"], seed + i)
-        status = w.get("status", "ok") if speedup is None else "ok"
+        elif _timed(ea) and _timed(eb):
+            speedup, ratios = _unpaired_ratio(_timed(ea), _timed(eb), seed + i)
+        status = (w.get("status") or "ok") if speedup is None else "ok"
         pa, pb = _peak(ea), _peak(eb)
         changes.append(WorkloadChange(
-            name=w["name"], part=w.get("part", ""), tags=list(w.get("tags", [])), count=int(w.get("count", 1)),
+            name=w["name"], part=w.get("part") or "", tags=list(w.get("tags") or []), count=int(w.get("count", 1)),
             baseline_s=base_s, candidate_s=cand_s, speedup=speedup,
             change=classify_change(speedup, threshold) if speedup else "n/a",
             size=_size(w, ea or eb), memory_ratio=(pb / pa) if pa and pb else None, ratios=ratios, status=status,
@@ -269,9 +296,9 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
     model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.get("model") else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
     mem = geometric_mean(mem_ratios) if mem_ratios else None
-    hyg = record.get("hygiene", {})
-    noise = sorted(set(noisy_conditions(hyg.get("before", {})) + noisy_conditions(hyg.get("after", {}))
-                       + list(hyg.get("changed", []))))
+    hyg = _hygiene(record)
+    noise = sorted(set(noisy_conditions(hyg["before"]) + noisy_conditions(hyg["after"]) + hyg["changed"]))
+    main: Interval | None
     if model is not None:
         main, what = model, "your model's forward"
     elif suite is not None:
@@ -285,9 +312,10 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
                                  str(envs[0].get("torch_version")), str(envs[1].get("torch_version")))
     changes.sort(key=lambda c: -c.share)
     return Analysis(
-        run_ids=[record["id"]], machine=str(envs[0].get("device_name", record["device"])),
+        run_ids=[record["id"]], machine=str(envs[0].get("device_name") or record["device"]),
         baseline_torch=str(envs[0].get("torch_version")), candidate_torch=str(envs[1].get("torch_version")),
-        device=record["device"], mode=record.get("mode", ""), workloads=changes, suite_geomean=suite,
+        device=record["device"], mode=record.get("mode") or "", workloads=changes, suite_geomean=suite,
         suite_split=split, model_speedup=model, peak_memory_ratio=mem, smoke_changes=_smoke_changes(record, a, b),
         noise=noise, verdict=verdict, sentence=sentence, threshold=threshold,
+        device_time=device_time_semantics(envs[0], envs[1]),
     )

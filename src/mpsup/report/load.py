@@ -21,6 +21,12 @@ def _try_load(path: Path, warn: Warn) -> dict[str, Any] | None:
 
 
 def records_from_paths(paths: list[Path], warn: Warn) -> list[dict[str, Any]]:
+    if len(paths) == 1 and not paths[0].is_dir() and paths[0].exists():
+        # The one record asked for: its own problem is the error, not a warning before a vaguer one.
+        named = load_record(paths[0])
+        if len(named["environments"]) < 2:
+            raise UserError(f"{paths[0]}: a single-environment run; pair two with --baseline ID --candidate ID")
+        return [named]
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
@@ -44,11 +50,14 @@ def records_from_paths(paths: list[Path], warn: Warn) -> list[dict[str, Any]]:
 
 
 def newest_paired(warn: Warn) -> dict[str, Any]:
+    skipped = 0
     for path in reversed(list_record_paths()):
         rec = _try_load(path, warn)
+        skipped += rec is None
         if rec is not None and len(rec["environments"]) >= 2:
             return rec
-    raise UserError("no paired run stored yet: run `mpsup bench --candidate PATH` (or `--aa`) first")
+    unreadable = f" ({skipped} unreadable record(s) skipped, see the warnings)" if skipped else ""
+    raise UserError(f"no paired run stored yet{unreadable}: run `mpsup bench --candidate PATH` (or `--aa`) first")
 
 
 def by_id(run_id: str, warn: Warn) -> dict[str, Any]:
@@ -56,6 +65,9 @@ def by_id(run_id: str, warn: Warn) -> dict[str, Any]:
 
 
 def stored_runs(warn: Warn) -> list[dict[str, Any]]:
+    from mpsup.bench.journal import recover_journals
+
+    recover_journals(warn)  # a run that died (SIGKILL, full disk) left a journal: list it as a partial record
     rows = []
     for path in list_record_paths():
         rec = _try_load(path, warn)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 import math
+import re
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -11,10 +13,26 @@ from rich.table import Table
 from rich.text import Text
 
 from mpsup.bench.render import fmt_time
+from mpsup.render import safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.stats import Interval
 
 MARK = {"faster": "▲", "slower": "▼", "same": "·", "n/a": " "}
+
+# Every string that comes from a record (workload and feature names, ids, device, versions, statuses,
+# conditions) is data, never markup: each renderer passes it through its own escape.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
+
+
+def md(text: object) -> str:
+    """Record text as inert Markdown on one line: it can neither leave its table cell (`|`, a newline)
+    nor become HTML, a link, an image or emphasis."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))
+
+
+def esc(text: object) -> str:
+    """Record text for HTML element content and quoted attribute values."""
+    return html.escape(str(text), quote=True)
 
 
 def _iv(i: Interval | None) -> str:
@@ -33,7 +51,8 @@ def _bar(speedup: float | None, width: int = 10) -> str:
     return " " * (half - cells) + "█" * cells + "│"
 
 
-def summary_lines(a: Analysis) -> list[str]:
+def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str]:
+    """The figures below the table; `quote` escapes the record-derived parts for the target format."""
     lines = []
     if a.suite_geomean:
         split = ", ".join(f"{k} {v.estimate:.3f}x" for k, v in a.suite_split.items())
@@ -45,44 +64,46 @@ def summary_lines(a: Analysis) -> list[str]:
     if a.peak_memory_ratio:
         lines.append(f"Peak memory, candidate / baseline (geometric mean): {a.peak_memory_ratio:.2f}")
     for s in a.smoke_changes:
-        lines.append(f"Smoke: {s['feature']} {s['change']} ({s['baseline']} -> {s['candidate']})")
+        lines.append(f"Smoke: {quote(s['feature'])} {s['change']} ({quote(s['baseline'])} -> {quote(s['candidate'])})")
     if a.noise:
-        lines.append("Conditions: " + "; ".join(a.noise))
+        lines.append("Conditions: " + "; ".join(quote(n) for n in a.noise))
     return lines
 
 
 def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
     style = {"benefit": "green", "regression": "red", "mixed": "yellow", "inconclusive": "yellow"}.get(a.verdict, "")
     console.print(Text(a.sentence, style=f"bold {style}"))
-    console.print(f"{a.machine} · {a.device} · torch {a.baseline_torch} -> {a.candidate_torch} · run {', '.join(a.run_ids)}")
+    console.print(f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
+                  f" · run {safe(', '.join(a.run_ids))}")
     t = Table(show_lines=False)
     t.add_column("workload", no_wrap=True, overflow="ellipsis", max_width=34)
     for col, just in (("count", "right"), ("share", "right"), ("baseline", "right"),
                       ("candidate", "right"), ("speedup (95% CI)", "right"), ("", "left"), ("", "center")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for w in a.workloads[:limit]:
-        t.add_row(w.name, str(w.count), f"{w.share:.1%}", fmt_time(w.baseline_s), fmt_time(w.candidate_s),
-                  _iv(w.speedup) if w.speedup else w.status, _bar(w.speedup.estimate if w.speedup else None),
+        t.add_row(safe(w.name), str(w.count), f"{w.share:.1%}", fmt_time(w.baseline_s), fmt_time(w.candidate_s),
+                  _iv(w.speedup) if w.speedup else safe(w.status), _bar(w.speedup.estimate if w.speedup else None),
                   MARK[w.change])
     console.print(t)
     if len(a.workloads) > limit:
         console.print(f"... {len(a.workloads) - limit} more workloads (use --format json or html for all)")
     console.print(f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; · no measurable change")
-    for line in summary_lines(a):
+    for line in summary_lines(a, safe):
         console.print(line)
 
 
 def render_markdown(a: Analysis) -> str:
-    out = [f"# mpsup report: {a.verdict}", "", f"**{a.sentence}**", "",
-           f"- Machine: {a.machine} ({a.device})", f"- torch {a.baseline_torch} (baseline) vs {a.candidate_torch} (candidate)",
-           f"- Runs: {', '.join(a.run_ids)}", ""]
-    out += [f"- {line}" for line in summary_lines(a)]
+    out = [f"# mpsup report: {a.verdict}", "", f"**{md(a.sentence)}**", "",
+           f"- Machine: {md(a.machine)} ({md(a.device)})",
+           f"- torch {md(a.baseline_torch)} (baseline) vs {md(a.candidate_torch)} (candidate)",
+           f"- Runs: {md(', '.join(a.run_ids))}", ""]
+    out += [f"- {line}" for line in summary_lines(a, md)]
     out += ["", "| workload | count | share | baseline | candidate | speedup | 95% CI | change |",
             "|---|---:|---:|---:|---:|---:|---|---|"]
     for w in a.workloads:
         ci = f"{w.speedup.low:.3f}-{w.speedup.high:.3f}" if w.speedup else "-"
-        sp = f"{w.speedup.estimate:.3f}x" if w.speedup else w.status
-        out.append(f"| {w.name} | {w.count} | {w.share:.1%} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
+        sp = f"{w.speedup.estimate:.3f}x" if w.speedup else md(w.status)
+        out.append(f"| {md(w.name)} | {w.count} | {w.share:.1%} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
                    f"| {sp} | {ci} | {w.change} |")
     return "\n".join(out) + "\n"
 
@@ -124,7 +145,7 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
         hi = s.high if math.isfinite(s.high) else s.estimate
         parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" stroke="{c}"/>')
         parts.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="3.5" fill="{c}">'
-                     f'<title>{html.escape(w.name)}: {s.estimate:.3f}x ({s.low:.3f}-{s.high:.3f})</title></circle>')
+                     f'<title>{esc(w.name)}: {s.estimate:.3f}x ({s.low:.3f}-{s.high:.3f})</title></circle>')
     parts.append(f'<text x="{width / 2 - 120:.0f}" y="{height - 24}" font-size="12">work per call (FLOP or bytes, log scale)</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -144,7 +165,7 @@ def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
         length = max(-1.0, min(1.0, math.log2(r))) * 300
         x = mid if length >= 0 else mid + length
         color = "#cf222e" if r > 1 else "#1a7f37"
-        parts.append(f'<text x="4" y="{i * row + 14}" font-size="11">{html.escape(w.name[:60])}</text>')
+        parts.append(f'<text x="4" y="{i * row + 14}" font-size="11">{esc(w.name[:60])}</text>')
         parts.append(f'<rect class="bar" x="{x:.1f}" y="{i * row + 4}" width="{abs(length):.1f}" height="10" fill="{color}">'
                      f"<title>{r:.2f}x</title></rect>")
     parts.append("</svg>")
@@ -153,14 +174,14 @@ def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
 
 def render_html(a: Analysis) -> str:
     rows = "".join(
-        f"<tr><td>{html.escape(w.name)}</td><td>{w.count}</td><td>{w.share:.1%}</td><td>{fmt_time(w.baseline_s)}</td>"
-        f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv(w.speedup) if w.speedup else html.escape(w.status)}</td>"
-        f"<td class='{w.change}'>{w.change}</td></tr>"
+        f"<tr><td>{esc(w.name)}</td><td>{w.count}</td><td>{w.share:.1%}</td><td>{fmt_time(w.baseline_s)}</td>"
+        f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv(w.speedup) if w.speedup else esc(w.status)}</td>"
+        f"<td class=\"{esc(w.change)}\">{esc(w.change)}</td></tr>"
         for w in a.workloads
     )
-    summary = "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(a))
+    summary = "".join(f"<li>{line}</li>" for line in summary_lines(a, esc))
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>mpsup report: {a.verdict}</title>
+<html lang="en"><head><meta charset="utf-8"><title>mpsup report: {esc(a.verdict)}</title>
 <style>
 body {{ font-family: -apple-system, system-ui, sans-serif; margin: 2em; color: #1f2328; }}
 .verdict {{ font-size: 1.3em; font-weight: 600; }}
@@ -169,9 +190,9 @@ td, th {{ border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }}
 .faster {{ color: #1a7f37; }} .slower {{ color: #cf222e; }}
 </style></head><body>
-<p class="verdict" id="verdict">{html.escape(a.sentence)}</p>
-<p>{html.escape(a.machine)} ({a.device}) · torch {html.escape(a.baseline_torch)} → {html.escape(a.candidate_torch)}
- · runs {html.escape(", ".join(a.run_ids))}</p>
+<p class="verdict" id="verdict">{esc(a.sentence)}</p>
+<p>{esc(a.machine)} ({esc(a.device)}) · torch {esc(a.baseline_torch)} → {esc(a.candidate_torch)}
+ · runs {esc(", ".join(a.run_ids))}</p>
 <ul>{summary}</ul>
 <h2>Speedup per workload against its size</h2>
 {_svg_speedup_plot(a.workloads)}
@@ -195,13 +216,13 @@ def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:
     t = Table()
     t.add_column("workload")
     for an in analyses:
-        t.add_column(an.machine, justify="right")
+        t.add_column(safe(an.machine), justify="right")
     for n in names:
         cells = []
         for an in analyses:
-            w = next((x for x in an.workloads if x.name == n), None)
-            cells.append(f"{w.speedup.estimate:.3f}x {MARK[w.change]}" if w and w.speedup else "-")
-        t.add_row(n, *cells)
+            hit = next((x for x in an.workloads if x.name == n), None)
+            cells.append(f"{hit.speedup.estimate:.3f}x {MARK[hit.change]}" if hit and hit.speedup else "-")
+        t.add_row(safe(n), *cells)
     console.print(t)
 
 

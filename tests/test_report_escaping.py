@@ -1,0 +1,118 @@
+"""Record text is data in every renderer: no HTML injection, no Markdown cell break-out, no rich markup."""
+
+from __future__ import annotations
+
+import io
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mpsup.bench.record import save_record
+from mpsup.report.analysis import analyze
+from mpsup.report.command import ReportRequest, run_report
+from mpsup.report.render import md, render_html, render_markdown, render_multi_terminal, render_terminal
+from tests.conftest import run_cli
+from tests.synthetic import paired_record
+
+SCRIPT = "<script>alert(1)</script>"
+ATTR = "\"' onmouseover=alert(2) x='"
+MD_BREAKOUT = "w|x`y`*b*_i_ [link](http://e.example) <b>bold</b> & ~s~\n| injected | row |\\"
+MARKUP = "models/[old] llama/[/x] [bold red]loud"
+
+
+def _hostile(text: str, run_id: str = "20261202T100000Z-host00") -> dict[str, Any]:
+    """A valid record with `text` in every string field the report shows."""
+    smoke = [{"feature": "f" + text, "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass" + text}}}]
+    rec = paired_record(1.3, seed=7, count=4, rounds=8, run_id=run_id, smoke=smoke,
+                        hygiene={"before": {}, "after": {}, "changed": ["cond" + text]})
+    rec["device"] = "mps" + text
+    for env in rec["environments"]:
+        env["device_name"] = "Mac" + text
+        env["torch_version"] = env["torch_version"] + text
+    for i, w in enumerate(rec["workloads"]):
+        w["name"] = f"w{i}{text}"
+    # one workload without figures, so its (record-given) status is shown instead of a speedup
+    w = rec["workloads"][-1]
+    w.pop("ratios")
+    w["envs"]["candidate"] = {"status": "crash" + text}
+    w["status"] = "crash" + text
+    return rec
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs |= {name for name, _ in attrs}
+
+
+PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "p", "ul", "li", "h2", "svg", "line", "text", "circle",
+             "rect", "table", "thead", "tbody", "tr", "th", "td"}
+
+
+def test_html_escapes_every_record_string():
+    for text in (SCRIPT, ATTR, "<img src=x onerror=alert(3)>"):
+        page = render_html(analyze(_hostile(text)))
+        parser = _Tags()
+        parser.feed(page)
+        assert parser.tags <= PAGE_TAGS, parser.tags - PAGE_TAGS
+        assert not {a for a in parser.attrs if a.startswith("on")}
+        assert "<script" not in page.lower()  # before: the device field's <script> was in the page as is
+    page = render_html(analyze(_hostile(SCRIPT)))
+    assert "mps&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def _unescaped(line: str, char: str) -> int:
+    """Occurrences of char not preceded by an odd run of backslashes."""
+    return sum(1 for m in re.finditer(re.escape(char), line) if (len(line[: m.start()]) - len(line[: m.start()].rstrip("\\"))) % 2 == 0)
+
+
+def test_markdown_rows_keep_their_columns_and_inject_nothing():
+    benign = render_markdown(analyze(_hostile("")))
+    page = render_markdown(analyze(_hostile(MD_BREAKOUT)))
+    assert len(page.splitlines()) == len(benign.splitlines())  # no line added by a newline in a name
+    rows = [line for line in page.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 4  # the header and one row per workload
+    assert all(_unescaped(row, "|") == 9 for row in rows)  # before: 2 rows broke out of their cells
+    # The hostile text adds not one active character: what is left is the report's own (`**`, `->`, `|`).
+    for char in "|<>[]`*_&~":
+        assert _unescaped(page, char) == _unescaped(benign, char), char
+
+
+def test_md_escape_round_trip_is_one_line():
+    assert md("a\nb\r\nc") == "a b c"
+    assert md("x|y") == "x\\|y" and md("\\") == "\\\\"
+
+
+def test_terminal_shows_markup_literally():
+    rec = _hostile(MARKUP)
+    console = Console(file=io.StringIO(), width=300, color_system=None)
+    render_terminal(analyze(rec), console)  # before: MarkupError traceback from [/x]
+    render_multi_terminal([analyze(rec), analyze(rec)], console)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "models/[old] llama/[/x] [bold red]loud" in out
+    assert "mps" + MARKUP in out
+
+
+def test_list_shows_ids_devices_and_models_literally(mpsup_home: Path):
+    rec = _hostile(MARKUP, run_id="20261202T100000Z-[b]x")
+    rec["model"] = {"path": "models/[old] llama", "fingerprint": "ab"}
+    save_record(rec, mpsup_home / "runs")
+    out = Console(file=io.StringIO(), width=400, color_system=None)
+    run_report(ReportRequest(list_runs=True), out, Console(file=io.StringIO()))
+    text = out.file.getvalue()  # type: ignore[attr-defined]
+    assert "20261202T100000Z-[b]x" in text and "models/[old] llama" in text and "[bold red]loud" in text
+
+
+def test_cli_html_report_from_a_hostile_record(mpsup_home: Path, tmp_path: Path):
+    save_record(_hostile(SCRIPT), mpsup_home / "runs")
+    res = run_cli("report", "--format", "html")
+    assert res.returncode == 0, res.stderr
+    assert "<script" not in res.stdout and "&lt;script&gt;" in res.stdout
