@@ -37,7 +37,61 @@ def test_selection():
     ws = suite.build_suite("cpu", (1, 16))
     assert {w.part for w in select(ws, "moe")} == {"moe"}
     assert all(w.params["tokens"] == 1 for w in select(ws, "linear/*/t1"))
-    assert len(select(ws, "re:^roofline/")) == 2
+    assert {w.name for w in select(ws, "re:^roofline/")} == {"roofline/copy/64MiB", "roofline/matmul/bf16/1024",
+                                                          "roofline/matmul/fp32/1024"}
+
+
+def test_fp8_is_a_memory_trade_with_bf16_twins():
+    for device in ("mps", "cuda", "cpu"):
+        ws = {w.name: w for w in suite.fp8_workloads(device)}
+        mms = [w for w in ws.values() if w.kind == "scaled_mm"]
+        assert {w.params["recipe"] for w in mms} == {"tensorwise", "rowwise"}
+        for w in mms:
+            p = w.params
+            twin = ws[f"fp8/bf16-twin/{p['in_features']}x{p['out_features']}/t{p['tokens']}"]
+            assert twin.kind == "linear" and twin.dtype == "bf16" and twin.part == "fp8"
+            assert twin.name in w.source and "memory-trade" in w.tags and "MiB vs" in w.source
+            assert twin.memory_bytes > w.memory_bytes
+        decode = min(w.params["tokens"] for w in mms)
+        # 2.15's MPS kernels decode 1-4 rows; CUDA's FP8 GEMMs want multiples of 16.
+        assert decode == (16 if device == "cuda" else 1)
+        embeds = [w for w in ws.values() if w.kind == "embedding"]
+        assert {w.dtype for w in embeds} == {"fp8", "bf16"}
+    # The CPU emulates FP8 matmul: only small shapes there.
+    assert max(w.params["tokens"] * w.params["out_features"] for w in suite.fp8_workloads("cpu") if w.kind == "scaled_mm") <= 16 * 4096
+
+
+def test_new_215_kernels_are_in_the_suite():
+    gpu = suite.build_suite("mps", (1, 512))
+    names = {w.name for w in gpu}
+    assert {"int8/int_mm/4096x4096/t1", "int8/int_mm/4096x14336/t512"} <= names
+    moe = [w for w in gpu if w.part == "moe"]
+    assert {w.dtype for w in moe} == {"bf16", "fp16", "fp32"}
+    assert any(w.params.get("routing") == "skewed" for w in moe)
+    conv = [w for w in gpu if w.kind == "conv"]
+    assert len(conv) == len(suite.WAN_PAD_SHAPES)
+    for w, (c, t, h, wd) in zip(conv, suite.WAN_PAD_SHAPES, strict=True):
+        assert w.params["weight_shape"] == [c, c, 3, 3, 3] and w.params["input_shape"] == [1, c, t + 2, h + 2, wd + 2]
+    assert min(w.params["tokens"] for w in suite.int8_workloads((1, 512), "cuda")) == 32  # CUDA's _int_mm wants > 16 rows
+
+
+def test_the_cpu_default_stays_small():
+    # The full-suite CPU test runs in CI: what 2.15 added must be small there or left out.
+    ws = suite.build_suite("cpu", (1,))
+    assert not [w for w in ws if w.part == "moe" and w.dtype != "bf16"]
+    conv = [w for w in ws if w.kind == "conv"]
+    assert len(conv) == 1 and conv[0].params["weight_shape"][0] == suite.WAN_VAE_BASE_DIM
+    assert all(w.memory_bytes < 1 << 30 for w in ws if w.part in ("fp8", "int8", "conv3d"))
+    assert not [w for w in ws if w.dtype == "fp16" and w.kind != "metal"]  # a CPU's fp16 matmul takes seconds
+
+
+def test_metal_roofline_workloads():
+    ws = {w.name: w for w in suite.metal_workloads()}
+    assert set(ws) == {"metal/copy_f32", "metal/read_f32x4", "metal/write_f32x4", "metal/fma_chain",
+                       "metal/matrix_chain_f16", "metal/matrix_chain_bf16"}
+    roofs = {w.tags[1] for w in ws.values()}
+    assert roofs == {"copy", "read", "write", "fp32-fma", "fp16-matrix", "bf16-matrix"}
+    assert ws["metal/read_f32x4"].memory_bytes == (1 << 22) * 17 * 4
 
 
 def _config(model_configs: Path, prefix: str) -> dict:

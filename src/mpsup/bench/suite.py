@@ -6,6 +6,7 @@ config.json, tests check these numbers against it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mpsup.bench.workloads import ITEMSIZE, Workload
 
@@ -146,38 +147,100 @@ def linear_workloads(tokens: tuple[int, ...], dtype: str = "bf16") -> list[Workl
     return out
 
 
-def moe_workloads(tokens: tuple[int, ...]) -> list[Workload]:
+def _moe(m: MoeDims, t: int, proj: str, k: int, n: int, method: str, dtype: str = "bf16", routing: str = "even") -> Workload:
+    routed = t * m.top_k
+    mem = (routed * k + m.experts * n * k + routed * n) * ITEMSIZE[dtype]
+    suffix = "" if (dtype, routing) == ("bf16", "even") else f"/{dtype}" if routing == "even" else f"/{routing}"
+    params: dict[str, object] = {"tokens": t, "top_k": m.top_k, "experts": m.experts, "in_features": k, "out_features": n,
+                                 "method": method}
+    if routing != "even":
+        params["routing"] = routing
+    tags = [method, "decode" if t == 1 else "prefill"]
+    if dtype != "bf16":
+        tags.append(dtype)
+    if routing != "even":
+        tags.append(f"{routing}-routing")
+    return Workload(name=f"moe/{m.model}/{proj}/t{t}/{method}{suffix}", kind="grouped_mm", part="moe", dtype=dtype,
+                    params=params, tags=tuple(tags), source=m.model, memory_bytes=mem, role="experts")
+
+
+def moe_workloads(tokens: tuple[int, ...], device: str = "mps") -> list[Workload]:
+    """Grouped matmul against a per-expert loop in bf16; then what 2.15 added on MPS: fp16 and fp32
+    grouped matmul (GPU only: a CPU's fp16 matmul takes seconds), and routing skewed as real
+    routers skew it, since 2.15's kernel sizes its tile from the average rows per group."""
     out = []
     for m in MOES:
         for t in tokens:
             for proj, (k, n) in (("gate_up", (m.hidden, m.expert_intermediate)),
                                  ("down", (m.expert_intermediate, m.hidden))):
-                routed = t * m.top_k
-                mem = (routed * k + m.experts * n * k + routed * n) * 2
                 for method in ("grouped", "loop"):
-                    out.append(Workload(
-                        name=f"moe/{m.model}/{proj}/t{t}/{method}",
-                        kind="grouped_mm", part="moe", dtype="bf16",
-                        params={"tokens": t, "top_k": m.top_k, "experts": m.experts, "in_features": k,
-                                "out_features": n, "method": method},
-                        tags=(method, "decode" if t == 1 else "prefill"), source=m.model, memory_bytes=mem,
-                        role="experts",
-                    ))
+                    out.append(_moe(m, t, proj, k, n, method))
+            k, n = m.hidden, m.expert_intermediate
+            if t * m.top_k >= 2 * m.experts:  # fewer routed rows than that leave nothing to skew
+                out.append(_moe(m, t, "gate_up", k, n, "grouped", routing="skewed"))
+            if device != "cpu":
+                out += [_moe(m, t, "gate_up", k, n, "grouped", dtype=dt) for dt in ("fp16", "fp32")]
     return out
 
 
 def fp8_workloads(device: str) -> list[Workload]:
+    """FP8 as a memory trade: every FP8 matmul has a BF16 twin of the same shape, so the table shows
+    the speed paid for weights half the size (2.15's own figures: about a third less memory, at
+    0.12x-0.95x the speed of BF16). Nothing here predicts a speedup."""
     numel = 1 << 24 if device != "cpu" else 1 << 20
     out = [
         Workload(f"fp8/cast/{d}/{numel}", "fp8_cast", "fp8", "bf16", {"numel": numel, "direction": d},
                  tags=("fp8",), source="storage: 1 byte vs 2", memory_bytes=numel * 3)
         for d in ("to_fp8", "to_bf16")
     ]
-    # fp8 GEMMs want the token dimension in multiples of 16, so decode is measured at 16.
-    for t, k, n in ((16, 4096, 4096), (512, 4096, 14336)):
-        out.append(Workload(f"fp8/scaled_mm/{k}x{n}/t{t}", "scaled_mm", "fp8", "fp8",
-                            {"tokens": t, "in_features": k, "out_features": n},
-                            tags=("fp8",), source="Llama-3-8B", memory_bytes=k * n + 2 * t * (k + n)))
+    # 1 token: 2.15's MPS decode kernels take 1-4 rows; CUDA's FP8 GEMMs want multiples of 16, so
+    # CUDA decodes at 16. A CPU emulates FP8 matmul (0.1 s for 16x4096x4096): small shapes only there.
+    decode = 16 if device == "cuda" else 1
+    cases = [(decode, 4096, 4096, "tensorwise"), (decode, 4096, 4096, "rowwise")]
+    if decode != 16:
+        cases.append((16, 4096, 4096, "tensorwise"))
+    if device != "cpu":
+        cases += [(512, 4096, 14336, "tensorwise"), (512, 4096, 14336, "rowwise")]
+    seen_twins = set()
+    for t, k, n, recipe in cases:
+        kind = "scaled_mm" if recipe == "tensorwise" else "scaled_mm-rowwise"
+        twin = f"fp8/bf16-twin/{k}x{n}/t{t}"
+        saved = k * n
+        out.append(Workload(f"fp8/{kind}/{k}x{n}/t{t}", "scaled_mm", "fp8", "fp8",
+                            {"tokens": t, "in_features": k, "out_features": n, "recipe": recipe},
+                            tags=("fp8", recipe, "memory-trade", "decode" if t < 16 else "prefill"),
+                            source=f"Llama-3-8B; weights {saved >> 20} MiB vs {2 * saved >> 20} MiB in bf16 (twin: {twin})",
+                            memory_bytes=k * n + 2 * t * (k + n)))
+        if twin not in seen_twins:
+            seen_twins.add(twin)
+            out.append(Workload(twin, "linear", "fp8", "bf16", {"tokens": t, "in_features": k, "out_features": n},
+                                tags=("fp8-twin", "memory-trade", "decode" if t < 16 else "prefill"),
+                                source="the bf16 layer each FP8 matmul of this shape replaces",
+                                memory_bytes=2 * (k * n + t * (k + n))))
+    # An FP8 embedding table: the gather 2.15 added for float8_e4m3fn on MPS; a BF16 twin beside it.
+    vocab = 128256 if device != "cpu" else 8192
+    for t in (1, 512) if device != "cpu" else (1,):
+        for dt in ("fp8", "bf16"):
+            out.append(Workload(f"fp8/embedding/{dt}/{vocab}x4096/t{t}", "embedding", "fp8", dt,
+                                {"tokens": t, "num_embeddings": vocab, "embedding_dim": 4096},
+                                tags=("fp8" if dt == "fp8" else "fp8-twin", "memory-trade", "gather"),
+                                source="Llama-3-8B token embedding" + ("" if device != "cpu" else " (vocab cut to 8192 on CPU)"),
+                                memory_bytes=vocab * 4096 * 2 + 4096 * t * ITEMSIZE[dt]))
+    return out
+
+
+def int8_workloads(tokens: tuple[int, ...], device: str) -> list[Workload]:
+    """`torch._int_mm` (int8 x int8 -> int32): an MPS kernel from 2.15, which ComfyUI re-enabled int8
+    for. Compare with the same shapes in the BF16 linear table. CUDA's kernel wants more than 16 rows."""
+    out = []
+    toks = sorted({max(t, 32) if device == "cuda" else t for t in tokens})
+    for t in toks:
+        for k, n in ((4096, 4096), (4096, 14336), (3072, 12288)):
+            out.append(Workload(f"int8/int_mm/{k}x{n}/t{t}", "int_mm", "int8", "int8",
+                                {"tokens": t, "in_features": k, "out_features": n},
+                                tags=("int8", "decode" if t == 1 else "prefill"),
+                                source="Llama-3-8B" if k == 4096 else "FLUX.1-dev",
+                                memory_bytes=t * k + k * n + 4 * t * n))
     return out
 
 
@@ -206,28 +269,52 @@ def pad_workloads(device: str) -> list[Workload]:
     return out
 
 
+def conv3d_workloads(device: str) -> list[Workload]:
+    """The Wan2.2 VAE decoder's causal 3x3x3 convolutions, on the activations the pads above make:
+    2.15 moved conv3d on MPS to Metal (PR 188802, 1.8x-4.4x there). On a CPU one small shape at
+    the real width stands in (the real ones are 0.4 TFLOP each)."""
+    shapes = WAN_PAD_SHAPES if device != "cpu" else ((WAN_VAE_BASE_DIM, 2, 16, 16),)
+    out = []
+    for c, t, h, w in shapes:
+        x = [1, c, t + 2, h + 2, w + 2]  # already padded by the causal pad: the conv itself pads nothing
+        mem = 2 * (c * (t + 2) * (h + 2) * (w + 2) + c * c * 27 + c * t * h * w)
+        out.append(Workload(f"conv3d/wan-vae/{c}x{t}x{h}x{w}", "conv", "conv3d", "bf16",
+                            {"input_shape": x, "weight_shape": [c, c, 3, 3, 3], "padding": 0},
+                            tags=("conv3d", "wan-vae"), source="Wan2.2-TI2V-5B VAE decoder", memory_bytes=mem))
+    return out
+
+
 def roofline_workloads(device: str) -> list[Workload]:
     big = device != "cpu"
     copy_bytes = (1 << 30) if big else (1 << 26)
     n = 8192 if big else 1024
+    # fp16 matmul only on GPUs: a CPU without fp16 units takes seconds for one 1024^3 product.
+    dtypes = ("bf16", "fp16", "fp32") if big else ("bf16", "fp32")
     return [
         Workload(f"roofline/copy/{copy_bytes >> 20}MiB", "copy", "roofline", "fp32", {"bytes": copy_bytes},
                  tags=("bandwidth",), source="device-to-device copy", memory_bytes=2 * copy_bytes),
-        Workload(f"roofline/matmul/bf16/{n}", "matmul", "roofline", "bf16", {"n": n},
-                 tags=("compute",), source="square bf16 matmul", memory_bytes=3 * n * n * 2),
+        *[Workload(f"roofline/matmul/{dt}/{n}", "matmul", "roofline", dt, {"n": n},
+                   tags=("compute",), source=f"square {dt} matmul", memory_bytes=3 * n * n * ITEMSIZE[dt]) for dt in dtypes],
     ]
 
 
 def metal_workloads() -> list[Workload]:
+    """The roofline of this Mac from the bundled Metal kernels: read, write and copy bandwidth, FP32
+    FMA throughput, FP16/BF16 simdgroup-matrix throughput ("unsupported" off MPS)."""
     from mpsup.metal import load_manifest
+
+    def buffer_len(spec: dict[str, Any], grid: int) -> int:  # as the worker sizes them (worker/metal.py)
+        return int(spec["size"]) if "size" in spec else max(1, int(grid * float(spec.get("per_thread", 1))))
 
     out = []
     for entry in load_manifest():
-        if entry["name"] in ("copy_f32", "fma_chain"):
-            grid = int(entry["grid"])
-            out.append(Workload(f"metal/{entry['name']}", "metal", "roofline", entry["output"]["dtype"],
-                                {"kernel": entry, "grid": grid}, tags=("metal",), source="bundled Metal kernel",
-                                memory_bytes=grid * 8))
+        if not entry.get("roofline"):
+            continue  # reference kernels: checked in the smoke tests, not timed
+        grid = int(entry["grid"])
+        mem = sum(buffer_len(b, grid) * ITEMSIZE[b["dtype"]] for b in (*entry["inputs"], entry["output"]))
+        out.append(Workload(f"metal/{entry['name']}", "metal", "roofline", entry["output"]["dtype"],
+                            {"kernel": entry, "grid": grid}, tags=("metal", entry["roofline"]), source="bundled Metal kernel",
+                            memory_bytes=mem))
     return out
 
 
@@ -240,15 +327,20 @@ def build_suite(device: str, tokens: tuple[int, ...] | None = None) -> list[Work
     toks = tokens or default_tokens(device)
     return [
         *linear_workloads(toks),
-        *moe_workloads(toks),
+        *moe_workloads(toks, device),
         *fp8_workloads(device),
+        *int8_workloads(toks, device),
         *pad_workloads(device),
+        *conv3d_workloads(device),
         *roofline_workloads(device),
         *metal_workloads(),
     ]
 
 
 SMOKE_FEATURES: tuple[str, ...] = (
-    "fp8_cast", "fp8_copy", "fp8_cat", "fp8_constant_pad", "scaled_mm_fp8",
-    "grouped_mm_bf16", "grouped_mm_fp16", "grouped_mm_fp32", "constant_pad_bf16_5d", "int_mm", "metal_kernels",
+    "fp8_cast", "fp8_copy", "fp8_cat", "fp8_constant_pad", "fp8_embedding", "fp8_index", "fp8_eq_ne", "fp8_eye",
+    "scaled_mm_fp8", "scaled_mm_fp8_rowwise", "scaled_mm_fp8_decode",
+    "grouped_mm_bf16", "grouped_mm_fp16", "grouped_mm_fp32", "grouped_mm_uneven",
+    "constant_pad_bf16_5d", "constant_pad_bf16_5d_64k", "fp8_constant_pad_5d_64k",
+    "int_mm", "compile_small_model", "metal_kernels",
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 from mpsup.errors import UserError
 
-ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
+ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "uint8": 1}
 
 
 @dataclass(frozen=True)

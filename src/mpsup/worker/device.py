@@ -6,7 +6,7 @@ import os
 import platform
 import resource
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -43,9 +43,55 @@ def _rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+def _torch_release() -> tuple[int, int]:
+    """(major, minor) of this torch; pre-releases count as their release (2.15.0rc1 -> (2, 15))."""
+    parts = str(torch.__version__).split("+")[0].split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return 0, 0
+
+
+def event_timing(kind: str) -> str | None:
+    """What a device event's elapsed time measures, so device samples are only ever compared
+    between builds that time the same thing. MPS events up to 2.14 read a CPU clock in a
+    completion callback (host-side latency included); 2.15 takes the command buffer's GPU end
+    time. The headers of the real wheels show the change (MPSEvent.h: m_completion_time went
+    from a CLOCK_MONOTONIC_RAW uint64 to the command buffer's double GPU time)."""
+    if kind == "cuda":
+        return "gpu"
+    if kind == "mps":
+        return "gpu" if _torch_release() >= (2, 15) else "cpu-callback"
+    return None
+
+
+def _accelerator_peak_api() -> tuple[Any, Any] | None:
+    """torch.accelerator's (reset_peak_memory_stats, memory_stats), where this torch has them."""
+    acc = getattr(torch, "accelerator", None)
+    reset = getattr(acc, "reset_peak_memory_stats", None)
+    stats = getattr(acc, "memory_stats", None)
+    return (reset, stats) if reset is not None and stats is not None else None
+
+
+def _mps_call(name: str) -> int | None:
+    fn = getattr(torch.mps, name, None)
+    if fn is None:
+        return None
+    try:
+        return int(fn())
+    except Exception:
+        return None
+
+
 @dataclass
 class Device:
     kind: str  # "mps", "cuda", "cpu"
+    # MPS memory: the allocator's own peak where torch keeps one (2.13+), and the driver's memory
+    # read after every timed block. Driver memory includes what MPSGraph allocates outside the
+    # allocator (the Wan2.2 VAE pad case), but sampled at block ends it is a maximum seen, not a peak.
+    _allocator_peak: bool = field(default=False, repr=False)
+    _driver_max: int | None = field(default=None, repr=False)
+    _driver_reads: int = field(default=0, repr=False)
 
     @property
     def torch_device(self) -> torch.device:
@@ -106,19 +152,60 @@ class Device:
         return None
 
     def reset_peak(self) -> None:
+        """Start a workload's memory figures afresh."""
+        self._allocator_peak = False
+        self._driver_max = None
+        self._driver_reads = 0
         if self.kind == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        elif self.kind == "mps":
+            api = _accelerator_peak_api()
+            if api is not None:
+                try:
+                    api[0]()
+                    self._allocator_peak = True
+                except Exception:
+                    # Before 2.13 the MPS allocator keeps no statistics behind this API.
+                    self._allocator_peak = False
+            self.after_block()
 
-    def memory(self) -> dict[str, int | None]:
+    def after_block(self) -> None:
+        """Called after every timed block, outside the timed span."""
+        if self.kind != "mps":
+            return
+        now = _mps_call("driver_allocated_memory")
+        if now is not None:
+            self._driver_max = now if self._driver_max is None else max(self._driver_max, now)
+            self._driver_reads += 1
+
+    def _allocator_peak_bytes(self) -> int | None:
+        api = _accelerator_peak_api()
+        if not self._allocator_peak or api is None:
+            return None
+        try:
+            peak = api[1]().get("allocated_bytes.all.peak")
+        except Exception:
+            return None
+        # A missing or zero peak means the allocator keeps no statistics here: no workload allocates nothing.
+        return int(peak) if peak else None
+
+    def memory(self) -> dict[str, Any]:
+        """This workload's memory figures. A key with "peak" in its name is a true high-water mark."""
         if self.kind == "cuda":
             return {"peak_allocated": int(torch.cuda.max_memory_allocated()),
-                    "current_allocated": int(torch.cuda.memory_allocated())}
+                    "current_allocated": int(torch.cuda.memory_allocated()),
+                    "peak_source": "torch.cuda.max_memory_allocated"}
         if self.kind == "mps":
-            out: dict[str, int | None] = {}
-            for key, fn_name in (("current_allocated", "current_allocated_memory"),
-                                 ("driver_allocated", "driver_allocated_memory")):
-                fn = getattr(torch.mps, fn_name, None)
-                out[key] = int(fn()) if fn is not None else None
+            self.after_block()
+            out: dict[str, Any] = {"current_allocated": _mps_call("current_allocated_memory"),
+                                   "driver_allocated": _mps_call("driver_allocated_memory")}
+            if self._driver_max is not None:
+                out["driver_allocated_max"] = self._driver_max
+                out["driver_reads"] = self._driver_reads
+            peak = self._allocator_peak_bytes()
+            if peak is not None:
+                out["peak_allocated"] = peak
+                out["peak_source"] = "torch.accelerator.max_memory_allocated"
             return out
         return {"peak_rss": _rss_bytes()}
 
@@ -139,4 +226,5 @@ class Device:
             "platform": platform.platform(),
             "machine": platform.machine(),
             "has_events": self.event_pair() is not None,
+            "event_timing": event_timing(self.kind),
         }

@@ -36,26 +36,34 @@ def dtype_of(name: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}") from None
 
 
+# How torch words "this op or dtype is not implemented here". The last four are MPS's own words
+# for a dtype it cannot hold (read from the real macOS wheels' libtorch_cpu strings): up to 2.14
+# moving an FP8 tensor to MPS raises "Trying to convert Float8_e4m3fn to the MPS backend but it
+# does not have support for that dtype", and a Metal kernel asked for one raises "Undefined type".
+UNSUPPORTED_NEEDLES: tuple[str, ...] = (
+    "not implemented",
+    "not supported",
+    "unsupported",
+    "does not support",
+    "only supports",
+    "is only supported",
+    "no kernel",
+    "could not run",
+    "expected mat_a",
+    "is not available",
+    "invalid scaling configuration",
+    "does not have support for that dtype",
+    "undefined type",
+    "mps framework doesn't support",
+)
+
+
 def is_unsupported_error(exc: BaseException) -> bool:
     """Errors that mean 'this op/dtype is not implemented here', as torch words them."""
     if isinstance(exc, (Unsupported, NotImplementedError, AttributeError)):
         return True
     text = str(exc).lower()
-    return any(
-        needle in text
-        for needle in (
-            "not implemented",
-            "not supported",
-            "unsupported",
-            "does not support",
-            "only supports",
-            "is only supported",
-            "no kernel",
-            "could not run",
-            "expected mat_a",
-            "is not available",
-        )
-    )
+    return any(needle in text for needle in UNSUPPORTED_NEEDLES)
 
 
 def rand(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torch.Tensor:
@@ -85,9 +93,25 @@ def _linear(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     return Built(lambda: F.linear(x, w), (t * k + n * k + t * n) * es, 2.0 * t * k * n, t, (x, w))
 
 
-def _group_offsets(tokens: int, experts: int, device: Device) -> tuple[torch.Tensor, list[int]]:
-    base, extra = divmod(tokens, experts)
-    sizes = [base + (1 if e < extra else 0) for e in range(experts)]
+def routing_sizes(tokens: int, experts: int, routing: str = "even") -> list[int]:
+    """Rows per expert. "even" splits evenly; "skewed" follows 1/(rank+1), as real routers skew:
+    the same average rows per group (what 2.15's MPS kernel picks its tile from) over very
+    different groups."""
+    if routing == "even":
+        base, extra = divmod(tokens, experts)
+        return [base + (1 if e < extra else 0) for e in range(experts)]
+    if routing != "skewed":
+        raise ValueError(f"unknown routing {routing!r}")
+    weights = [1.0 / (e + 1) for e in range(experts)]
+    total = sum(weights)
+    sizes = [int(tokens * w / total) for w in weights]
+    for e in range(tokens - sum(sizes)):
+        sizes[e % experts] += 1
+    return sizes
+
+
+def _group_offsets(tokens: int, experts: int, device: Device, routing: str = "even") -> tuple[torch.Tensor, list[int]]:
+    sizes = routing_sizes(tokens, experts, routing)
     ends = []
     total = 0
     for s in sizes:
@@ -109,7 +133,7 @@ def _grouped(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     routed = tokens * top_k
     a = rand((routed, k), dt, d)
     w = rand((experts, n, k), dt, d)  # nn.Linear layout per expert
-    offs, sizes = _group_offsets(routed, experts, d)
+    offs, sizes = _group_offsets(routed, experts, d, str(p.get("routing", "even")))
     es = a.element_size()
     active = sum(1 for size in sizes if size)  # experts no token is routed to are never read
     moved = (routed * k + active * n * k + routed * n) * es
@@ -146,18 +170,54 @@ def _fp8_cast(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
     return Built(lambda: src8.to(torch.bfloat16), numel * 3, None, None, src8)
 
 
+def scaled_mm_op(recipe: str) -> tuple[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]]:
+    """FP8 matmul through the API this torch ships, as (its name, fn(a, b, scale_a, scale_b) -> bf16).
+
+    `F.scaled_mm` (public since 2.10) runs `torch._scaled_mm_v2`, the only FP8 matmul with an MPS
+    kernel (2.15: tensor-wise or row-wise, one float32 scale tensor per operand); `torch._scaled_mm`
+    has CPU, CUDA and XPU kernels only, so it is the fallback for torch without `F.scaled_mm`."""
+    if recipe not in ("tensorwise", "rowwise"):
+        raise ValueError(f"unknown scaling recipe {recipe!r}")
+    public = getattr(F, "scaled_mm", None)
+    scaling = getattr(F, "ScalingType", None)
+    if public is not None and scaling is not None:
+        how = scaling.TensorWise if recipe == "tensorwise" else scaling.RowWise
+
+        def v2(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+            return public(a, b, sa, how, sb, how, output_dtype=torch.bfloat16)
+
+        return "torch.nn.functional.scaled_mm", v2
+    legacy = getattr(torch, "_scaled_mm", None)
+    if legacy is None:
+        raise Unsupported("this torch has neither torch.nn.functional.scaled_mm nor torch._scaled_mm")
+
+    def v1(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+        return legacy(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    return "torch._scaled_mm", v1
+
+
+def scaled_mm_scales(recipe: str, m: int, n: int, device: torch.device,
+                     gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 scales: one per tensor, or one per row of a (m, 1) and per column of b (1, n). Their
+    product is not 1, so a matmul that drops them shows in the smoke tests."""
+    if recipe == "tensorwise":
+        return torch.tensor(0.5, device=device), torch.tensor(3.0, device=device)
+    sa = torch.rand((m, 1), generator=gen) * 1.5 + 0.5
+    sb = torch.rand((1, n), generator=gen) * 1.5 + 0.5
+    return sa.to(device), sb.to(device)
+
+
 def _scaled_mm(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
-    fn = getattr(torch, "_scaled_mm", None)
-    if fn is None:
-        raise Unsupported("torch._scaled_mm does not exist in this torch")
+    recipe = str(p.get("recipe", "tensorwise"))
+    _api, fn = scaled_mm_op(recipe)
     fp8 = dtype_of("fp8")
     m, k, n = int(p["tokens"]), int(p["in_features"]), int(p["out_features"])
     a = rand((m, k), fp8, d)
-    b = rand((n, k), fp8, d).t()  # column-major, as the fp8 GEMMs require
-    one = torch.tensor(1.0, device=d.torch_device)
-    fn(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    return Built(lambda: fn(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
-                 m * k + n * k + 2 * m * n, 2.0 * m * k * n, None, (a, b, one))
+    b = rand((n, k), fp8, d).t()  # column-major, as every FP8 GEMM wants its second operand
+    sa, sb = scaled_mm_scales(recipe, m, n, d.torch_device)
+    fn(a, b, sa, sb)  # surfaces "unsupported on this device" at build time
+    return Built(lambda: fn(a, b, sa, sb), m * k + n * k + 2 * m * n, 2.0 * m * k * n, m, (a, b, sa, sb))
 
 
 def _pad(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
@@ -203,7 +263,8 @@ def _embedding(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     t, vocab, dim = int(p["tokens"]), int(p["num_embeddings"]), int(p["embedding_dim"])
     table = rand((vocab, dim), dt, d)
     idx = torch.randint(0, vocab, (t,), device=d.torch_device)
-    return Built(lambda: F.embedding(idx, table), 2 * t * dim * table.element_size(), None, t, (table, idx))
+    F.embedding(idx, table)  # an FP8 table has a gather kernel on MPS only from 2.15
+    return Built(lambda: F.embedding(idx, table), 2 * t * dim * table.element_size() + 8 * t, None, t, (table, idx))
 
 
 def _conv(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
@@ -214,7 +275,7 @@ def _conv(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     padding = int(p.get("padding", 0))
     stride = int(p.get("stride", 1))
     conv = F.conv3d if len(weight_shape) == 5 else F.conv2d
-    out = conv(x, w, padding=padding, stride=stride)
+    out = conv(x, w, padding=padding, stride=stride)  # also surfaces "unsupported" at build time
     flops = 2.0 * out.numel() * w[0].numel()
     moved = (x.numel() + w.numel() + out.numel()) * x.element_size()
     return Built(lambda: conv(x, w, padding=padding, stride=stride), moved, flops, None, (x, w))

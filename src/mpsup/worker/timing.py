@@ -22,9 +22,14 @@ def time_block(
     synchronize: Callable[[], None],
     clock: Clock = time.perf_counter,
     events: tuple[Any, Any] | None = None,
+    after: Callable[[], None] | None = None,
 ) -> BlockTime:
     # Sync before reading the clock: device work is asynchronous, and a timer that forgets it
     # measures how fast work is queued, not how fast it runs.
+    if after is None:
+        # A Device's synchronize brings its own after-block hook (memory reads), so every caller
+        # that times with a device gets them, outside the timed span.
+        after = getattr(getattr(synchronize, "__self__", None), "after_block", None)
     synchronize()
     start = clock()
     if events is not None:
@@ -35,6 +40,8 @@ def time_block(
         events[1].record()
     synchronize()
     host = clock() - start
+    if after is not None:
+        after()
     device = None
     if events is not None:
         try:
