@@ -67,7 +67,7 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
 
 @pytest.mark.parametrize(("name", "content", "needle"), [
     ("m.pt2", b"junk", "not a torch.export archive"),
-    ("m.gguf", b"junk", "not supported yet"),
+    ("m.gguf", b"junk", "not a GGUF file"),
     ("m.pt", b"junk", "not a torch.save zip archive"),
     ("m.txt", b"hello", "unknown model format"),
     ("m.safetensors", b"\x00", "truncated"),

@@ -26,7 +26,16 @@ class ModelConfig:
     sample_size: int | None = None  # None: the default resolution
     levels: int | None = None  # down/up block count; None: the default
     frames: int | None = None
+    lm_head: bool | None = None  # does the model end in a language-model head? None: the config does not say
 
+
+# Architectures whose class ends in a head over the vocabulary (which a tied word embedding doubles as).
+LM_HEAD_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForMaskedLM", "ForSeq2SeqLM", "WithLMHead",
+                    "ForPreTraining")
+# model_type values of encoders that Transformers builds without a head unless `architectures` names one.
+ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "albert", "deberta", "deberta-v2",
+                           "camembert", "nomic_bert", "modernbert", "clip_text_model", "clip_vision_model", "t5encoder", "umt5encoder"})
+MAX_ARCHITECTURES = 64
 
 def _bad(source: str, key: str, value: object, expected: str) -> ModelFormatError:
     return ModelFormatError(f"{source}: {key!r} must be {expected}, found {shown(value)}")
@@ -100,6 +109,20 @@ def _tie(doc: Mapping[str, Any], source: str) -> bool:
     return value
 
 
+def _lm_head(doc: Mapping[str, Any], source: str) -> bool | None:
+    """From `architectures` (BertModel: no; LlamaForCausalLM: yes), else an encoder's `model_type`."""
+    archs = doc.get("architectures")
+    if archs is not None:
+        if not isinstance(archs, list) or len(archs) > MAX_ARCHITECTURES or not all(isinstance(a, str) for a in archs):
+            raise _bad(source, "architectures", archs, f"a list of at most {MAX_ARCHITECTURES} class names")
+        if archs:
+            return any(a.endswith(LM_HEAD_SUFFIXES) for a in archs)
+    model_type = doc.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise _bad(source, "model_type", model_type, "a string")
+    return False if model_type in ENCODER_TYPES else None
+
+
 def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
     """The fields of a config.json (already parsed) that extraction uses, each checked."""
     if doc is None:
@@ -108,4 +131,4 @@ def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
         raise ModelFormatError(f"{source}: a model config must be a JSON object, found {shown(doc)}")
     return ModelConfig(top_k=_top_k(doc, source), tie_word_embeddings=_tie(doc, source),
                        sample_size=_sample_size(doc, source), levels=_levels(doc, source),
-                       frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES))
+                       frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES), lm_head=_lm_head(doc, source))

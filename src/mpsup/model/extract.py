@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mpsup.bench.workloads import ITEMSIZE, Workload
+from mpsup.model.comfy import ARCHITECTURE_KEY
 from mpsup.model.config import ModelConfig, model_config
-from mpsup.model.safetensors_header import ITEMSIZE as ITEMSIZE_ST
+from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
+from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
 
 DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
-EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|\bwte|embeddings?\.weight$)")
+EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|token_embd|\bwte|embeddings?\.weight$|(^|\.)shared\.weight$)")
 OUTPUT_HEAD = re.compile(r"(^|\.)(lm_head|output)\.weight$")
-ROUTER = re.compile(r"(block_sparse_moe\.gate|mlp\.gate|\.router)\.weight$")
+ROUTER = re.compile(r"(block_sparse_moe\.gate|mlp\.gate|\.router|ffn_gate_inp)\.weight$")
 DIGITS = re.compile(r"\d+")
 WORD = re.compile(r"\w+")
 ATTENTION = re.compile(r"(attn|attention|q_proj|k_proj|v_proj|o_proj|qkv|to_q|to_k|to_v|to_out)")
+# Of the embeddings, only the word (token) embedding can double as a head; position and token-type never do.
+WORD_EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|(^|\.)wte|(^|\.)shared)\.weight$")
+# Tensors that exist only in a model with an LM head tied to its embedding (BERT's masked-LM head keeps a bias).
+HEAD_HINT = re.compile(r"(^|\.)(cls\.predictions|lm_head|generator_lm_head|vocab_projector)\.")
 QUANT_HINT = re.compile(r"(qweight|qzeros|scales|absmax|quant_map|\.SCB$|weight_format)")
 
 
@@ -30,6 +37,13 @@ class Extraction:
     not_measured: list[dict[str, str]] = field(default_factory=list)
     linear_weight_bytes: int = 0
     linear_weight_elements: int = 0
+    notes: list[str] = field(default_factory=list)  # what was assumed (a DiT's resolution and token counts), to state
+    fp8_stored_bytes: int = 0  # linear weights stored as F8_E4M3, as stored (one byte each)
+
+    @property
+    def fp8_upcast_bytes(self) -> int:
+        """What those weights take once upcast to bf16, as a loader that casts at load holds them."""
+        return 2 * self.fp8_stored_bytes
 
     @property
     def fp8_weight_bytes(self) -> int:
@@ -55,18 +69,27 @@ def per_expert(name: str) -> tuple[str, int, str] | None:
 
 
 def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig | None = None, *,
-            tokens: tuple[int, ...] = (1, 512), dtype: str | None = None) -> Extraction:
+            tokens: tuple[int, ...] = (1, 512), dtype: str | None = None,
+            token_rule: Callable[[str], int] | None = None) -> Extraction:
+    """token_rule, where given, names the one token count each linear weight runs over (a DiT's image or text
+    stream) in place of `tokens`."""
     cfg = config if isinstance(config, ModelConfig) else model_config(config, "the model config")
     top_k = cfg.top_k
-    linear: Counter[tuple[int, int, str, str]] = Counter()
-    embeddings: Counter[tuple[int, int, str]] = Counter()
+    linear: Counter[tuple[int, int, str, str, tuple[int, ...]]] = Counter()
+    embeddings: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
     experts: dict[tuple[str, str], dict[str, Any]] = {}
     convs: Counter[tuple[tuple[int, ...], int, str]] = Counter()
     not_measured: list[dict[str, str]] = []
     weight_bytes = 0
     weight_elements = 0
+    fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
+    fp8_bytes = 0
     has_head = any(OUTPUT_HEAD.search(n) for n in tensors)
+    tied_head = cfg.tie_word_embeddings and not has_head and _lm_head(tensors, cfg)
     for name, t in tensors.items():
+        if t.dtype in GGML_QUANTIZED:  # a GGUF block-quantized weight: dequantized, then a bf16 matmul
+            not_measured.append({"tensor": name, "reason": f"{t.dtype} dequantization not measured; its matmul is, in bf16"})
+            t = TensorInfo(name, "BF16", t.shape, t.nbytes)  # nbytes: as stored
         if QUANT_HINT.search(name) or (t.dtype in ("I8", "U8", "I32", "U32", "I16") and len(t.shape) >= 2):
             not_measured.append({"tensor": name, "reason": f"quantized or packed ({t.dtype}): not measured"})
             continue
@@ -75,6 +98,9 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
                 not_measured.append({"tensor": name, "reason": f"dtype {t.dtype} is not a compute dtype mpsup measures"})
             continue
         dt = dtype or DTYPES[t.dtype]
+        stored_fp8 = dt == "fp8"
+        if stored_fp8 and (len(t.shape) != 2 or not EMBEDDING.search(name)):
+            dt = "bf16"  # F8_E4M3 weights are upcast to bf16 for the compute, as ComfyUI and Diffusers run them
         if len(t.shape) < 2 or not name.endswith("weight"):
             continue  # norms, biases, buffers: no layer of their own
         m = per_expert(name) if len(t.shape) == 2 else None
@@ -85,41 +111,46 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
             g["ids"].add(expert_id)
             g["layers"].add(name.split(".experts.")[0])
             weight_bytes += t.nbytes
-            weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
+            weight_elements += _numel(t.shape)
             continue
-        if len(t.shape) == 3 and "experts" in name:
+        if len(t.shape) == 3 and ("experts" in name or "_exps." in name):
             key = (_layerless(name), "stacked")
             g = experts.setdefault(key, {"ids": set(range(t.shape[0])), "shape": t.shape[1:], "dtype": dt, "layers": set()})
             g["layers"].add(name)
             weight_bytes += t.nbytes
-            weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
+            weight_elements += _numel(t.shape)
             continue
         if len(t.shape) == 2:
             out_f, in_f = t.shape
+            toks = (token_rule(name),) if token_rule else tokens
             if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
-                embeddings[(out_f, in_f, dt)] += 1
-                if not has_head and cfg.tie_word_embeddings:
-                    linear[(in_f, out_f, "output-head", dt)] += 1  # tied: the embedding doubles as the head
+                embeddings[(out_f, in_f, dt, toks)] += 1
+                if tied_head and WORD_EMBEDDING.search(name):
+                    linear[(in_f, out_f, "output-head", "bf16" if dt == "fp8" else dt, toks)] += 1  # tied: the embedding doubles as the head
+                    tied_head = False  # one head, however many aliases of the embedding (T5's shared + embed_tokens)
                 continue
             role = ("output-head" if OUTPUT_HEAD.search(name) else "router" if ROUTER.search(name)
                     else "attention" if ATTENTION.search(name) else "mlp")
-            linear[(in_f, out_f, role, dt)] += 1
+            linear[(in_f, out_f, role, dt, toks)] += 1
+            if stored_fp8:
+                fp8_linear[(in_f, out_f, role, toks)] += 1
+                fp8_bytes += t.nbytes
             weight_bytes += t.nbytes
-            weight_elements += t.nbytes // ITEMSIZE_ST[t.dtype]
+            weight_elements += _numel(t.shape)
             continue
         if len(t.shape) in (4, 5):
             convs[(tuple(t.shape), _resolution(name, cfg), dt)] += 1
             continue
         not_measured.append({"tensor": name, "reason": f"{len(t.shape)}-D weight: not a layer mpsup knows"})
     workloads: list[Workload] = []
-    for (in_f, out_f, role, dt), count in linear.items():
-        for tok in tokens:
+    for (in_f, out_f, role, dt, toks), count in linear.items():
+        for tok in toks:
             workloads.append(Workload(
                 f"model/linear/{in_f}x{out_f}/t{tok}", "linear", "model", dt,
                 {"tokens": tok, "in_features": in_f, "out_features": out_f}, tags=(role,), count=count, role=role,
                 memory_bytes=(tok * in_f + in_f * out_f + tok * out_f) * ITEMSIZE[dt]))
-    for (vocab, dim, dt), count in embeddings.items():
-        for tok in tokens:
+    for (vocab, dim, dt, toks), count in embeddings.items():
+        for tok in toks:
             workloads.append(Workload(
                 f"model/embedding/{vocab}x{dim}/t{tok}", "embedding", "model", dt,
                 {"tokens": tok, "num_embeddings": vocab, "embedding_dim": dim}, tags=("embedding",), count=count,
@@ -155,7 +186,42 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
             {"weight_shape": list(shape), "input_shape": x_shape, "padding": conv_pad},
             tags=("conv",), count=count, role="conv",
             memory_bytes=(_numel(x_shape) * 2 + _numel(shape)) * ITEMSIZE[dt]))
-    return Extraction(workloads, not_measured, weight_bytes, weight_elements)
+    workloads += _fp8_workloads(fp8_linear)
+    return Extraction(workloads, not_measured, weight_bytes, weight_elements, fp8_stored_bytes=fp8_bytes)
+
+
+def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -> list[Workload]:
+    """An F8_E4M3 linear runs one of two ways: its weight upcast to bf16 every call, then a bf16 matmul
+    (the bf16 linear above, plus the cast here), or an FP8 matmul through scaled_mm where the device and
+    torch have one (the worker reports it unsupported elsewhere). Each states the memory its path needs."""
+    out: list[Workload] = []
+    casts: Counter[tuple[int, int]] = Counter()
+    for (in_f, out_f, role, toks), count in fp8_linear.items():
+        casts[(in_f, out_f)] += count
+        for tok in toks:
+            out.append(Workload(
+                f"model/scaled_mm/{in_f}x{out_f}/t{tok}", "scaled_mm", "model", "fp8",
+                {"tokens": tok, "in_features": in_f, "out_features": out_f, "recipe": "tensorwise"},
+                tags=("fp8", "tensorwise", "alternative", role), count=count, role=role,
+                source="the FP8 path of the F8_E4M3 weight, in place of its upcast + bf16 linear of this shape",
+                memory_bytes=in_f * out_f + 2 * tok * (in_f + out_f)))
+    for (in_f, out_f), count in casts.items():
+        out.append(Workload(
+            f"model/fp8-upcast/{in_f}x{out_f}", "fp8_cast", "model", "bf16", {"numel": in_f * out_f, "direction": "to_bf16"},
+            tags=("fp8", "upcast"), count=count, role="fp8-upcast",
+            source="the cast to bf16 each call of an F8_E4M3 weight pays on the upcast path",
+            memory_bytes=3 * in_f * out_f))
+    return out
+
+
+def _lm_head(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
+    """Whether the model ends in an LM head: the config says so when it can; without one, a bare BERT-style
+    `word_embeddings` with no masked-LM tensors is an encoder, and decoder-style names are taken as LMs."""
+    if cfg.lm_head is not None:
+        return cfg.lm_head
+    if any(HEAD_HINT.search(n) for n in tensors):
+        return True
+    return not any(n.endswith("word_embeddings.weight") for n in tensors)
 
 
 # Activation sizes for convolutions: the config's sample_size (latent pixels) halves at each
@@ -172,9 +238,27 @@ def _numel(shape: Any) -> int:
     return n
 
 
+# Original (LDM/SGM) names, as ComfyUI files keep them: a UNet's input_blocks run three to a level (two res
+# blocks and a downsample), output_blocks three to a level from the lowest up; a VAE's encoder.down.N and
+# decoder.up.N are both indexed by level, the decoder starting from the lowest (its conv_in and the quant convs).
+LDM_LEVEL = re.compile(r"^(input_blocks|output_blocks|encoder\.down|decoder\.up)\.(\d+)\.")
+LDM_LOWEST = re.compile(r"^(middle_block\.|decoder\.conv_in\.|decoder\.mid\.|encoder\.mid\.|quant_conv\.|post_quant_conv\.)")
+
+
+def _ldm_level(name: str, levels: int) -> int | None:
+    m = LDM_LEVEL.match(name)
+    if m:
+        i = int(m.group(2))
+        return {"input_blocks": i // 3, "output_blocks": levels - 1 - i // 3}.get(m.group(1), i)
+    return levels - 1 if LDM_LOWEST.match(name) else None
+
+
 def _resolution(name: str, cfg: ModelConfig) -> int:
     base = cfg.sample_size or DEFAULT_RESOLUTION
     levels = cfg.levels or DEFAULT_LEVELS
+    ldm = _ldm_level(name, levels)
+    if ldm is not None:
+        return max(4, base >> max(0, min(ldm, levels - 1)))
     m = re.search(r"(down_blocks|downsamples|up_blocks|upsamples)\.(\d+)", name)
     if m:
         i = int(m.group(2))
@@ -185,16 +269,71 @@ def _resolution(name: str, cfg: ModelConfig) -> int:
     return base
 
 
+LDM_TEXT_TOKENS = 77  # CLIP's context length, SD1.x to SDXL
+LDM_VECTOR = re.compile(r"(^time_embed\.|^label_emb\.|\.emb_layers\.)")
+LDM_CONTEXT = re.compile(r"\.attn2\.(to_k|to_v)\.")
+
+
+def _unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
+    """An LDM UNet's linears: the timestep MLPs on one vector, cross-attention keys/values on the prompt, and
+    the rest (projections, self-attention, feed-forward) on every latent pixel of their level."""
+    def rule(name: str) -> int:
+        if LDM_VECTOR.search(name):
+            return 1
+        if LDM_CONTEXT.search(name):
+            return LDM_TEXT_TOKENS
+        side = max(1, latent >> max(0, min(_ldm_level(name, levels) or 0, levels - 1)))
+        return side * side
+    return rule
+
+
+def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
+    """Levels of an LDM UNet (three input blocks each) or VAE (one encoder.down.N each), from the names."""
+    pattern = r"^input_blocks\.(\d+)\." if arch == "ldm-unet" else r"^encoder\.down\.(\d+)\."
+    found = [int(m.group(1)) for n in tensors if (m := re.match(pattern, n))]
+    if not found:
+        return DEFAULT_LEVELS
+    return max(found) // 3 + 1 if arch == "ldm-unet" else max(found) + 1
+
+
+def _component_plan(part: dict[str, TensorInfo], config: dict[str, Any], resolution: int | tuple[int, int] | None,
+                    component: str) -> tuple[dict[str, Any] | ModelConfig, Callable[[str], int] | None, str | None]:
+    """A ComfyUI component (its config synthesized with the architecture at load) -> the config extraction
+    uses at this resolution, the DiT token rule, and the statement of what was assumed."""
+    arch = config.get(ARCHITECTURE_KEY) if isinstance(config, dict) else None
+    if not isinstance(arch, str):
+        return config, None, None
+    cfg = model_config(config, component)
+    g = geometry(arch, part, resolution, cfg.frames)
+    if arch in ("ldm-unet", "ldm-vae"):
+        levels = _ldm_levels(part, arch)
+        side = min(g.width, g.height)
+        size = side if arch == "ldm-vae" else side // VAE_FACTOR
+        note = f"{component}: {arch} at {g.width}x{g.height}: convolutions from {size}px over {levels} levels"
+        rule = _unet_tokens(size, levels) if arch == "ldm-unet" else None
+        if rule:
+            note += f"; attention over {size * size} latent tokens at the top level, {LDM_TEXT_TOKENS} text tokens"
+        return ModelConfig(top_k=cfg.top_k, tie_word_embeddings=False, sample_size=size, levels=levels), rule, note
+    return cfg, token_rule(g), f"{component}: {g.describe()}"
+
+
 def extract_model(tensors: dict[str, TensorInfo], config: dict[str, Any] | None, *, tokens: tuple[int, ...],
-                  dtype: str | None = None, components: dict[str, dict[str, Any]] | None = None) -> Extraction:
-    """Like `extract`, but a Diffusers pipeline's components (given: their configs by name) are extracted
-    one by one and their workloads named and tagged by component, so each is reported apart."""
+                  dtype: str | None = None, components: dict[str, dict[str, Any]] | None = None,
+                  resolution: int | tuple[int, int] | None = None) -> Extraction:
+    """Like `extract`, but a Diffusers pipeline's or ComfyUI file's components (given: their configs by name)
+    are extracted one by one and their workloads named and tagged by component, so each is reported apart.
+    resolution (pixels, a side or (width, height)) sizes a diffusion model's activations; None: the
+    architecture's usual size, stated in the result's notes."""
+    check_resolution(resolution)
     if components is None:
         return extract(tensors, config, tokens=tokens, dtype=dtype)
     total = Extraction([])
     for component in sorted({n.split("/", 1)[0] for n in tensors}):
         part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}
-        ex = extract(part, components.get(component, {}), tokens=tokens, dtype=dtype)
+        cfg, rule, note = _component_plan(part, components.get(component, {}), resolution, component)
+        if note:
+            total.notes.append(note)
+        ex = extract(part, cfg, tokens=tokens, dtype=dtype, token_rule=rule)
         for w in ex.workloads:
             total.workloads.append(Workload(
                 w.name.replace("model/", f"model/{component}/", 1), w.kind, w.part, w.dtype, w.params,
@@ -202,4 +341,5 @@ def extract_model(tensors: dict[str, TensorInfo], config: dict[str, Any] | None,
         total.not_measured += [{**n, "tensor": f"{component}/{n['tensor']}"} for n in ex.not_measured]
         total.linear_weight_bytes += ex.linear_weight_bytes
         total.linear_weight_elements += ex.linear_weight_elements
+        total.fp8_stored_bytes += ex.fp8_stored_bytes
     return total

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mpsup.model import comfy, hub
 from mpsup.model.config import model_config
 from mpsup.model.files import ModelFolder
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, check_name, read_header, shown
 from mpsup.store import open_regular, read_json_object
 
-NOT_YET = {".gguf": "GGUF", ".ckpt": "checkpoint"}
+NOT_YET = {".ckpt": "checkpoint"}
 STATE_DICT_SUFFIXES = (".pt", ".pth", ".bin")
 TORCH_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.float8_e4m3fn": "F8_E4M3",
                 "torch.int8": "I8", "torch.uint8": "U8", "torch.int32": "I32", "torch.int64": "I64", "torch.float64": "F64",
@@ -155,6 +156,55 @@ def _component_tensors(sub: Path) -> dict[str, TensorInfo]:
     return {k: v for f in sorted(sub.glob("*.safetensors")) for k, v in read_header(folder.member(f, "checkpoint")).tensors.items()}
 
 
+def _components(path: Path, fmt: str, parts: list[comfy.Component]) -> LoadedModel:
+    """Components (a ComfyUI file's, or a repackaged folder's) as a pipeline: tensors named `component/name`,
+    each component's config holding only the architecture its names revealed."""
+    tensors: dict[str, TensorInfo] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for name, t in part.tensors.items():
+            tensors[f"{part.name}/{name}"] = TensorInfo(f"{part.name}/{name}", t.dtype, t.shape, t.nbytes)
+        configs[part.name] = {comfy.ARCHITECTURE_KEY: part.architecture} if part.architecture else {}
+        if part.name.startswith("text_encoder"):
+            configs[part.name]["tie_word_embeddings"] = False  # a text encoder ends in no head over its vocabulary
+    return LoadedModel(path, fmt, tensors, {}, _fingerprint(tensors), components=configs)
+
+
+def _repackaged(path: Path) -> LoadedModel | None:
+    """ComfyUI's repackaged layout: diffusion_models/, vae/, text_encoders/ (or under split_files/), one
+    component per safetensors file, named `<kind>-<file stem>`."""
+    base = path / "split_files" if os.path.isdir(path / "split_files") else path
+    folder = ModelFolder.of(path)
+    parts: list[comfy.Component] = []
+    for sub in sorted(p for p in base.iterdir() if p.is_dir()):
+        kind = comfy.repackaged_kind(sub.name)
+        if kind is None:
+            continue
+        for f in sorted(sub.glob("*.safetensors")):
+            part = comfy.component_for(kind, read_header(folder.member(f, "checkpoint")).tensors)
+            parts.append(comfy.Component(f"{kind}-{f.stem}", part.tensors, part.architecture))
+    return _components(path, "comfyui-repackaged", parts) if parts else None
+
+
+def _gguf(path: Path) -> LoadedModel:
+    """A GGUF file: an LLM in llama.cpp's names (top-k from `<arch>.expert_used_count`), or a diffusion model
+    with its original names (city96's Flux/Wan GGUFs), told by ComfyUI's markers like a safetensors file."""
+    from mpsup.model.gguf import read_gguf
+
+    header = read_gguf(path)
+    if not header.tensors:
+        raise ModelFormatError(f"{path}: holds no tensors")
+    parts = comfy.split(header.tensors)
+    if parts is not None:
+        loaded = _components(path, "gguf", parts)
+        return loaded
+    arch = header.metadata.get("general.architecture")
+    top_k = header.metadata.get(f"{arch}.expert_used_count") if isinstance(arch, str) else None
+    config: dict[str, Any] = {"num_experts_per_tok": top_k} if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else {}
+    model_config(config, str(path))
+    return LoadedModel(path, "gguf", header.tensors, config, _fingerprint(header.tensors))
+
+
 def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -198,7 +248,11 @@ def _file_type(path: Path) -> int:
 
 
 def load_model(path: Path) -> LoadedModel:
+    """path: a file or folder as listed above, or a Hugging Face id (org/name) found in the local cache
+    when no such path exists."""
     config: dict[str, Any] = {}
+    if not os.path.lexists(path) and hub.looks_like_repo_id(str(path)):
+        path = hub.resolve(str(path))
     if stat.S_ISDIR(_file_type(path)):
         folder = ModelFolder.of(path)
         if os.path.lexists(path / "model_index.json"):
@@ -214,6 +268,8 @@ def load_model(path: Path) -> LoadedModel:
             for f in singles:
                 tensors.update(read_header(folder.member(f, "checkpoint")).tensors)
             fmt = "transformers"
+        elif (repackaged := _repackaged(path)) is not None:
+            return repackaged
         else:
             raise ModelFormatError(f"{path}: a folder without safetensors weights (not a model mpsup can read yet)")
     elif path.name.endswith(".safetensors.index.json"):
@@ -222,6 +278,11 @@ def load_model(path: Path) -> LoadedModel:
             config = _config(path.parent / "config.json", ModelFolder.of(path.parent))
     elif path.suffix == ".safetensors":
         tensors, fmt = read_header(path).tensors, "safetensors"
+        parts = comfy.split(tensors)
+        if parts is not None:
+            return _components(path, "comfyui", parts)
+    elif path.suffix == ".gguf":
+        return _gguf(path)
     elif path.suffix in STATE_DICT_SUFFIXES:
         tensors, fmt = _state_dict(path), "state-dict"
     elif path.suffix in NOT_YET:
