@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from mpsup.worker import ops
+from mpsup.worker.build import build
 from mpsup.worker.device import Device
-from mpsup.worker.ops import Unsupported, build, is_unsupported_error, routing_sizes, scaled_mm_op, scaled_mm_scales
+from mpsup.worker.ops import Unsupported, is_unsupported_error, routing_sizes, scaled_mm_op, scaled_mm_scales
 
 CPU = Device("cpu")
 

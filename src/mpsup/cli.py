@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from mpsup.errors import OperationFailed, UserError
-from mpsup.render import emit_json, error_line, stderr_console, stdout_console
+from mpsup.render import emit_json, error_line, safe, stderr_console, stdout_console
+
+if TYPE_CHECKING:
+    from mpsup.envs.plan import InstallRequest
 
 app = typer.Typer(
     add_completion=False,
@@ -19,14 +24,27 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+# A flag takes no value: without an empty metavar, typer's help shows `<bool>` beside each one.
+_flag = functools.partial(typer.Option, metavar="")
+
+JsonOpt = Annotated[bool, _flag("--json", help="Print one JSON document on stdout.")]
 PythonOpt = Annotated[
     Path | None, typer.Option("--python", help="Target interpreter (default: the one running mpsup).")
 ]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from mpsup import __version__
+
+        stdout_console.print(f"mpsup {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, _flag("--version", help="Print mpsup's version and exit.", callback=_print_version, is_eager=True)] = False,
+) -> None:
     """mpsup: measure whether a PyTorch upgrade helps your model on your Mac's GPU."""
 
 
@@ -34,7 +52,7 @@ def _root() -> None:
 def doctor(
     python: PythonOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each check's details.")] = False,
+    verbose: Annotated[bool, _flag("--verbose", "-v", help="Show each check's details.")] = False,
     save_snapshot: Annotated[
         Path | None, typer.Option("--save-snapshot", help="Write everything the checks read to FILE.")
     ] = None,
@@ -43,58 +61,24 @@ def doctor(
     ] = None,
 ) -> None:
     """Is this Mac and this Python ready for a PyTorch MPS upgrade?"""
+    from mpsup.doctor.command import DoctorRequest
+    from mpsup.doctor.command import run as run_doctor
     from mpsup.doctor.render import render_doctor
-    from mpsup.doctor.run import diagnose
-    from mpsup.host.snapshot import capture, load_snapshot
-    from mpsup.host.snapshot import save_snapshot as write_snapshot
-    from mpsup.render import safe
 
-    if from_snapshot is not None and python is not None:
-        raise UserError("--from-snapshot and --python cannot be combined: a snapshot already names its Python")
-    if from_snapshot is not None:
-        snapshot = load_snapshot(from_snapshot)
-    else:
-        if python is not None and not python.exists():
-            raise UserError(f"{python}: no such interpreter")
-        with stderr_console.status("Reading this machine and its Python..."):
-            snapshot = capture(python)
-    if save_snapshot is not None:
-        write_snapshot(snapshot, save_snapshot)
-        stderr_console.print(f"snapshot written to {safe(save_snapshot)}")
-    report = diagnose(snapshot)
+    result = run_doctor(DoctorRequest(python, save_snapshot, from_snapshot), busy=stderr_console.status)
+    if result.snapshot_written is not None:
+        stderr_console.print(f"snapshot written to {safe(result.snapshot_written)}")
     if as_json:
-        emit_json(report.to_json())
+        emit_json(result.report.to_json())
     else:
-        render_doctor(report, stdout_console, verbose=verbose)
-    raise typer.Exit(1 if report.failed else 0)
+        render_doctor(result.report, stdout_console, verbose=verbose)
+    raise typer.Exit(result.exit_code)
 
 
 class DeviceChoice(StrEnum):
     mps = "mps"
     cuda = "cuda"
     cpu = "cpu"
-
-
-def _default_device() -> str:
-    return "mps" if sys.platform == "darwin" else "cpu"
-
-
-def _parse_tokens(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise UserError(f"--tokens {text!r}: expected comma-separated positive integers, e.g. 1,512") from None
-    if not values or any(v <= 0 or v > 1_000_000 for v in values):
-        raise UserError(f"--tokens {text!r}: expected comma-separated positive integers, e.g. 1,512")
-    return values
-
-
-def _resolve_python(value: str, flag: str) -> Path:
-    from mpsup.envs.resolve import resolve_environment
-
-    return resolve_environment(value, flag)
 
 
 @app.command()
@@ -105,137 +89,46 @@ def bench(
     python: PythonOpt = None,
     tokens: Annotated[str | None, typer.Option("--tokens", help="Decode and prefill sizes, e.g. 1,512.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="CPU threads in the worker (recorded).")] = None,
-    list_only: Annotated[bool, typer.Option("--list", help="Print the workloads without running them.")] = False,
-    smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Run the feature smoke tests first.")] = True,
+    list_only: Annotated[bool, _flag("--list", help="Print the workloads without running them.")] = False,
+    smoke: Annotated[bool, _flag("--smoke/--no-smoke", help="Run the feature smoke tests first.")] = True,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Baseline interpreter or venv (default: --python).")] = None,
     candidate: Annotated[str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")] = None,
-    aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
+    aa: Annotated[bool, _flag("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
     model: Annotated[Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")] = None,
     dtype: Annotated[str | None, typer.Option("--dtype", help="Override the checkpoint's dtype: bf16, fp16, fp32.")] = None,
-    compile_too: Annotated[bool, typer.Option("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")] = False,
+    compile_too: Annotated[bool, _flag("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite (or --model's layers) on the GPU."""
-    from mpsup.bench.policy import SamplingPolicy
-    from mpsup.bench.render import bench_progress, render_run, run_summary
-    from mpsup.bench.run import run_bench
-    from mpsup.bench.runner import BenchOptions, EnvSpec
-    from mpsup.bench.suite import build_suite
-    from mpsup.bench.workloads import select
+    from mpsup.bench import command
+    from mpsup.bench.render import bench_progress, print_workload_list, render_run, run_summary
 
-    dev = device.value if device else _default_device()
-    model_doc = None
-    if dtype is not None and dtype not in ("bf16", "fp16", "fp32"):
-        raise UserError(f"--dtype {dtype!r}: expected bf16, fp16 or fp32")
-    if model is not None and (model.suffix == ".pt2" or _is_factory(str(model))):
-        workloads, model_doc = _end_to_end_workloads(str(model), compile_too)
-    elif model is not None:
-        from mpsup.bench.suite import default_tokens
-        from mpsup.model.extract import extract_model
-        from mpsup.model.load import load_model
-        from mpsup.render import safe
-
-        loaded = load_model(model)
-        ex = extract_model(loaded.tensors, loaded.config, tokens=_parse_tokens(tokens) or default_tokens(dev), dtype=dtype,
-                           components=loaded.components)
-        if not ex.workloads:
-            raise UserError(f"{model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
-        workloads = select(ex.workloads, only) if only else ex.workloads
-        model_doc = {**loaded.describe(), "linear_weight_bytes": ex.linear_weight_bytes,
-                     "fp8_weight_bytes": ex.fp8_weight_bytes, "not_measured": ex.not_measured}
-        for item in ex.not_measured[:5]:
-            stderr_console.print(f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True)
-    else:
-        workloads = select(build_suite(dev, _parse_tokens(tokens)), only)
+    request = command.BenchRequest(device=device.value if device else None, budget=budget, only=only, python=python, tokens=tokens,
+                                   threads=threads, smoke=smoke, baseline=baseline, candidate=candidate, aa=aa, model=model,
+                                   dtype=dtype, compile_too=compile_too)
+    plan = command.prepare(request)
+    for item in plan.not_measured[:5]:
+        stderr_console.print(f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True)
     if list_only:
         if as_json:
-            emit_json([w.to_json() for w in workloads])
+            emit_json([w.to_json() for w in plan.workloads])
         else:
-            _print_workload_list(workloads)
+            print_workload_list(list(plan.workloads), stdout_console)
         return
-    if aa and candidate:
-        raise UserError("--aa pairs the baseline with itself; it cannot be combined with --candidate")
-    if python is not None:
-        from mpsup.bench.workerproc import check_interpreter
-
-        python = check_interpreter(python, "--python")
-    base_py = _resolve_python(baseline, "--baseline") if baseline else (python or Path(sys.executable))
-    envs = [EnvSpec("baseline", base_py)]
-    mode = "single"
-    if candidate:
-        envs.append(EnvSpec("candidate", _resolve_python(candidate, "--candidate")))
-        mode = "paired"
-    elif aa:
-        envs.append(EnvSpec("baseline-2", base_py))
-        mode = "aa"
-    options = BenchOptions(device=dev, policy=SamplingPolicy(budget_s=budget), threads=threads, smoke=smoke)
-    from mpsup.render import safe
-
-    def warn(msg: str) -> None:
-        stderr_console.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
-
     with bench_progress(stderr_console) as on_event:
-        record, path = run_bench(envs, workloads, options, mode=mode, model=model_doc, progress=on_event, warn=warn, exiting=True)
+        result = command.run(plan, progress=on_event, warn=_warn)
     if as_json:
-        emit_json(run_summary(record, str(path) if path else None))
+        emit_json(run_summary(result.record, str(result.path) if result.path else None))
     else:
-        render_run(record, stdout_console)
-        stdout_console.print(f"Run record: {safe(path)}", highlight=False, soft_wrap=True)
-    if record.get("interrupted"):
-        import signal
-
-        raise typer.Exit(128 + signal.Signals[record.get("signal", "SIGINT")].value)
-    if record.get("failure"):
-        error_line(f"{record['failure']}; the finished measurements are in {path}")
-        raise typer.Exit(1)
-    failed = any(w["status"] in ("crash", "error") for w in record["workloads"]) or any(
-        e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values()
-    )
-    raise typer.Exit(1 if failed else 0)
+        render_run(result.record, stdout_console)
+        stdout_console.print(f"Run record: {safe(result.path)}", highlight=False, soft_wrap=True)
+    if result.record.get("failure") and not result.record.get("interrupted"):
+        error_line(f"{result.record['failure']}; the finished measurements are in {result.path}")
+    raise typer.Exit(result.exit_code)
 
 
-def _is_factory(text: str) -> bool:
-    import os
-    import re
-
-    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)  # never raises (a name too long)
-
-
-def _end_to_end_workloads(target: str, compile_too: bool) -> tuple[list, dict]:
-    import hashlib
-    import os
-
-    from mpsup.bench.workloads import Workload
-
-    if target.endswith(".pt2"):
-        from mpsup.model.load import pt2_fingerprint
-
-        path = Path(target)
-        fingerprint = pt2_fingerprint(path)  # a regular zip file, or one line; reads at most 2 MiB
-        params = {"source": "pt2", "path": os.path.realpath(path)}
-        doc = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
-    else:
-        params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
-        doc = {"path": target, "format": "module:function", "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16]}
-    doc |= {"linear_weight_bytes": 0, "fp8_weight_bytes": 0, "not_measured": []}
-    variants = [("model/end-to-end", False)] + ([("model/end-to-end/compiled", True)] if compile_too else [])
-    workloads = [Workload(name, "end_to_end", "model", "fp32", {**params, "compile": comp}, tags=("end-to-end",),
-                          source=doc["path"], role="end-to-end") for name, comp in variants]
-    return workloads, doc
-
-
-def _print_workload_list(workloads: list) -> None:
-    from rich.table import Table
-
-    from mpsup.render import safe
-
-    t = Table(title=f"{len(workloads)} workloads")
-    for col in ("name", "kind", "count", "dtype", "shape", "tags", "source"):
-        t.add_column(col, overflow="fold")
-    for w in workloads:
-        shape = ", ".join(f"{k}={v}" for k, v in w.params.items() if k not in ("kernel", "method"))
-        t.add_row(*(safe(cell) for cell in (w.name, w.kind, w.count, w.dtype, shape, ",".join(w.tags), w.source)))
-    stdout_console.print(t)
+def _warn(msg: str) -> None:
+    stderr_console.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
 
 
 class ReportFormat(StrEnum):
@@ -249,14 +142,14 @@ class ReportFormat(StrEnum):
 def report(
     paths: Annotated[list[Path] | None, typer.Argument(help="Run records or folders of them (several machines).")] = None,
     run: Annotated[str | None, typer.Option("--run", help="A stored run id.")] = None,
-    list_runs: Annotated[bool, typer.Option("--list", help="List stored runs.")] = False,
+    list_runs: Annotated[bool, _flag("--list", help="List stored runs.")] = False,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Id of a single run to use as baseline.")] = None,
     candidate: Annotated[str | None, typer.Option("--candidate", help="Id of a single run to use as candidate.")] = None,
     fmt: Annotated[ReportFormat, typer.Option("--format", help="terminal, markdown, json or html.")] = ReportFormat.terminal,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report to FILE.")] = None,
     threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="Practical change floor.")] = 0.03,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed (same record, same report).")] = 0,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")] = False,
+    fail_on_regression: Annotated[bool, _flag("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
@@ -289,78 +182,80 @@ def install_rc(
     version: Annotated[str | None, typer.Option("--version", help="Install exactly this torch version.")] = None,
     with_: Annotated[str | None, typer.Option("--with", help="Companion packages to match, e.g. torchvision,torchaudio.")] = None,
     python: PythonOpt = None,
-    in_place: Annotated[bool, typer.Option("--in-place", help="Upgrade the --python environment itself (its package list is saved first).")] = False,
-    clone: Annotated[bool, typer.Option("--clone", help="Also install your environment's other packages in the new one.")] = False,
+    in_place: Annotated[bool, _flag("--in-place", help="Upgrade the --python environment itself (its package list is saved first).")] = False,
+    clone: Annotated[bool, _flag("--clone", help="Also install your environment's other packages in the new one.")] = False,
     installer: Annotated[InstallerChoice, typer.Option("--installer", help="auto (uv when present), pip or uv.")] = InstallerChoice.auto,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and stop.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before installing (required without a terminal).")] = False,
-    allow_root: Annotated[bool, typer.Option("--allow-root", help="On macOS, allow running as root.")] = False,
-    list_envs: Annotated[bool, typer.Option("--list", help="Show the recorded candidate environments.")] = False,
+    dry_run: Annotated[bool, _flag("--dry-run", help="Show the plan and stop.")] = False,
+    yes: Annotated[bool, _flag("--yes", "-y", help="Do not ask before installing (required without a terminal).")] = False,
+    allow_root: Annotated[bool, _flag("--allow-root", help="On macOS, allow running as root.")] = False,
+    list_envs: Annotated[bool, _flag("--list", help="Show the recorded candidate environments.")] = False,
     remove: Annotated[str | None, typer.Option("--remove", help="Delete a recorded environment (by version or name).")] = None,
-    rollback: Annotated[bool, typer.Option("--rollback", help="Put back the packages saved before an --in-place upgrade.")] = False,
-    allow_unhashed: Annotated[bool, typer.Option("--allow-unhashed", help="Accept a wheel the index gives no sha256 for "
+    rollback: Annotated[bool, _flag("--rollback", help="Put back the packages saved before an --in-place upgrade.")] = False,
+    allow_unhashed: Annotated[bool, _flag("--allow-unhashed", help="Accept a wheel the index gives no sha256 for "
                                                  "(its hash is computed from the download and recorded).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Install the PyTorch release candidate (or nightly, or newest stable) beside your environment, safely."""
-    from mpsup.envs import execute, records
+    from mpsup.envs import command
     from mpsup.envs import render as env_render
-    from mpsup.envs.plan import InstallRequest, NothingToDo, current_euid, is_root_refused, plan_install
-    from mpsup.render import safe
+    from mpsup.envs.plan import InstallRequest
 
-    chosen = [flag for flag, on in (("--list", list_envs), ("--remove", remove is not None), ("--rollback", rollback)) if on]
-    if len(chosen) > 1:
-        raise UserError(f"{' and '.join(chosen)} cannot be combined")
-    if in_place and clone:
-        raise UserError("--clone makes a new environment; it cannot be combined with --in-place")
-    if list_envs:
-        docs, problems = records.scan_environments()
-        for problem in problems:
+    install = InstallRequest(python=python or Path(sys.executable), channel=channel.value, index_url=index_url, version=version,
+                             companions=command.companions(with_), in_place=in_place, clone=clone, installer=installer.value,
+                             allow_unhashed=allow_unhashed, dry_run=dry_run, yes=yes, as_json=as_json, allow_root=allow_root)
+    req = command.InstallRcRequest(install, list_envs=list_envs, remove=remove, rollback=rollback)
+    action = command.action(req)
+    if action == "list":
+        listed = command.list_environments()
+        for problem in listed.problems:
             stderr_console.print(f"[yellow]warning:[/] skipped {safe(problem)}", highlight=False, soft_wrap=True)
-        if as_json:
-            emit_json(docs)
-        else:
-            env_render.render_environments(docs, stdout_console)
+        emit_json(listed.environments) if as_json else env_render.render_environments(listed.environments, stdout_console)
+    elif action == "remove":
+        assert remove is not None
+        _render_removed(command.remove(remove).removed, as_json)
+    elif action == "rollback":
+        _rollback(install.python, yes, as_json)
+    else:
+        _install(install, as_json)
+
+
+def _render_removed(removed: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        emit_json({"status": "removed", "environments": removed})
         return
-    if remove is not None:
-        removed = records.remove_environment(remove)
-        if as_json:
-            emit_json({"status": "removed", "environments": removed})
-        else:
-            for doc in removed:
-                what = "record (your environment itself was not touched)" if doc.get("mode") == "in-place" else "environment"
-                stdout_console.print(safe(f"Removed the {what} {doc['name']} (torch {doc.get('torch_version')})"), highlight=False)
-        return
-    if is_root_refused(sys.platform, current_euid(), allow_root):
-        raise UserError("running as root on macOS would leave root-owned files in your environments; run as yourself, or pass --allow-root")
-    target = python or Path(sys.executable)
-    if rollback:
-        _confirm_or_refuse(yes, safe(f"Put back the packages saved for {target}?"))
-        result = execute.rollback(target)
-        if as_json:
-            emit_json(result.to_json())
-        else:
-            stdout_console.print(safe(f"Restored {target}: reinstalled {len(result.reinstalled)}, removed {len(result.removed)} packages "
-                                      f"(saved set {result.saved})"), highlight=False, soft_wrap=True)
-        return
-    companions = tuple(c.strip() for c in (with_ or "").split(",") if c.strip())
-    request = InstallRequest(python=target, channel=channel.value, index_url=index_url, version=version, companions=companions,
-                             in_place=in_place, clone=clone, installer=installer.value, allow_unhashed=allow_unhashed,
-                             dry_run=dry_run, yes=yes, as_json=as_json, allow_root=allow_root)
-    with stderr_console.status(f"Looking for torch on the {channel.value} channel..."):
+    for doc in removed:
+        what = "record (your environment itself was not touched)" if doc.get("mode") == "in-place" else "environment"
+        stdout_console.print(safe(f"Removed the {what} {doc['name']} (torch {doc.get('torch_version')})"), highlight=False)
+
+
+def _rollback(target: Path, yes: bool, as_json: bool) -> None:
+    from mpsup.envs import execute
+
+    _confirm_or_refuse(yes, safe(f"Put back the packages saved for {target}?"))
+    result = execute.rollback(target)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        stdout_console.print(safe(f"Restored {target}: reinstalled {len(result.reinstalled)}, removed {len(result.removed)} packages "
+                                  f"(saved set {result.saved})"), highlight=False, soft_wrap=True)
+
+
+def _install(request: InstallRequest, as_json: bool) -> None:
+    from mpsup.envs import execute
+    from mpsup.envs import render as env_render
+    from mpsup.envs.plan import NothingToDo, plan_install
+
+    with stderr_console.status(f"Looking for torch on the {request.channel} channel..."):
         plan = plan_install(request)
     if isinstance(plan, NothingToDo):
-        if as_json:
-            emit_json(plan.to_json())
-        else:
-            stdout_console.print(safe(plan.message), highlight=False, soft_wrap=True)
+        emit_json(plan.to_json()) if as_json else stdout_console.print(safe(plan.message), highlight=False, soft_wrap=True)
         return
     env_render.render_plan(plan, stderr_console if as_json else stdout_console)
-    if dry_run:
+    if request.dry_run:
         if as_json:
             emit_json({"status": "planned", "dry_run": True, "plan": plan.to_json()})
         return
-    _confirm_or_refuse(yes, safe(f"Install torch {plan.to_version} into {plan.prefix}?"))
+    _confirm_or_refuse(request.yes, safe(f"Install torch {plan.to_version} into {plan.prefix}?"))
     do_install = execute.install_in_place if plan.mode == "in-place" else execute.install_side_by_side
     with env_render.install_progress(stderr_console) as progress:
         result = do_install(plan, progress=progress)
@@ -386,6 +281,7 @@ def _confirm_or_refuse(yes: bool, question: str) -> None:
 def main() -> None:
     # Typer's standalone mode turns usage errors into exit 2 with click's message; our own
     # errors carry their exit code and one line of text.
+    was_pipe = _stdout_is_pipe()
     try:
         app()
     except (UserError, OperationFailed) as exc:
@@ -394,6 +290,40 @@ def main() -> None:
             # --json promises one JSON document on stdout: a failure is one too, for scripts to read.
             emit_json({"status": "error", "message": str(exc), "exit_code": exc.exit_code})
         sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        _reader_left()
+    except SystemExit as exc:
+        # rich and typer both turn a broken stdout pipe into exit 1: rich's Console.on_broken_pipe marks
+        # the console quiet, typer wraps the streams in a PacifyFlushWrapper. That is how we tell them from a failure.
+        # A console of typer's own (help text) only leaves a trace in fd 1: our pipe became devnull.
+        if exc.code == 1 and (stdout_console.quiet or type(sys.stdout).__name__ == "PacifyFlushWrapper"
+                              or (was_pipe and _stdout_is_devnull())):
+            _reader_left()
+        raise
+
+
+def _stdout_is_pipe() -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(1).st_mode)
+    except OSError:
+        return False
+
+
+def _stdout_is_devnull() -> bool:
+    try:
+        return os.path.samestat(os.fstat(1), os.stat(os.devnull))
+    except OSError:
+        return False
+
+
+def _reader_left() -> NoReturn:
+    """The reader closed our stdout (`mpsup report | head -2`): exit 0 quietly. stdout goes to devnull so
+    that the interpreter's final flush cannot raise again (Python's signal docs, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)
 
 
 def _wants_json(args: list[str]) -> bool:

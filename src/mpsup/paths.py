@@ -24,6 +24,18 @@ def envs_dir() -> Path:
     return data_dir() / "envs"
 
 
+def rollback_dir() -> Path:
+    """The package sets saved before an --in-place upgrade, one folder per environment."""
+    return data_dir() / "rollback"
+
+
+def tmp_dir() -> Path:
+    """Scratch space on the data dir's file system (so that a rename into place stays atomic); created on demand."""
+    path = data_dir() / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def downloads_dir() -> Path:
     """Wheels fetched by install-rc, each named by its validated wheel file name (kept private: 0700)."""
     return data_dir() / "downloads"

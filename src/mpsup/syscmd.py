@@ -32,6 +32,15 @@ class CommandResult:
         return self.returncode == 0
 
 
+# Flags on every pip mpsup runs: never wait for an answer, never print the upgrade nag into output we parse.
+PIP_FLAGS = ("--no-input", "--disable-pip-version-check")
+
+
+def pip_command(python: Path | str, subcommand: str, *args: str) -> list[str]:
+    """`python -m pip SUBCOMMAND` with mpsup's fixed flags, then args."""
+    return [str(python), "-m", "pip", subcommand, *PIP_FLAGS, *args]
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _POISONED_VARS}
     if extra:

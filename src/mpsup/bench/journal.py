@@ -20,11 +20,11 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from mpsup.bench.record import save_record, validate_record
+from mpsup.clock import iso_now
 from mpsup.errors import UserError
 from mpsup.paths import runs_dir
 from mpsup.store import DEFAULT_MAX_JSON_BYTES, finite_json
@@ -38,10 +38,6 @@ Warn = Callable[[str], None]
 
 class JournalWriteError(Exception):
     """The journal could not be appended to (a full disk, an I/O error): the run must stop."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _encode(kind: str, doc: Any) -> bytes:
@@ -79,7 +75,7 @@ class Journal:
                             "Free some space, fix the folder's permissions, or point MPSUP_HOME at a writable folder") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, _encode("begin", {"journal": JOURNAL_SCHEMA, "id": run_id, "pid": os.getpid(), "at": _now()}))
+            _write_all(fd, _encode("begin", {"journal": JOURNAL_SCHEMA, "id": run_id, "pid": os.getpid(), "at": iso_now()}))
             os.fsync(fd)
             final = d / f"{run_id}{SUFFIX}"
             os.rename(hidden, final)
@@ -164,7 +160,7 @@ def rebuild_record(data: bytes, source: Path) -> dict[str, Any] | None:
     else:
         record["partial"] = True
         record["interrupted"] = True
-    record["recovered"] = {"from": source.name, "at": _now(), "unreadable_lines": bad}
+    record["recovered"] = {"from": source.name, "at": iso_now(), "unreadable_lines": bad}
     return validate_record(record, source)
 
 

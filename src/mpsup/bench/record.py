@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 import os
 import secrets
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mpsup import __version__
+from mpsup import __version__, clock
 from mpsup.errors import UserError
 from mpsup.paths import runs_dir
 from mpsup.store import DEFAULT_MAX_JSON_BYTES, atomic_write_json, read_json
@@ -18,14 +17,14 @@ RUN_SCHEMA = "mpsup.run/1"
 
 
 def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return clock.file_stamp() + "-" + secrets.token_hex(3)
 
 
 def new_record(mode: str, device: str, environments: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": RUN_SCHEMA,
         "id": new_run_id(),
-        "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_at": clock.iso_now(),
         "mpsup_version": __version__,
         "mode": mode,  # single, paired, aa
         "device": device,

@@ -9,7 +9,14 @@ from typing import Any
 
 from mpsup.errors import UserError
 
-ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "uint8": 1}
+# Bytes per element, by safetensors' dtype names (model/safetensors_header.py reads headers with it)
+# and by mpsup's own workload dtype names, derived from it so the two cannot drift.
+SAFETENSORS_ITEMSIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}
+_SAFETENSORS_NAME = {"bf16": "BF16", "fp16": "F16", "fp32": "F32", "fp8": "F8_E4M3", "int8": "I8", "uint8": "U8"}
+ITEMSIZE = {name: SAFETENSORS_ITEMSIZE[st] for name, st in _SAFETENSORS_NAME.items()}
 
 
 @dataclass(frozen=True)

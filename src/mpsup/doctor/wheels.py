@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+from mpsup.envs.tags import python_tag as python_tag  # one definition, shared with install-rc
+
 # Recent releases (2.9 onwards) publish macOS arm64 wheels for these CPython tags.
 # cp313t had wheels for a while and was dropped; cp314t is published.
 MACOS_ARM64_WHEEL_TAGS: tuple[str, ...] = ("cp311", "cp312", "cp313", "cp314", "cp314t")
@@ -59,8 +61,3 @@ def last_torch_with_mps_on(macos: tuple[int, ...]) -> tuple[int, int] | None:
 
 def show(version: tuple[int, ...]) -> str:
     return ".".join(str(v) for v in version)
-
-
-def python_tag(version: str, free_threaded: bool) -> str:
-    major, minor = version.split(".")[:2]
-    return f"cp{major}{minor}{'t' if free_threaded else ''}"

@@ -30,9 +30,9 @@ from mpsup.envs.plan import InstallPlan
 from mpsup.envs.records import ENV_RECORD, EnvRecord, env_slug, latest_rollback, now_iso, read_rollback, save_rollback, write_record
 from mpsup.envs.venvs import commit_move, create_venv, is_ours, mark_as_ours, point_at, remove_tree, venv_python
 from mpsup.errors import OperationFailed, UserError
-from mpsup.paths import data_dir, downloads_dir, envs_dir
+from mpsup.paths import downloads_dir, envs_dir, tmp_dir
 from mpsup.probe import run_interpreter_probe
-from mpsup.syscmd import run_command
+from mpsup.syscmd import pip_command, run_command
 
 _MIB = 1 << 20
 # Without a size from the index, assume a torch wheel of this size.
@@ -147,17 +147,11 @@ def _record(plan: InstallPlan, facts: dict[str, Any], fetched: FetchedWheel, pre
 
 def _install(plan: InstallPlan, python: Path, wheel: Path, clone_file: Path | None) -> None:
     """The checked wheel goes into a folder of its own, so the installer can take nothing else for it."""
-    with tempfile.TemporaryDirectory(prefix="wheel-", dir=_tmp_dir()) as folder:
+    with tempfile.TemporaryDirectory(prefix="wheel-", dir=tmp_dir()) as folder:
         link = Path(folder) / plan.wheel.filename  # validated when planned; pip matches the pin by this name
         link.symlink_to(wheel.resolve())
         for argv in inst.install_commands(plan.installer, python, plan.install_args(Path(folder), clone_file), plan.uv):
             _run_installer(argv, f"{plan.installer} install")
-
-
-def _tmp_dir() -> Path:
-    path = data_dir() / "tmp"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _fetch(plan: InstallPlan, progress: Progress) -> FetchedWheel:
@@ -257,7 +251,7 @@ def install_side_by_side(plan: InstallPlan, *, progress: Progress | None = None,
 
 
 def _write_temp_lines(lines: tuple[str, ...] | list[str]) -> Path:
-    fd, name = tempfile.mkstemp(prefix="requirements-", suffix=".txt", dir=_tmp_dir())
+    fd, name = tempfile.mkstemp(prefix="requirements-", suffix=".txt", dir=tmp_dir())
     with os.fdopen(fd, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     return Path(name)
@@ -320,14 +314,14 @@ def restore(python: Path, saved_path: Path) -> RollbackResult:
     if to_install:
         req_file = _write_temp_lines(to_install)
         try:
-            argv = [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-deps", "-r", str(req_file)]
+            argv = pip_command(python, "install", "--no-deps", "-r", str(req_file))
             if doc.get("index_url"):
                 argv += ["--extra-index-url", doc["index_url"]]
             _run_installer(argv, "reinstalling the saved packages")
         finally:
             req_file.unlink(missing_ok=True)
     if to_remove:
-        _run_installer([str(python), "-m", "pip", "uninstall", "-y", "--disable-pip-version-check", *to_remove], "removing added packages")
+        _run_installer(pip_command(python, "uninstall", "-y", *to_remove), "removing added packages")
     after = inst.freeze(python)
     if after is None or set(after) != set(saved):
         diff = sorted(set(after or []) ^ set(saved))[:5]

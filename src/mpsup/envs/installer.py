@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from mpsup.syscmd import run_command
+from mpsup.syscmd import pip_command, run_command
 
 INSTALL_TIMEOUT_S = 3600.0
 # Never carried into a clone: a pinned torchvision built for the baseline torch would drag it back.
@@ -78,7 +78,7 @@ class InstallArgs:
 def _base(installer: str, python: Path, uv: str) -> list[str]:
     if installer == "uv":
         return [uv, "pip", "install", "--python", str(python)]
-    return [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
+    return pip_command(python, "install")
 
 
 def install_commands(installer: str, python: Path, args: InstallArgs, uv: str = "uv") -> list[list[str]]:
@@ -119,7 +119,7 @@ def parse_pip_config_list(text: str) -> dict[str, str]:
 
 def pip_settings(python: Path) -> dict[str, str]:
     """The user's pip settings as the target's pip sees them; empty when it has no pip."""
-    res = run_command([python, "-m", "pip", "config", "list"], timeout=60)
+    res = run_command(pip_command(python, "config", "list"), timeout=60)
     settings = parse_pip_config_list(res.stdout) if res.ok else {}
     for option in ("cert", "index-url"):
         env_value = os.environ.get("PIP_" + option.upper().replace("-", "_"))
@@ -152,7 +152,7 @@ def parse_pip_report(text: str) -> list[PipPick]:
 
 def freeze(python: Path) -> list[str] | None:
     """The environment's `pip freeze`, comments dropped; None when pip cannot run there."""
-    res = run_command([python, "-m", "pip", "freeze", "--disable-pip-version-check"], timeout=120)
+    res = run_command(pip_command(python, "freeze"), timeout=120)
     if not res.ok:
         return None
     return [ln.strip() for ln in res.stdout.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]

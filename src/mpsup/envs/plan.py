@@ -29,7 +29,7 @@ from mpsup.host.facts import is_compat_version
 from mpsup.host.parsers import parse_sw_vers
 from mpsup.paths import downloads_dir, envs_dir
 from mpsup.probe import run_interpreter_probe
-from mpsup.syscmd import run_command
+from mpsup.syscmd import pip_command, run_command
 
 CHANNEL_INDEX = {
     "test": "https://download.pytorch.org/whl/test/cpu",
@@ -174,8 +174,8 @@ def probe_baseline(python: Path, probe: ProbeFn) -> dict[str, Any]:
 def _stable_pick(python: Path, version: str | None) -> tuple[str, PlannedWheel]:
     """Ask the user's own pip, with the user's own configuration, what it would install."""
     requirement = f"torch=={version}" if version else "torch"
-    res = run_command([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
-                       "--disable-pip-version-check", "--report", "-", requirement], timeout=300)
+    res = run_command(pip_command(python, "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet", "--report", "-", requirement),
+                      timeout=300)
     if res.returncode is None and "not found" not in res.stderr:
         raise IndexUnreachable(f"pip did not answer: {res.stderr.strip()}")
     if not res.ok:

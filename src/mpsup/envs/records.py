@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import shutil
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mpsup.clock import file_stamp, iso_now
 from mpsup.errors import UserError
-from mpsup.paths import data_dir, envs_dir
+from mpsup.paths import envs_dir, rollback_dir
 from mpsup.store import atomic_write_json, read_json_object
 
 # A record is a few kB; anything much larger is not one of ours.
@@ -63,7 +63,7 @@ class EnvRecord:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat()
+    return iso_now()
 
 
 def env_slug(python: Path) -> str:
@@ -149,12 +149,8 @@ def remove_environment(key: str) -> list[dict[str, Any]]:
     return matches
 
 
-def rollback_dir() -> Path:
-    return data_dir() / "rollback"
-
-
 def save_rollback(python: Path, frozen: list[str], torch_version: str | None, index_url: str | None) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = file_stamp(micro=True)
     path = rollback_dir() / env_slug(python) / f"{stamp}.json"
     atomic_write_json(path, {"schema": 1, "python": str(python.absolute()), "created_at": now_iso(),
                              "torch_version": torch_version, "index_url": index_url, "freeze": frozen})

@@ -22,6 +22,11 @@ from packaging import tags
 from mpsup.host.facts import is_compat_version
 
 
+def python_tag(version: str, free_threaded: bool) -> str:
+    """cp312, or cp313t for a free-threaded build: the tag a wheel for this Python carries."""
+    major, minor = version.split(".")[:2]
+    return f"cp{major}{minor}{'t' if free_threaded else ''}"
+
 @dataclass(frozen=True)
 class Target:
     python_version: tuple[int, int]
@@ -36,8 +41,7 @@ class Target:
 
     @property
     def python_tag(self) -> str:
-        major, minor = self.python_version
-        return f"cp{major}{minor}{'t' if self.free_threaded else ''}"
+        return python_tag(".".join(map(str, self.python_version)), self.free_threaded)
 
     def describe(self) -> str:
         where = {"darwin": f"macOS {'.'.join(map(str, self.macos or ()))}", "linux": "Linux"}.get(self.platform, self.platform)

@@ -11,10 +11,10 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mpsup import clock
 from mpsup.errors import UserError
 from mpsup.store import atomic_write_text, read_json
 from mpsup.syscmd import run_command
@@ -147,7 +147,7 @@ def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
         files[SYSTEM_VERSION_PLIST] = plist.read_text(errors="replace")
     interpreter = run_interpreter_probe(python or Path(sys.executable)) if run_probe else None
     return Snapshot(
-        captured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        captured_at=clock.iso_now(),
         commands=commands,
         files=files,
         env=mps_env(os.environ),

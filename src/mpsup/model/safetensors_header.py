@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mpsup.bench.workloads import SAFETENSORS_ITEMSIZE
 from mpsup.errors import UserError
 from mpsup.store import open_regular, parse_json
 
-ITEMSIZE = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
-}
+# One table of element sizes for the reader and the workloads, so the two cannot drift.
+ITEMSIZE = SAFETENSORS_ITEMSIZE
 MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library's own limit
 MAX_DIM = 2**40
 MAX_RANK = 16

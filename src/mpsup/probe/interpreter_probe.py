@@ -36,7 +36,7 @@ def _torch_facts():
         import torch
     except Exception as exc:  # ImportError, or a broken install raising anything
         return None, "%s: %s" % (type(exc).__name__, exc)
-    facts = {"version": str(torch.__version__).split("+")[0], "version_full": str(torch.__version__)}
+    facts = {"version": str(torch.__version__).split("+")[0], "version_full": str(torch.__version__)}  # type: dict[str, object]
     mps = getattr(torch.backends, "mps", None)
     facts["mps_built"] = bool(mps and mps.is_built())
     with warnings.catch_warnings(record=True) as caught:

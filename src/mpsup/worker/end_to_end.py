@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from .core import Built, Unsupported
 from .device import Device
-from .ops import Built, Unsupported
 
 
 def _to(obj: Any, device: torch.device) -> Any:

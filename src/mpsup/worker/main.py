@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
+from .build import build
+from .core import Built, is_unsupported_error
 from .device import Device
-from .ops import Built, build, is_unsupported_error
-from .smoke import run_feature
+from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
 
 TEST_HOOKS = os.environ.get("MPSUP_WORKER_TEST_HOOKS") == "1"
@@ -40,8 +41,10 @@ class Worker:
         if threads:
             torch.set_num_threads(int(threads))
         ok, reason = self.device.available()
+        # The smoke features this worker can run, in order: mpsup's list is checked against it (one list).
         facts: dict[str, Any] = {"available": ok, "reason": reason, "device": self.device.kind,
-                                 "torch_version": str(torch.__version__), "threads": torch.get_num_threads()}
+                                 "torch_version": str(torch.__version__), "threads": torch.get_num_threads(),
+                                 "smoke_features": list(FEATURES)}
         if ok:
             facts.update(self.device.facts())
         return {"type": "hello", **facts}

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from .core import Built, Unsupported
 from .device import Device
-from .ops import Built, Unsupported
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "uint8": torch.uint8}
 

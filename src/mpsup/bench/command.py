@@ -1,0 +1,170 @@
+"""`mpsup bench` as two calls: prepare(BenchRequest) chooses the workloads and environments; run(plan) measures them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpsup.bench.workloads import Workload, select
+from mpsup.errors import UserError
+
+END_TO_END = "model/end-to-end"
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    device: str | None = None
+    budget: float = 1.0
+    only: str | None = None
+    python: Path | None = None
+    tokens: str | None = None
+    threads: int | None = None
+    smoke: bool = True
+    baseline: str | None = None
+    candidate: str | None = None
+    aa: bool = False
+    model: Path | None = None
+    dtype: str | None = None
+    compile_too: bool = False
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    request: BenchRequest
+    device: str
+    workloads: tuple[Workload, ...]
+    model_doc: dict[str, Any] | None
+    not_measured: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    record: dict[str, Any]
+    path: Path | None
+    exit_code: int
+
+
+def default_device() -> str:
+    return "mps" if sys.platform == "darwin" else "cpu"
+
+
+def parse_tokens(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise UserError(f"--tokens {text!r}: expected comma-separated positive integers, e.g. 1,512") from None
+    if not values or any(v <= 0 or v > 1_000_000 for v in values):
+        raise UserError(f"--tokens {text!r}: expected comma-separated positive integers, e.g. 1,512")
+    return values
+
+
+def is_factory(text: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)  # never raises (a name too long)
+
+
+def prepare(req: BenchRequest) -> BenchPlan:
+    """Choose the workloads: the bundled suite, a checkpoint's layers, or a whole model end to end."""
+    device = req.device or default_device()
+    if req.dtype is not None and req.dtype not in DTYPES:
+        raise UserError(f"--dtype {req.dtype!r}: expected bf16, fp16 or fp32")
+    if req.model is not None and (req.model.suffix == ".pt2" or is_factory(str(req.model))):
+        workloads, doc = end_to_end_workloads(str(req.model), req.compile_too)
+        return BenchPlan(req, device, tuple(workloads), doc)
+    if req.model is not None:
+        return _layer_plan(req, device)
+    from mpsup.bench.suite import build_suite
+
+    return BenchPlan(req, device, tuple(select(build_suite(device, parse_tokens(req.tokens)), req.only)), None)
+
+
+def _layer_plan(req: BenchRequest, device: str) -> BenchPlan:
+    from mpsup.bench.suite import default_tokens
+    from mpsup.model.extract import extract_model
+    from mpsup.model.load import load_model
+
+    assert req.model is not None
+    loaded = load_model(req.model)
+    ex = extract_model(loaded.tensors, loaded.config, tokens=parse_tokens(req.tokens) or default_tokens(device), dtype=req.dtype,
+                       components=loaded.components)
+    if not ex.workloads:
+        raise UserError(f"{req.model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
+    workloads = select(ex.workloads, req.only) if req.only else ex.workloads
+    doc = {**loaded.describe(), "linear_weight_bytes": ex.linear_weight_bytes,
+           "fp8_weight_bytes": ex.fp8_weight_bytes, "not_measured": ex.not_measured}
+    return BenchPlan(req, device, tuple(workloads), doc, tuple(ex.not_measured))
+
+
+def end_to_end_workloads(target: str, compile_too: bool) -> tuple[list[Workload], dict[str, Any]]:
+    if target.endswith(".pt2"):
+        from mpsup.model.load import pt2_fingerprint
+
+        path = Path(target)
+        fingerprint = pt2_fingerprint(path)  # a regular zip file, or one line; reads at most 2 MiB
+        params: dict[str, Any] = {"source": "pt2", "path": os.path.realpath(path)}
+        doc: dict[str, Any] = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
+    else:
+        params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
+        doc = {"path": target, "format": "module:function", "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16]}
+    doc |= {"linear_weight_bytes": 0, "fp8_weight_bytes": 0, "not_measured": []}
+    variants = [(END_TO_END, False)] + ([(f"{END_TO_END}/compiled", True)] if compile_too else [])
+    workloads = [Workload(name, "end_to_end", "model", "fp32", {**params, "compile": comp}, tags=("end-to-end",),
+                          source=doc["path"], role="end-to-end") for name, comp in variants]
+    return workloads, doc
+
+
+def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: Callable[[str], None]) -> BenchResult:
+    """Check the environments, measure, save the record; the exit code says what happened."""
+    from mpsup.bench.policy import SamplingPolicy
+    from mpsup.bench.run import run_bench
+    from mpsup.bench.runner import BenchOptions
+
+    req = plan.request
+    envs, mode = _environments(req)
+    options = BenchOptions(device=plan.device, policy=SamplingPolicy(budget_s=req.budget), threads=req.threads, smoke=req.smoke)
+    record, path = run_bench(envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn,
+                             exiting=True)
+    return BenchResult(record, path, exit_code(record))
+
+
+def _environments(req: BenchRequest) -> tuple[list[Any], str]:
+    from mpsup.bench.runner import EnvSpec
+    from mpsup.envs.resolve import resolve_environment
+
+    if req.aa and req.candidate:
+        raise UserError("--aa pairs the baseline with itself; it cannot be combined with --candidate")
+    python = req.python
+    if python is not None:
+        from mpsup.bench.workerproc import check_interpreter
+
+        python = check_interpreter(python, "--python")
+    base_py = resolve_environment(req.baseline, "--baseline") if req.baseline else (python or Path(sys.executable))
+    envs = [EnvSpec("baseline", base_py)]
+    if req.candidate:
+        envs.append(EnvSpec("candidate", resolve_environment(req.candidate, "--candidate")))
+        return envs, "paired"
+    if req.aa:
+        envs.append(EnvSpec("baseline-2", base_py))
+        return envs, "aa"
+    return envs, "single"
+
+
+def exit_code(record: dict[str, Any]) -> int:
+    """128+signal when interrupted, 1 on a failed run, a crashed workload or a failed smoke test, else 0."""
+    if record.get("interrupted"):
+        return 128 + signal.Signals[record.get("signal", "SIGINT")].value
+    if record.get("failure"):
+        return 1
+    failed = any(w["status"] in ("crash", "error") for w in record["workloads"]) or any(
+        e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values()
+    )
+    return 1 if failed else 0

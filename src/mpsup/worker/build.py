@@ -1,0 +1,25 @@
+"""One workload spec -> Built: the dispatch over every kind (bundled ops, Metal kernels, whole models)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core import Built, dtype_of
+from .device import Device
+from .ops import BUILDERS
+
+
+def build(spec: dict[str, Any], device: Device) -> Built:
+    kind = spec["kind"]
+    if kind == "metal":
+        from .metal import build_metal
+
+        return build_metal(spec, device)
+    if kind == "end_to_end":
+        from .end_to_end import build_end_to_end
+
+        return build_end_to_end(spec["params"], device)
+    builder = BUILDERS.get(kind)
+    if builder is None:
+        raise ValueError(f"unknown workload kind {kind!r}")
+    return builder(spec.get("params", {}), dtype_of(spec.get("dtype", "fp32")), device)

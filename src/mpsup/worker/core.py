@@ -1,0 +1,84 @@
+"""What every workload builder shares: the Unsupported status, dtypes, torch's "not here" wording, random inputs, Built."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .device import Device
+
+
+class Unsupported(Exception):
+    """This torch or this device lacks the feature: a status, not a failure."""
+
+
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+    "int8": torch.int8,
+}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    if name == "fp8":
+        fp8 = getattr(torch, "float8_e4m3fn", None)
+        if fp8 is None:
+            raise Unsupported("torch.float8_e4m3fn does not exist in this torch")
+        return fp8
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}") from None
+
+
+# How torch words "this op or dtype is not implemented here". The last four are MPS's own words
+# for a dtype it cannot hold (read from the real macOS wheels' libtorch_cpu strings): up to 2.14
+# moving an FP8 tensor to MPS raises "Trying to convert Float8_e4m3fn to the MPS backend but it
+# does not have support for that dtype", and a Metal kernel asked for one raises "Undefined type".
+UNSUPPORTED_NEEDLES: tuple[str, ...] = (
+    "not implemented",
+    "not supported",
+    "unsupported",
+    "does not support",
+    "only supports",
+    "is only supported",
+    "no kernel",
+    "could not run",
+    "expected mat_a",
+    "is not available",
+    "invalid scaling configuration",
+    "does not have support for that dtype",
+    "undefined type",
+    "mps framework doesn't support",
+)
+
+
+def is_unsupported_error(exc: BaseException) -> bool:
+    """Errors that mean 'this op/dtype is not implemented here', as torch words them."""
+    if isinstance(exc, (Unsupported, NotImplementedError, AttributeError)):
+        return True
+    text = str(exc).lower()
+    return any(needle in text for needle in UNSUPPORTED_NEEDLES)
+
+
+def rand(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torch.Tensor:
+    # Random values, generated on the device: zeros run measurably faster on some GPUs.
+    # uniform_ fills several times faster than randn on a CPU, which matters for GiB-sized weights.
+    if dtype.is_floating_point and dtype.itemsize >= 2:
+        return torch.empty(shape, dtype=dtype, device=device.torch_device).uniform_(-1.0, 1.0)
+    if dtype.is_floating_point:
+        return torch.empty(shape, dtype=torch.bfloat16, device=device.torch_device).uniform_(-1.0, 1.0).to(dtype)
+    return torch.randint(-8, 8, shape, dtype=dtype, device=device.torch_device)
+
+
+@dataclass
+class Built:
+    fn: Callable[[], Any]
+    bytes_per_call: float | None = None
+    flops_per_call: float | None = None
+    items_per_call: float | None = None  # tokens for grouped matmul throughput
+    keep: Any = None  # tensors kept alive for the workload's duration
