@@ -70,7 +70,7 @@ def test_html_file_renders_in_chromium(benefit_run: dict, tmp_path: Path):
     res = run_cli("report", "--format", "html", "-o", str(out))
     assert res.returncode == 0, res.stderr
     page = out.read_text()
-    assert page.count("<circle") == 24 and "memory-plot" in page
+    assert page.count('<circle class="point"') == 24 and "memory-plot" in page
     # Self-contained: no scripts, styles or images fetched from anywhere.
     assert "<script" not in page
     assert 'src="http' not in page and 'href="http' not in page and "@import" not in page

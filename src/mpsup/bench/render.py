@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -32,6 +33,59 @@ def fmt_time(s: float | None) -> str:
     if s < 1:
         return f"{s * 1e3:.2f} ms"
     return f"{s:.2f} s"
+
+
+NARROW = 100  # below this many columns tables drop their wide, secondary columns
+
+
+def is_narrow(console: Console) -> bool:
+    return console.width < NARROW
+
+
+def compact_shape(kind: str, params: dict[str, Any]) -> str:
+    """A workload's size in a few characters: a linear layer as `tokens x in->out`, a tensor as `AxBxC`."""
+    p = params
+    if {"tokens", "in_features", "out_features"} <= p.keys():
+        text = f"{p['tokens']}x{p['in_features']}->{p['out_features']}"
+        if "experts" in p:
+            text += f" {p['experts']}e top{p.get('top_k', '?')}"
+        return text
+    if {"tokens", "num_embeddings", "embedding_dim"} <= p.keys():
+        return f"{p['tokens']} of {p['num_embeddings']}x{p['embedding_dim']}"
+    if "shape" in p:
+        return "x".join(str(d) for d in p["shape"]) + (f" pad {','.join(str(x) for x in p['pad'])}" if "pad" in p else "")
+    if "input_shape" in p and "weight_shape" in p:
+        return "x".join(map(str, p["input_shape"])) + " * " + "x".join(map(str, p["weight_shape"]))
+    if "bytes" in p:
+        return fmt_bytes(p["bytes"])
+    if "numel" in p:
+        return f"{p['numel']} el" + (f" {p['direction']}" if "direction" in p else "")
+    if "n" in p:
+        return f"{p['n']}x{p['n']}"
+    if "grid" in p:
+        return f"grid {p['grid']}"
+    return ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("kernel", "method") and not isinstance(v, dict))
+
+
+def print_workload_list(workloads: list[Any], console: Console) -> None:
+    """`bench --list`: one line per workload; names are never cut (they are what --only takes)."""
+    narrow = is_narrow(console)
+    t = Table(title=f"{len(workloads)} workloads", title_justify="left", box=None, pad_edge=False, header_style="bold")
+    t.add_column("name", no_wrap=True, min_width=max((len(w.name) for w in workloads), default=4))
+    t.add_column("dtype", no_wrap=True)
+    t.add_column("shape", no_wrap=not narrow, overflow="fold")
+    if not narrow:
+        t.add_column("count", justify="right")
+        t.add_column("tags")
+        t.add_column("source", overflow="fold")
+    for w in workloads:
+        cells = [w.name, w.dtype, compact_shape(w.kind, w.params)]
+        if not narrow:
+            cells += [str(w.count), ",".join(w.tags), w.source]
+        t.add_row(*(safe(c) for c in cells))
+    console.print(t)
+    if narrow:
+        console.print(f"Tags and sources: run with COLUMNS={NARROW} or more, or --list --json.", highlight=False)
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -75,10 +129,18 @@ def _rate(env: dict[str, Any]) -> str:
     flops, moved = env.get("flops_per_call"), env.get("bytes_per_call")
     parts = []
     if flops:
-        parts.append(f"{flops / med / 1e12:.2f} TFLOP/s")
+        parts.append(fmt_rate(flops / med, "FLOP/s"))
     if moved:
-        parts.append(f"{moved / med / 1e9:.1f} GB/s")
+        parts.append(fmt_rate(moved / med, "B/s"))
     return ", ".join(parts) or "-"
+
+
+def fmt_rate(per_s: float, unit: str) -> str:
+    """A rate with the SI prefix that keeps three significant digits: CPU rates are GFLOP/s, not 0.00 TFLOP/s."""
+    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if per_s >= size:
+            return f"{per_s / size:.3g} {prefix}{unit}"
+    return f"{per_s:.3g} {unit}"
 
 
 def _memory(env: dict[str, Any]) -> str:
@@ -101,9 +163,7 @@ def render_run(record: dict[str, Any], console: Console) -> None:
             for e in envs:
                 r = s["envs"].get(e["label"], {})
                 style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
-                msg = safe(r.get("status", "?"))
-                if r.get("status") != "pass" and r.get("message"):
-                    msg += f": {safe(str(r['message'])[:70])}"
+                msg = safe(smoke_cell(r))
                 cells.append(f"[{style}]{msg}[/]" if style else msg)
             t.add_row(safe(s["feature"]), *cells)
         console.print(t)
@@ -111,28 +171,14 @@ def render_run(record: dict[str, Any], console: Console) -> None:
     for w in record["workloads"]:
         parts.setdefault(w.get("part", "other"), []).append(w)
     for part, ws in parts.items():
-        t = Table(title=PART_TITLES.get(part, safe(part)), title_justify="left")
-        t.add_column("workload")
-        t.add_column("source", overflow="fold", max_width=28)
-        for e in envs:
-            t.add_column(f"{safe(e['label'])} median", justify="right")
-        t.add_column("95% CI", justify="right")
-        t.add_column("achieved", justify="right")
-        t.add_column("peak mem", justify="right")
-        for w in ws:
-            first = w["envs"].get(envs[0]["label"], {})
-            if w["status"] not in ("ok",) and not first.get("median"):
-                t.add_row(safe(w["name"]), safe(w.get("source", "")), *[f"[yellow]{safe(w['status'])}[/]"] + [""] * (len(envs) - 1),
-                          safe(str(w.get("reason") or "")[:60]), "", "")
-                continue
-            meds = [fmt_time(w["envs"].get(e["label"], {}).get("median")) for e in envs]
-            ci = f"{fmt_time(first.get('ci_low'))} - {fmt_time(first.get('ci_high'))}"
-            t.add_row(safe(w["name"]), safe(w.get("source", "")), *meds, ci, _rate(first), _memory(first))
-        console.print(t)
+        console.print(_part_table(part, ws, envs, is_narrow(console)))
     linear = [w["envs"][envs[0]["label"]]["median"] for w in record["workloads"]
               if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")]
     if linear:
         console.print(f"Suite geometric mean time over {len(linear)} linear shapes: {fmt_time(geometric_mean(linear))}")
+    if record.get("mode") == "single" and not record.get("model"):
+        for line in meaning_lines(record):
+            console.print(line, highlight=False)
     model = record.get("model")
     if model:
         label = envs[0]["label"]
@@ -158,6 +204,113 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         console.print(f"[yellow]Stopped early: this record is partial ({safe(record.get('failure', 'unknown reason'))}).[/]")
     for change in record.get("hygiene", {}).get("changed", []):
         console.print(f"[yellow]Conditions changed during the run: {safe(change)}[/]")
+
+
+def smoke_cell(result: dict[str, Any]) -> str:
+    """`unsupported: Metal kernels need...`, not `unsupported: Unsupported: Metal kernels need...`."""
+    status = str(result.get("status", "?"))
+    message = str(result.get("message") or "")
+    if status == "pass" or not message:
+        return status
+    if message.lower().startswith(status.lower()):
+        message = message[len(status):].lstrip(" :-")
+    return f"{status}: {message[:70]}" if message else status
+
+
+def fmt_span(low: float | None, high: float | None) -> str:
+    """`3.89-5.22 ms` when both ends share a unit (most intervals), else each end with its own."""
+    lo, hi = fmt_time(low), fmt_time(high)
+    if lo == "-" and hi == "-":
+        return "-"
+    if lo == "-" or hi == "-":
+        return f"{lo} - {hi}"
+    lo_num, _, lo_unit = lo.partition(" ")
+    hi_num, _, hi_unit = hi.partition(" ")
+    return f"{lo_num}-{hi_num} {hi_unit}" if lo_unit == hi_unit else f"{lo}-{hi}"
+
+
+def _rate_narrow(env: dict[str, Any]) -> str:
+    # One figure fits: the one that bounds this workload (bytes for low arithmetic intensity, FLOP otherwise).
+    med, flops, moved = env.get("median"), env.get("flops_per_call"), env.get("bytes_per_call")
+    if not med or not (flops or moved):
+        return "-"
+    if flops and (not moved or flops / moved > 50):
+        return fmt_rate(flops / med, "FLOP/s")
+    return fmt_rate(moved / med, "B/s")
+
+
+def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]], narrow: bool) -> Table:
+    t = Table(title=PART_TITLES.get(part, safe(part)), title_justify="left", box=None if narrow else box.HEAVY_HEAD,
+              pad_edge=not narrow, header_style="bold")
+    # The name is what --only takes: never cut (rich shrinks even no_wrap columns unless given a floor).
+    t.add_column("workload", no_wrap=True, min_width=max((len(w["name"]) for w in ws), default=8))
+    if not narrow:
+        t.add_column("source", overflow="fold", max_width=28)
+    for e in envs:
+        t.add_column(safe(e["label"]) if narrow else f"{safe(e['label'])} median", justify="right", no_wrap=True)
+    t.add_column("95% CI", justify="right", no_wrap=narrow)
+    t.add_column("achieved", justify="right", no_wrap=narrow)
+    if not narrow:
+        t.add_column("peak mem", justify="right")
+    skipped: dict[str, list[str]] = {}
+    for w in ws:
+        first = w["envs"].get(envs[0]["label"], {})
+        source = [] if narrow else [safe(w.get("source", ""))]
+        if w["status"] not in ("ok",) and not first.get("median"):
+            if narrow:
+                skipped.setdefault(smoke_cell({"status": w["status"], "message": w.get("reason")}), []).append(w["name"])
+                continue
+            t.add_row(safe(w["name"]), *source, *[f"[yellow]{safe(w['status'])}[/]"] + [""] * (len(envs) - 1),
+                      safe(smoke_cell({"status": w["status"], "message": w.get("reason")})), "", "")
+            continue
+        meds = [fmt_time(w["envs"].get(e["label"], {}).get("median")) for e in envs]
+        ci = fmt_span(first.get("ci_low"), first.get("ci_high"))
+        tail = [_rate_narrow(first)] if narrow else [_rate(first), _memory(first)]
+        t.add_row(safe(w["name"]), *source, *meds, ci, *tail)
+    if narrow:
+        # Not measured: one line per reason under the table, not a reason squeezed into a column.
+        notes = [f"[yellow]{safe(why)}[/]: {safe(', '.join(names))}" for why, names in skipped.items()]
+        t.caption = "\n".join(["medians; sources, peak memory: 100+ columns or --json", *notes])
+        t.caption_justify = "left"
+    return t
+
+
+def _best(ws: list[dict[str, Any]], label: str, key: str) -> float | None:
+    rates = [e[key] / e["median"] for w in ws for e in [w["envs"].get(label, {})] if e.get("median") and e.get(key)]
+    return max(rates) if rates else None
+
+
+def meaning_lines(record: dict[str, Any]) -> list[str]:
+    """What a single run's figures say about this machine, and what to run next (rich markup)."""
+    label = record["environments"][0]["label"]
+    ws = record["workloads"]
+    lines = []
+    roof = [w for w in ws if w.get("part") == "roofline"]
+    bw, fl = _best(roof, label, "bytes_per_call"), _best(roof, label, "flops_per_call")
+    if bw or fl:
+        peaks = " and ".join(x for x in (bw and fmt_rate(bw, "B/s") + " copy bandwidth", fl and fmt_rate(fl, "FLOP/s") + " matmul") if x)
+        lines.append(f"This machine's roofline, measured here: {peaks}.")
+        decode = [w for w in ws if w.get("part") == "linear" and w.get("tokens") == 1]
+        got = _best(decode, label, "bytes_per_call")
+        if bw and got:
+            lines.append(f"Single-token linear layers reach up to {fmt_rate(got, 'B/s')} ({got / bw:.0%} of that bandwidth): "
+                         "decoding is bound by memory traffic.")
+    else:
+        lines.append("No roofline probe in this selection: add `--only 'roofline/*'` to see what the memory system and the"
+                     " arithmetic units can do.")
+    spent: dict[str, float] = {}
+    for w in ws:
+        med = w["envs"].get(label, {}).get("median")
+        if med:
+            spent[w.get("part", "other")] = spent.get(w.get("part", "other"), 0.0) + w.get("count", 1) * med
+    total = sum(spent.values())
+    if total and len(spent) > 1:
+        lines.append("Where the time goes: " + ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])) + ".")
+    lines += ["[bold]Next[/], to learn whether an upgrade helps this machine:",
+              "  mpsup install-rc                   # a candidate torch beside this one",
+              "  mpsup bench --candidate VERSION    # times both, same workloads",
+              "  mpsup report                       # the verdict"]
+    return lines
 
 
 def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:

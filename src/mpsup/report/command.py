@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from mpsup.bench.render import NARROW
 from mpsup.errors import UserError
 from mpsup.render import emit_json, safe
 from mpsup.report import load
@@ -46,7 +48,11 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
         return 0
     if req.output is not None and req.fmt == "terminal":
         raise UserError("-o needs --format markdown, json or html")
-    analyses = [analyze(r, threshold=req.threshold, seed=req.seed) for r in _records(req, warn)]
+    def note(msg: str) -> None:
+        # stderr: stdout stays the report alone (a JSON document, a page), and the choice still shows on a terminal.
+        err.print(safe(msg), highlight=False, soft_wrap=True)
+
+    analyses = [analyze(r, threshold=req.threshold, seed=req.seed) for r in _records(req, warn, note)]
     if req.fmt == "terminal":
         if len(analyses) > 1:
             render_multi_terminal(analyses, out)
@@ -63,7 +69,7 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
     return _exit_code(analyses) if req.fail_on_regression else 0
 
 
-def _records(req: ReportRequest, warn: load.Warn) -> list[dict[str, Any]]:
+def _records(req: ReportRequest, warn: load.Warn, note: load.Warn) -> list[dict[str, Any]]:
     if (req.baseline is None) != (req.candidate is None):
         raise UserError("--baseline and --candidate go together (two single runs to pair)")
     if req.baseline is not None and req.candidate is not None:
@@ -72,7 +78,7 @@ def _records(req: ReportRequest, warn: load.Warn) -> list[dict[str, Any]]:
         return [load.by_id(req.run, warn)]
     if req.paths:
         return load.records_from_paths(req.paths, warn)
-    return [load.newest_paired(warn)]
+    return [load.newest_paired(warn, note)]
 
 
 def _json_doc(analyses: list[Analysis]) -> dict[str, Any]:
@@ -100,10 +106,35 @@ def _list_runs(rows: list[dict[str, Any]], fmt: str, out: Console) -> None:
     if fmt == "json":
         emit_json(rows)
         return
-    t = Table(title=f"{len(rows)} stored runs")
-    for c in ("id", "created", "mode", "device", "torch", "workloads", "model"):
-        t.add_column(c)
+    if not rows:
+        out.print("No stored runs yet: `mpsup bench` records one (add --candidate VERSION or --aa to pair two torches).",
+                  highlight=False)
+        return
+    narrow = out.width < NARROW
+    t = Table(title=f"{len(rows)} stored run{'s' * (len(rows) != 1)}", title_justify="left", box=None if narrow else box.HEAVY_HEAD,
+              pad_edge=not narrow, header_style="bold")
+    t.add_column("id", no_wrap=True)  # what --run, --baseline and --candidate take: never cut
+    for c in ("created", "mode", "device", "torch", "n"):
+        t.add_column(c, no_wrap=c != "torch", justify="right" if c == "n" else "left")
+    if not narrow:
+        t.add_column("model", overflow="fold")
     for r in rows:
-        t.add_row(safe(r["id"]), safe(r["created_at"]), safe(r["mode"]) + (" (partial)" if r["partial"] else ""),
-                  safe(r["device"]), safe(" vs ".join(str(x) for x in r["torch"])), str(r["workloads"]), safe(r["model"] or ""))
+        cells = [safe(r["id"]), safe(_when(r["created_at"])), safe(r["mode"]) + (" (partial)" if r["partial"] else ""),
+                 safe(r["device"]), safe(_torches(r["torch"])), str(r["workloads"])]
+        t.add_row(*cells, *([] if narrow else [safe(r["model"] or "")]))
     out.print(t)
+    if narrow and any(r["model"] for r in rows):
+        out.print("Model paths: 100+ columns or --list --json.", highlight=False)
+
+
+def _when(created: object) -> str:
+    # 2026-12-03T12:04:07Z -> 2026-12-03 12:04: minutes tell runs apart; the id carries the rest.
+    text = str(created or "")
+    return text[:16].replace("T", " ") if len(text) >= 16 else text
+
+
+def _torches(versions: list[object]) -> str:
+    names = [str(v) for v in versions]
+    if len(names) == 2 and names[0] == names[1]:
+        return f"{names[0]} (A/A)"
+    return " -> ".join(names)

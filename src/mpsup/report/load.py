@@ -49,25 +49,60 @@ def records_from_paths(paths: list[Path], warn: Warn) -> list[dict[str, Any]]:
     return out
 
 
-def newest_paired(warn: Warn) -> dict[str, Any]:
+def _recover(warn: Warn) -> None:
+    from mpsup.bench.journal import recover_journals
+
+    recover_journals(warn)  # a run that died (SIGKILL, full disk) left a journal: report it as a partial record
+
+
+def newest_paired(warn: Warn, note: Warn | None = None) -> dict[str, Any]:
+    """The newest run that pairs two environments; `note` hears which one and what newer single runs exist."""
+    _recover(warn)
     skipped = 0
+    newer_single: list[dict[str, Any]] = []
     for path in reversed(list_record_paths()):
         rec = _try_load(path, warn)
         skipped += rec is None
         if rec is not None and len(rec["environments"]) >= 2:
+            if note is not None:
+                for line in choice_lines(rec, newer_single):
+                    note(line)
             return rec
+        if rec is not None:
+            newer_single.append(rec)
     unreadable = f" ({skipped} unreadable record(s) skipped, see the warnings)" if skipped else ""
-    raise UserError(f"no paired run stored yet{unreadable}: run `mpsup bench --candidate PATH` (or `--aa`) first")
+    singles = f"; {len(newer_single)} single run(s) stored: pair two with --baseline ID --candidate ID" if newer_single else ""
+    raise UserError(f"no paired run stored yet{unreadable}{singles}: run `mpsup bench --candidate PATH` (or `--aa`) first")
+
+
+def _describe(rec: dict[str, Any]) -> str:
+    torch = " vs ".join(str(e.get("torch_version")) for e in rec["environments"])
+    what = (rec.get("model") or {}).get("path") or f"{len(rec['workloads'])} workloads"
+    return f"{rec['id']} ({rec.get('mode')}, {rec['device']}, torch {torch}, {what})"
+
+
+def choice_lines(chosen: dict[str, Any], newer_single: list[dict[str, Any]]) -> list[str]:
+    """Why `report` without arguments shows this run, and what to do with the newer runs it passed over."""
+    lines = [f"Reporting run {_describe(chosen)}: the newest run that pairs two environments."]
+    if not newer_single:
+        return lines
+    lines.append(f"{len(newer_single)} newer single-environment run(s), not in this report:")
+    lines += [f"  {_describe(r)}" for r in newer_single[:5]]
+    if len(newer_single) > 5:
+        lines.append(f"  ... {len(newer_single) - 5} more (mpsup report --list)")
+    older, newer = (newer_single[1]["id"], newer_single[0]["id"]) if len(newer_single) > 1 else ("BASELINE_ID", newer_single[0]["id"])
+    lines.append(f"To compare two of them: mpsup report --baseline {older} --candidate {newer}")
+    lines.append("Or measure both torches in one run: mpsup bench --candidate VERSION")
+    return lines
 
 
 def by_id(run_id: str, warn: Warn) -> dict[str, Any]:
+    _recover(warn)  # the run asked for may be one that was interrupted and exists only as a journal
     return load_record(find_record(run_id))
 
 
 def stored_runs(warn: Warn) -> list[dict[str, Any]]:
-    from mpsup.bench.journal import recover_journals
-
-    recover_journals(warn)  # a run that died (SIGKILL, full disk) left a journal: list it as a partial record
+    _recover(warn)
     rows = []
     for path in list_record_paths():
         rec = _try_load(path, warn)

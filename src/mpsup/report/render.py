@@ -8,11 +8,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.bench.render import fmt_time
+from mpsup.bench.render import NARROW, fmt_time
 from mpsup.render import safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.stats import Interval
@@ -36,6 +37,8 @@ def esc(text: object) -> str:
 
 
 def _iv(i: Interval | None) -> str:
+    if i is not None and not i.bounded:  # too few rounds: no interval, and a bare point would look exact
+        return f"n/a: {i.n} rounds; raise --budget"
     return "-" if i is None else f"{i.estimate:.3f}x ({i.low:.3f}-{i.high:.3f})"
 
 
@@ -51,20 +54,25 @@ def _bar(speedup: float | None, width: int = 10) -> str:
     return " " * (half - cells) + "█" * cells + "│"
 
 
+def claim_comparable(a: Analysis) -> bool:
+    """The published 2.15 figure was measured on MPS against 2.15: citing it beside a CPU or A/A run misleads."""
+    return a.device == "mps" and a.mode != "aa" and a.candidate_torch.startswith("2.15") and a.baseline_torch != a.candidate_torch
+
+
 def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str]:
     """The figures below the table; `quote` escapes the record-derived parts for the target format."""
     lines = []
     if a.suite_geomean:
         split = ", ".join(f"{k} {v.estimate:.3f}x" for k, v in a.suite_split.items())
-        lines.append(f"Suite geometric mean over BF16 linear shapes: {_iv(a.suite_geomean)}"
-                     f"{' (' + split + ')' if split else ''}; the torch 2.15 notes claim {PUBLISHED_SUITE_CLAIM}x"
-                     " on their Mac.")
+        claim = f"; the torch 2.15 release notes claim {PUBLISHED_SUITE_CLAIM}x on their Mac" if claim_comparable(a) else ""
+        lines.append(f"Suite geometric mean over BF16 linear shapes: {_iv(a.suite_geomean)}{'; ' + split if split else ''}{claim}.")
     if a.model_speedup:
         lines.append(f"Model forward (estimated from its layers): {_iv(a.model_speedup)}")
     if a.peak_memory_ratio:
         lines.append(f"Peak memory, candidate / baseline (geometric mean): {a.peak_memory_ratio:.2f}")
     for s in a.smoke_changes:
         lines.append(f"Smoke: {quote(s['feature'])} {s['change']} ({quote(s['baseline'])} -> {quote(s['candidate'])})")
+    lines += [f"Method: {a.method}", *a.notes]
     if a.noise:
         lines.append("Conditions: " + "; ".join(quote(n) for n in a.noise))
     return lines
@@ -75,21 +83,41 @@ def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
     console.print(Text(a.sentence, style=f"bold {style}"))
     console.print(f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
                   f" · run {safe(', '.join(a.run_ids))}")
-    t = Table(show_lines=False)
-    t.add_column("workload", no_wrap=True, overflow="ellipsis", max_width=34)
-    for col, just in (("count", "right"), ("share", "right"), ("baseline", "right"),
-                      ("candidate", "right"), ("speedup (95% CI)", "right"), ("", "left"), ("", "center")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for w in a.workloads[:limit]:
-        t.add_row(safe(w.name), str(w.count), f"{w.share:.1%}", fmt_time(w.baseline_s), fmt_time(w.candidate_s),
-                  _iv(w.speedup) if w.speedup else safe(w.status), _bar(w.speedup.estimate if w.speedup else None),
-                  MARK[w.change])
+    t = _terminal_table(a, limit, narrow=console.width < NARROW)
     console.print(t)
     if len(a.workloads) > limit:
         console.print(f"... {len(a.workloads) - limit} more workloads (use --format json or html for all)")
     console.print(f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; · no measurable change")
     for line in summary_lines(a, safe):
         console.print(line)
+
+
+def _ci_short(i: Interval | None) -> str:
+    if i is None:
+        return ""
+    if not (math.isfinite(i.low) and math.isfinite(i.high)):
+        return "unbounded"  # too few rounds for a 95% interval
+    return f"{i.low:.2f}-{i.high:.2f}"
+
+
+def _terminal_table(a: Analysis, limit: int, *, narrow: bool) -> Table:
+    # Names are never cut (they are what --only takes); below NARROW columns the times and bars give way.
+    t = Table(box=None if narrow else box.HEAVY_HEAD, pad_edge=not narrow, header_style="bold")
+    t.add_column("workload", no_wrap=True, min_width=max((len(w.name) for w in a.workloads[:limit]), default=8))
+    cols = ("share", "speedup", "95% CI", "") if narrow else \
+        ("count", "share", "baseline", "candidate", "speedup (95% CI)", "", "")
+    for col in cols:
+        t.add_column(col, justify="left" if col == "" and not narrow else "right", no_wrap=True)
+    for w in a.workloads[:limit]:
+        if narrow:
+            sp = f"{w.speedup.estimate:.3f}x" if w.speedup else safe(w.status)
+            ci = _ci_short(w.speedup)
+            t.add_row(safe(w.name), f"{w.share:.1%}", sp, ci, MARK[w.change])
+            continue
+        t.add_row(safe(w.name), str(w.count), f"{w.share:.1%}", fmt_time(w.baseline_s), fmt_time(w.candidate_s),
+                  _iv(w.speedup) if w.speedup else safe(w.status), _bar(w.speedup.estimate if w.speedup else None),
+                  MARK[w.change])
+    return t
 
 
 def render_markdown(a: Analysis) -> str:
@@ -101,52 +129,88 @@ def render_markdown(a: Analysis) -> str:
     out += ["", "| workload | count | share | baseline | candidate | speedup | 95% CI | change |",
             "|---|---:|---:|---:|---:|---:|---|---|"]
     for w in a.workloads:
-        ci = f"{w.speedup.low:.3f}-{w.speedup.high:.3f}" if w.speedup else "-"
+        ci = ("-" if not w.speedup else f"{w.speedup.low:.3f}-{w.speedup.high:.3f}" if w.speedup.bounded
+              else f"n/a: {w.speedup.n} rounds; raise --budget")
         sp = f"{w.speedup.estimate:.3f}x" if w.speedup else md(w.status)
         out.append(f"| {md(w.name)} | {w.count} | {w.share:.1%} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
                    f"| {sp} | {ci} | {w.change} |")
     return "\n".join(out) + "\n"
 
 
-def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 360) -> str:
-    pts = [w for w in ws if w.speedup and w.size > 0]
-    pad_l, pad_r, pad_t, pad_b = 60, 20, 20, 40
+PART_COLORS = {"linear": "#0969da", "moe": "#8250df", "fp8": "#bf3989", "int8": "#9a6700", "pad": "#1a7f37",
+               "roofline": "#57606a", "model": "#cf222e"}
+_Y_TICKS = (0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0)
+
+
+def _part_color(part: str) -> str:
+    return PART_COLORS.get(part, "#6e7781")
+
+
+def _outliers(pts: list[WorkloadChange], n: int = 3) -> list[WorkloadChange]:
+    # The points a reader asks about first: the largest changes, measured or not significant.
+    return sorted(pts, key=lambda w: -abs(math.log(w.speedup.estimate)) if w.speedup and w.speedup.estimate > 0 else 0)[:n]
+
+
+def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 380) -> str:
+    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0]
+    # Axis titles and tick labels live in the margins, never over the data.
+    pad_l, pad_r, pad_t, pad_b = 64, 16, 28, 56
     if not pts:
-        return '<p class="empty">No paired workloads to plot.</p>'
+        return '<p class="empty">No workload was measured in both environments, so there is nothing to plot.</p>'
     xs = [math.log10(w.size) for w in pts]
-    lows = [w.speedup.low for w in pts if math.isfinite(w.speedup.low)]  # type: ignore[union-attr]
-    highs = [w.speedup.high for w in pts if math.isfinite(w.speedup.high)]  # type: ignore[union-attr]
-    y_lo = math.log2(max(0.25, min([*lows, 0.9])))
-    y_hi = math.log2(min(4.0, max([*highs, 1.1])))
-    x_lo, x_hi = min(xs) - 0.1, max(xs) + 0.1
+    ends = [v for w in pts for v in (w.speedup.estimate, w.speedup.low, w.speedup.high)  # type: ignore[union-attr]
+            if math.isfinite(v) and v > 0]
+    y_lo = math.log2(max(0.25, min([*ends, 0.95]))) - 0.05
+    y_hi = math.log2(min(4.0, max([*ends, 1.05]))) + 0.05
+    x_lo, x_hi = min(xs) - 0.2, max(xs) + 0.2
+    plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
 
     def px(x: float) -> float:
-        return pad_l + (x - x_lo) / (x_hi - x_lo or 1) * (width - pad_l - pad_r)
+        return pad_l + (x - x_lo) / (x_hi - x_lo or 1) * plot_w
 
-    def py(s: float) -> float:
-        v = math.log2(max(2**y_lo, min(2**y_hi, s)))
-        return pad_t + (y_hi - v) / (y_hi - y_lo or 1) * (height - pad_t - pad_b)
+    def py(v: float) -> float:
+        lv = math.log2(max(2**y_lo, min(2**y_hi, v)))
+        return pad_t + (y_hi - lv) / (y_hi - y_lo or 1) * plot_h
 
-    parts = [f'<svg id="speedup-plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="speedup per workload against size">',
-             f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{py(1):.1f}" y2="{py(1):.1f}" stroke="#888" stroke-dasharray="4"/>',
-             f'<text x="4" y="{py(1) + 4:.1f}" font-size="11">1.00x</text>']
-    for tick in (0.5, 0.8, 1.25, 2.0):
+    parts = [f'<svg id="speedup-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'preserveAspectRatio="xMinYMin meet" role="img" aria-label="speedup per workload against its size" font-size="12">',
+             f'<rect x="{pad_l}" y="{pad_t}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d0d7de"/>']
+    for tick in _Y_TICKS:
         if y_lo <= math.log2(tick) <= y_hi:
-            parts.append(f'<text x="4" y="{py(tick) + 4:.1f}" font-size="11">{tick:.2f}x</text>')
+            y = py(tick)
+            dash = ' stroke-dasharray="4"' if tick == 1.0 else ""
+            parts.append(f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{y:.1f}" y2="{y:.1f}" stroke="{"#888" if tick == 1 else "#eaeef2"}"{dash}/>')
+            parts.append(f'<text class="ytick" x="{pad_l - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:.2f}x</text>')
     for decade in range(math.ceil(x_lo), math.floor(x_hi) + 1):
-        parts.append(f'<text x="{px(decade) - 10:.1f}" y="{height - 10}" font-size="11">1e{decade}</text>')
-    colors = {"faster": "#1a7f37", "slower": "#cf222e", "same": "#57606a", "n/a": "#57606a"}
+        parts.append(f'<text class="xtick" x="{px(decade):.1f}" y="{height - pad_b + 16}" text-anchor="middle">1e{decade}</text>')
     for w, x in zip(pts, xs, strict=True):
         s = w.speedup
         assert s is not None
-        c = colors[w.change]
-        lo = s.low if math.isfinite(s.low) else s.estimate
-        hi = s.high if math.isfinite(s.high) else s.estimate
-        parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" stroke="{c}"/>')
-        parts.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="3.5" fill="{c}">'
+        c = _part_color(w.part)
+        lo = s.low if math.isfinite(s.low) and s.low > 0 else s.estimate
+        hi = s.high if math.isfinite(s.high) and s.high > 0 else s.estimate
+        parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" stroke="{c}" stroke-opacity="0.6"/>')
+        ring = ' stroke="#1f2328" stroke-width="1.5"' if w.significant else ""
+        parts.append(f'<circle class="point" data-part="{esc(w.part)}" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="4" fill="{c}"{ring}>'
                      f'<title>{esc(w.name)}: {s.estimate:.3f}x ({s.low:.3f}-{s.high:.3f})</title></circle>')
-    parts.append(f'<text x="{width / 2 - 120:.0f}" y="{height - 24}" font-size="12">work per call (FLOP or bytes, log scale)</text>')
+    for w in _outliers(pts):
+        s = w.speedup
+        assert s is not None
+        x, y = px(math.log10(w.size)), py(s.estimate)
+        anchor = "end" if x > width * 0.6 else "start"
+        dx = -7 if anchor == "end" else 7
+        parts.append(f'<text class="label" x="{x + dx:.1f}" y="{y - 6:.1f}" text-anchor="{anchor}" font-size="11">'
+                     f"{esc(w.name)} {s.estimate:.2f}x</text>")
+    parts.append(f'<text class="axis-title" x="{pad_l + plot_w / 2:.0f}" y="{height - 12}" text-anchor="middle">'
+                 "work per call (FLOP, or bytes moved; log scale)</text>")
+    parts.append(f'<text class="axis-title" transform="translate(14 {pad_t + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
+                 "speedup, candidate vs baseline</text>")
+    seen = list(dict.fromkeys(w.part for w in pts))
+    for i, part in enumerate(seen):
+        lx = pad_l + 8 + i * 96
+        parts.append(f'<circle class="legend" cx="{lx}" cy="{pad_t - 14}" r="4" fill="{_part_color(part)}"/>'
+                     f'<text x="{lx + 8}" y="{pad_t - 10}">{esc(part)}</text>')
+    parts.append(f'<text x="{width - pad_r}" y="{pad_t - 10}" text-anchor="end" font-size="11">outlined: significant change</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -154,11 +218,11 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
 def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
     pts = [w for w in ws if w.memory_ratio][:30]
     if not pts:
-        return '<p class="empty">No peak-memory figures in both environments.</p>'
+        return '<p class="empty">Peak memory was not recorded in both environments, so there is no memory change to show.</p>'
     row = 16
     height = row * len(pts) + 20
     mid = 420
-    parts = [f'<svg id="memory-plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
+    parts = [f'<svg id="memory-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" font-size="11">',
              f'<line x1="{mid}" x2="{mid}" y1="0" y2="{height}" stroke="#888"/>']
     for i, w in enumerate(pts):
         r = w.memory_ratio or 1.0
@@ -172,35 +236,80 @@ def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
     return "".join(parts)
 
 
+def _sort_ranks(ws: list[WorkloadChange]) -> dict[str, list[int]]:
+    # CSS-only sorting (the page carries no script, so record text can never run): each row knows its rank
+    # per key, and a radio button picks which rank sets its `order`.
+    keys: dict[str, Callable[[WorkloadChange], Any]] = {
+        "share": lambda w: -w.share,
+        "speedup": lambda w: -(w.speedup.estimate if w.speedup else 0.0),
+        "name": lambda w: w.name,
+    }
+    ranks: dict[str, list[int]] = {}
+    for key, fn in keys.items():
+        order = sorted(range(len(ws)), key=lambda i: fn(ws[i]))
+        rank = [0] * len(ws)
+        for pos, i in enumerate(order):
+            rank[i] = pos
+        ranks[key] = rank
+    return ranks
+
+
+_CSS = """
+body { font-family: -apple-system, system-ui, sans-serif; margin: 1.5em auto; padding: 0 1em; max-width: 1400px; color: #1f2328; }
+.verdict { font-size: 1.3em; font-weight: 600; }
+.grid { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 1.5em; align-items: start; }
+svg { width: 100%; height: auto; display: block; }
+svg text { fill: #1f2328; font-family: inherit; }
+.tablebox { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.85em; width: 100%; }
+td, th { border-bottom: 1px solid #d0d7de; padding: 2px 6px; text-align: right; white-space: nowrap; }
+td:first-child, th:first-child { text-align: left; }
+.faster { color: #1a7f37; } .slower { color: #cf222e; }
+.sorter { font-size: 0.85em; margin: 0 0 0.4em; }
+.sorter label { text-decoration: underline; cursor: pointer; }
+tbody { display: flex; flex-direction: column; }
+thead tr, tbody tr { display: grid; grid-template-columns: minmax(10em, 3fr) 3.5em 3.5em 5.2em 5.2em minmax(10em, 2fr) 4.6em; }
+tbody tr { order: var(--share); }
+#by-speedup:checked ~ .tablebox tbody tr { order: var(--speedup); }
+#by-name:checked ~ .tablebox tbody tr { order: var(--name); }
+@media (max-width: 1200px) { .grid { grid-template-columns: minmax(0, 1fr); } body { margin: 0.5em; } }
+@media print { body { max-width: none; margin: 0; } .grid { grid-template-columns: minmax(0, 1fr); } .sorter { display: none; }
+  svg, tr { break-inside: avoid; } a { color: inherit; } }
+"""
+
+
 def render_html(a: Analysis) -> str:
+    ranks = _sort_ranks(a.workloads)
     rows = "".join(
-        f"<tr><td>{esc(w.name)}</td><td>{w.count}</td><td>{w.share:.1%}</td><td>{fmt_time(w.baseline_s)}</td>"
+        f'<tr style="--share:{ranks["share"][i]};--speedup:{ranks["speedup"][i]};--name:{ranks["name"][i]}">'
+        f"<td>{esc(w.name)}</td><td>{esc(w.part)}</td><td>{w.share:.1%}</td><td>{fmt_time(w.baseline_s)}</td>"
         f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv(w.speedup) if w.speedup else esc(w.status)}</td>"
         f"<td class=\"{esc(w.change)}\">{esc(w.change)}</td></tr>"
-        for w in a.workloads
+        for i, w in enumerate(a.workloads)
     )
     summary = "".join(f"<li>{line}</li>" for line in summary_lines(a, esc))
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>mpsup report: {esc(a.verdict)}</title>
-<style>
-body {{ font-family: -apple-system, system-ui, sans-serif; margin: 2em; color: #1f2328; }}
-.verdict {{ font-size: 1.3em; font-weight: 600; }}
-table {{ border-collapse: collapse; font-size: 0.9em; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
-.faster {{ color: #1a7f37; }} .slower {{ color: #cf222e; }}
-</style></head><body>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>mpsup report: {esc(a.verdict)}</title>
+<style>{_CSS}</style></head><body>
 <p class="verdict" id="verdict">{esc(a.sentence)}</p>
 <p>{esc(a.machine)} ({esc(a.device)}) · torch {esc(a.baseline_torch)} → {esc(a.candidate_torch)}
  · runs {esc(", ".join(a.run_ids))}</p>
 <ul>{summary}</ul>
-<h2>Speedup per workload against its size</h2>
+<div class="grid">
+<div><h2>Speedup per workload against its size</h2>
 {_svg_speedup_plot(a.workloads)}
 <h2>Peak memory, candidate / baseline</h2>
-{_svg_memory_plot(a.workloads)}
-<h2>Workloads</h2>
-<table><thead><tr><th>workload</th><th>count</th><th>share</th><th>baseline</th><th>candidate</th><th>speedup (95% CI)</th><th>change</th></tr></thead>
-<tbody>{rows}</tbody></table>
+{_svg_memory_plot(a.workloads)}</div>
+<div><h2>Workloads</h2>
+<input type="radio" name="sort" id="by-share" checked hidden><input type="radio" name="sort" id="by-speedup" hidden>
+<input type="radio" name="sort" id="by-name" hidden>
+<p class="sorter">Sort by <label for="by-share">share of time</label> · <label for="by-speedup">speedup</label>
+ · <label for="by-name">name</label></p>
+<div class="tablebox"><table id="workloads"><thead><tr><th>workload</th><th>part</th><th>share</th><th>baseline</th>
+<th>candidate</th><th>speedup (95% CI)</th><th>change</th></tr></thead>
+<tbody>{rows}</tbody></table></div></div>
+</div>
 </body></html>
 """
 

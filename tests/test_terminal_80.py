@@ -1,0 +1,186 @@
+"""What a user sees in an 80-column terminal (issue 16): names and ids whole, compact columns, honest run choice."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from mpsup.bench.journal import Journal
+from mpsup.bench.record import new_record, new_run_id, save_record
+from mpsup.bench.render import compact_shape, fmt_rate, meaning_lines, print_workload_list, render_run, smoke_cell
+from mpsup.bench.suite import build_suite
+from mpsup.report import load
+from mpsup.report.analysis import analyze
+from mpsup.report.render import render_terminal, summary_lines
+from tests.conftest import run_cli
+from tests.synthetic import paired_record
+
+NARROW_ENV = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def _console(width: int = 80) -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=width, color_system=None, legacy_windows=False), buf
+
+
+def _assert_fits(text: str, width: int = 80) -> None:
+    too_wide = [ln for ln in text.splitlines() if len(ln.rstrip()) > width]
+    assert not too_wide, too_wide[:3]
+    assert "…" not in text, [ln for ln in text.splitlines() if "…" in ln][:3]
+
+
+def _single(run_id: str, torch_version: str = "2.14.1", device: str = "mps") -> dict:
+    rec = paired_record(1.0, seed=9, run_id=run_id, count=6)
+    rec["mode"], rec["device"] = "single", device
+    rec["environments"] = [{**rec["environments"][0], "torch_version": torch_version}]
+    for w in rec["workloads"]:
+        w["envs"] = {"baseline": w["envs"]["baseline"]}
+        w.pop("ratios")
+    return rec
+
+
+def test_compact_shapes():
+    assert compact_shape("linear", {"tokens": 1, "in_features": 4096, "out_features": 14336}) == "1x4096->14336"
+    moe = {"tokens": 16, "top_k": 2, "experts": 8, "in_features": 4096, "out_features": 14336, "method": "loop"}
+    assert compact_shape("grouped_mm", moe) == "16x4096->14336 8e top2"
+    assert compact_shape("copy", {"bytes": 64 * 2**20}) == "64.0 MiB"
+    assert compact_shape("pad", {"shape": [1, 640, 4], "pad": [1, 1]}) == "1x640x4 pad 1,1"
+
+
+def test_bench_list_at_80_columns_keeps_every_name_and_fits():
+    workloads = build_suite("cpu", None)
+    console, buf = _console()
+    print_workload_list(workloads, console)
+    text = buf.getvalue()
+    _assert_fits(text)
+    lines = text.splitlines()
+    assert len(lines) <= len(workloads) + 6  # one line per workload (it was ~6 lines each)
+    for w in workloads:
+        assert any(ln.startswith(w.name + " ") for ln in lines), w.name
+    assert "1x4096->4096" in text and "in_features=" not in text
+
+
+def test_bench_list_wide_keeps_tags_and_sources():
+    workloads = build_suite("cpu", None)[:3]
+    console, buf = _console(160)
+    print_workload_list(workloads, console)
+    assert "Llama-3-8B" in buf.getvalue() and "decode" in buf.getvalue()
+
+
+def test_run_tables_at_80_columns(mpsup_home: Path):
+    rec = paired_record(1.1, seed=3, run_id="20261203T100000Z-cccccc", count=10)
+    rec["device"] = "cpu"
+    for w in rec["workloads"]:
+        w["envs"]["baseline"]["median"] *= 1000  # a CPU: milliseconds, some GFLOP/s
+    rec["workloads"].append({"name": "metal/copy_f32", "kind": "metal", "part": "roofline", "dtype": "fp32", "count": 1,
+                             "status": "unsupported", "reason": "Unsupported: Metal kernels need the mps device", "envs": {}})
+    console, buf = _console()
+    render_run(rec, console)
+    text = buf.getvalue()
+    _assert_fits(text)
+    for w in rec["workloads"]:
+        assert w["name"] in text
+    assert "unsupported: Metal kernels need" in text and "Unsupported: Metal" not in text
+    assert "TFLOP/s" not in text and "GFLOP/s" in text  # a CPU's rate, in units that fit
+
+
+def test_rates_and_smoke_cells_read_well():
+    assert fmt_rate(87.7e9, "FLOP/s") == "87.7 GFLOP/s"
+    assert fmt_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s"
+    assert smoke_cell({"status": "unsupported", "message": "Unsupported: needs macOS 14"}) == "unsupported: needs macOS 14"
+    assert smoke_cell({"status": "fail", "message": "max error 0.5"}) == "fail: max error 0.5"
+    assert smoke_cell({"status": "pass", "message": "ignored"}) == "pass"
+
+
+def test_single_run_ends_with_meaning_and_next_step():
+    rec = _single("20261203T100000Z-dddddd", device="cpu")
+    rec["workloads"].append({"name": "roofline/copy/64MiB", "kind": "copy", "part": "roofline", "dtype": "fp32", "count": 1,
+                             "status": "ok", "envs": {"baseline": {"status": "ok", "median": 0.01, "bytes_per_call": 2**27}}})
+    text = "\n".join(meaning_lines(rec))
+    assert "roofline, measured here: 13.4 GB/s copy bandwidth" in text
+    assert "Where the time goes: " in text
+    assert "mpsup install-rc" in text and "mpsup bench --candidate" in text
+    without = "\n".join(meaning_lines(_single("20261203T100000Z-eeeeee")))
+    assert "No roofline probe" in without and "--only 'roofline/*'" in without
+
+
+def test_report_at_80_columns_keeps_names_and_no_nested_parentheses():
+    a = analyze(paired_record(1.2, seed=4, run_id="20261203T100000Z-ffffff"))
+    console, buf = _console()
+    render_terminal(a, console)
+    text = buf.getvalue()
+    _assert_fits(text)
+    for w in a.workloads:
+        assert w.name in text
+    assert "(geometric mean) " not in a.sentence and "((" not in a.sentence
+
+
+def test_published_claim_only_where_comparable():
+    mps = analyze(paired_record(1.2, seed=4))
+    mps.candidate_torch = "2.15.0"
+    assert any("2.15 release notes" in ln for ln in summary_lines(mps))
+    cpu_aa = analyze({**paired_record(1.0, seed=4, mode="aa"), "device": "cpu"})
+    assert not any("2.15" in ln for ln in summary_lines(cpu_aa))
+    other = analyze(paired_record(1.2, seed=4))
+    other.candidate_torch = "2.16.0"
+    assert not any("release notes" in ln for ln in summary_lines(other))
+
+
+def test_report_list_at_80_columns_shows_whole_ids(mpsup_home: Path):
+    ids = ["20261203T100000Z-aaaaaa", "20261203T110000Z-bbbbbb"]
+    save_record(paired_record(1.0, seed=1, run_id=ids[0]), mpsup_home / "runs")
+    save_record(_single(ids[1]), mpsup_home / "runs")
+    res = run_cli("report", "--list", env=NARROW_ENV)
+    assert res.returncode == 0, res.stderr
+    _assert_fits(res.stdout)
+    for run_id in ids:
+        assert run_id in res.stdout
+    assert "2026-12-02 10:00" in res.stdout
+
+
+def test_report_list_with_no_runs_is_one_sentence():
+    res = run_cli("report", "--list", env=NARROW_ENV)
+    assert res.returncode == 0
+    assert res.stdout.startswith("No stored runs yet") and "┃" not in res.stdout and len(res.stdout.splitlines()) <= 2
+    assert json.loads(run_cli("report", "--list", "--json").stdout) == []
+
+
+def test_report_says_which_run_and_what_newer_runs_exist(mpsup_home: Path):
+    paired, old_single, new_single = "20261203T100000Z-aaaaaa", "20261203T110000Z-bbbbbb", "20261203T120000Z-cccccc"
+    save_record(paired_record(1.0, seed=1, run_id=paired), mpsup_home / "runs")
+    save_record(_single(old_single), mpsup_home / "runs")
+    save_record(_single(new_single, torch_version="2.15.0"), mpsup_home / "runs")
+    res = run_cli("report", "--json", env=NARROW_ENV)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["runs"] == [paired]  # stdout stays one document; the explanation is on stderr
+    err = " ".join(res.stderr.split())
+    assert f"Reporting run {paired}" in err and "newest run that pairs two environments" in err
+    assert "2 newer single-environment run(s)" in err and old_single in err and new_single in err
+    assert f"mpsup report --baseline {old_single} --candidate {new_single}" in err
+    assert "mpsup bench --candidate" in err
+
+
+def test_report_without_pairs_points_at_single_runs(mpsup_home: Path):
+    save_record(_single("20261203T110000Z-bbbbbb"), mpsup_home / "runs")
+    res = run_cli("report", env=NARROW_ENV)
+    assert res.returncode == 2
+    assert "1 single run(s) stored" in res.stderr and "--baseline ID --candidate ID" in res.stderr
+
+
+def test_by_id_and_newest_paired_recover_interrupted_runs(mpsup_home: Path):
+    j = Journal.create(new_run_id())
+    header = new_record("aa", "cpu", [{"label": "baseline", "torch_version": "2.13.0", "python": "/x/python"},
+                                      {"label": "baseline-2", "torch_version": "2.13.0", "python": "/x/python"}], {})
+    header["id"] = j.run_id
+    j.append("header", header)
+    j.append("workload", {"name": "w0", "kind": "linear", "part": "linear", "dtype": "fp32", "count": 1, "status": "ok",
+                          "envs": {"baseline": {"status": "ok", "median": 1.0}, "baseline-2": {"status": "ok", "median": 1.0}}})
+    j.close()  # what a SIGKILL leaves: an unlocked journal, no record
+    warnings: list[str] = []
+    rec = load.by_id(j.run_id, warnings.append)
+    assert rec["id"] == j.run_id and rec["partial"] is True
+    assert any("recovered the interrupted run" in w for w in warnings)
+    assert load.newest_paired(warnings.append)["id"] == j.run_id
