@@ -95,6 +95,7 @@ def bench(
     candidate: Annotated[str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")] = None,
     aa: Annotated[bool, _flag("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
     model: Annotated[Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")] = None,
+    resolution: Annotated[str | None, typer.Option("--resolution", help="Diffusion models: image size, e.g. 1024 or 832x480.")] = None,
     dtype: Annotated[str | None, typer.Option("--dtype", help="Override the checkpoint's dtype: bf16, fp16, fp32.")] = None,
     compile_too: Annotated[bool, _flag("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")] = False,
     as_json: JsonOpt = False,
@@ -105,8 +106,10 @@ def bench(
 
     request = command.BenchRequest(device=device.value if device else None, budget=budget, only=only, python=python, tokens=tokens,
                                    threads=threads, smoke=smoke, baseline=baseline, candidate=candidate, aa=aa, model=model,
-                                   dtype=dtype, compile_too=compile_too)
+                                   dtype=dtype, compile_too=compile_too, resolution=resolution)
     plan = command.prepare(request)
+    for note in (plan.model_doc or {}).get("notes", []):
+        stderr_console.print(f"assumed: {safe(note)}", highlight=False, soft_wrap=True)
     for item in plan.not_measured[:5]:
         stderr_console.print(f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True)
     if list_only:

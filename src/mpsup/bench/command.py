@@ -34,6 +34,7 @@ class BenchRequest:
     model: Path | None = None
     dtype: str | None = None
     compile_too: bool = False
+    resolution: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,16 @@ def parse_tokens(text: str | None) -> tuple[int, ...] | None:
     return values
 
 
+def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
+    """`1024` or `832x480` (width x height, pixels) for a diffusion model's activations."""
+    if text is None:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) > 2 or not all(p.strip().isdigit() and 0 < int(p) <= 16384 for p in parts):
+        raise UserError(f"--resolution {text!r}: expected pixels as SIDE or WIDTHxHEIGHT, e.g. 1024 or 832x480")
+    return int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+
+
 def is_factory(text: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)  # never raises (a name too long)
 
@@ -95,12 +106,13 @@ def _layer_plan(req: BenchRequest, device: str) -> BenchPlan:
     assert req.model is not None
     loaded = load_model(req.model)
     ex = extract_model(loaded.tensors, loaded.config, tokens=parse_tokens(req.tokens) or default_tokens(device), dtype=req.dtype,
-                       components=loaded.components)
+                       components=loaded.components, resolution=parse_resolution(req.resolution))
     if not ex.workloads:
         raise UserError(f"{req.model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
     workloads = select(ex.workloads, req.only) if req.only else ex.workloads
     doc = {**loaded.describe(), "linear_weight_bytes": ex.linear_weight_bytes,
-           "fp8_weight_bytes": ex.fp8_weight_bytes, "not_measured": ex.not_measured}
+           "fp8_weight_bytes": ex.fp8_weight_bytes, "fp8_stored_bytes": ex.fp8_stored_bytes,
+           "fp8_upcast_bytes": ex.fp8_upcast_bytes, "notes": list(ex.notes), "not_measured": ex.not_measured}
     return BenchPlan(req, device, tuple(workloads), doc, tuple(ex.not_measured))
 
 

@@ -322,7 +322,9 @@ def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, floa
     bounded = True
     for w in record["workloads"]:
         env = w["envs"].get(label, {})
-        if not env.get("median"):
+        # An "alternative" is another way to run a layer already counted (FP8 scaled_mm beside the
+        # upcast bf16 path): adding it would count that layer's time twice.
+        if not env.get("median") or "alternative" in w.get("tags", ()):
             continue
         c = w.get("count", 1)
         est += c * env["median"]
