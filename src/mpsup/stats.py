@@ -17,6 +17,11 @@ class Interval:
     estimate: float
     low: float
     high: float
+    n: int = 0  # units behind the interval, when known: an unbounded one says how many it had
+
+    @property
+    def bounded(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
 
     @property
     def rel_half_width(self) -> float:
@@ -127,3 +132,101 @@ def classify_change(ci: Interval, threshold: float = 0.03) -> str:
     if ci.high < 1.0 and ci.estimate <= 1.0 / (1.0 + threshold):
         return "slower"
     return "same"
+
+
+# --- Per-workload calls that hold under drift and heavy tails (issue 12) -----------------------------
+
+METHOD = ("paired rounds (ABBA blocks from 24 rounds on); exact 95% interval of their median ratio; sign test over rounds with "
+          "Benjamini-Hochberg (q=0.05) across workloads; suite: bootstrap over workloads and rounds, plus a 2% between-process floor")
+# Below this, pairing rounds into blocks leaves so few units that the exact interval is [min, max] of
+# a handful of blocks, and one stalled block hides a real change; rounds are then the units.
+BLOCK_MIN_ROUNDS = 24
+
+
+def block_ratios(ratios: Sequence[float]) -> list[float]:
+    """ABBA blocks: round k (A first) and round k+1 (B first) together cancel any first-mover effect,
+    and a block is short enough that slow drift hits both sides alike. An odd last round is dropped."""
+    rs = [r for r in ratios if r > 0 and math.isfinite(r)]
+    if len(rs) < BLOCK_MIN_ROUNDS:
+        return rs
+    return [math.sqrt(rs[i] * rs[i + 1]) for i in range(0, len(rs) - 1, 2)]
+
+
+def round_ratio_ci(ratios: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Exact order-statistic interval for the median block ratio: valid for any distribution of the
+    blocks (heavy tails, outliers) as long as blocks are independent; unbounded below six units."""
+    units = block_ratios(ratios)
+    ci = median_ci(units, confidence)
+    return Interval(ci.estimate, ci.low, ci.high, n=len(units))
+
+
+def sign_test_p(units: Sequence[float]) -> float:
+    """Exact two-sided sign test of 'median ratio = 1' (ties dropped); exact integers, no float binomials."""
+    up = sum(1 for u in units if u > 1.0)
+    down = sum(1 for u in units if u < 1.0)
+    n = up + down
+    if n == 0:
+        return 1.0
+    k = min(up, down)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+
+
+def benjamini_hochberg(pvalues: Sequence[float], q: float = 0.05) -> list[bool]:
+    """Which hypotheses to reject so that the expected share of false discoveries stays <= q."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    cut = 0
+    for rank, i in enumerate(order, start=1):
+        if pvalues[i] <= q * rank / m:
+            cut = rank
+    rejected = [False] * m
+    for i in order[:cut]:
+        rejected[i] = True
+    return rejected
+
+
+def decide(ci: Interval, discovered: bool, threshold: float = 0.03) -> str:
+    """A change needs all three: the interval excludes 1, the multiplicity-corrected test rejects,
+    and the estimate clears the practical threshold."""
+    cls = classify_change(ci, threshold)
+    return cls if discovered else "same"
+
+
+# Two worker processes of one environment can differ by ~2% on launch-bound shapes (placement,
+# caches): a difference between processes, not between torch builds, that no single run can separate.
+# The suite interval's half-width (in log terms) gets this added in quadrature, a random-effects floor.
+PROCESS_FLOOR = 0.02
+
+
+def suite_geomean_ci(groups: Sequence[Sequence[float]], *, seed: int = 0, resamples: int = 1000,
+                     confidence: float = 0.95, floor: float = PROCESS_FLOOR) -> Interval:
+    """Geometric mean over workloads of each workload's median block ratio. Resamples workloads, then
+    blocks within each: the interval carries between-workload spread (per-process placement biases
+    that differ by shape) as well as measurement noise, so an A/A run's interval covers 1 unless the
+    bias is shared by nearly every workload."""
+    units = [block_ratios(g) for g in groups]
+    units = [u for u in units if u]
+    if not units:
+        raise ValueError("no workloads")
+    est = geometric_mean([median(u) for u in units])
+    if len(units) == 1:
+        return _widen(median_ci(units[0], confidence), floor)
+    rng = random.Random(seed)
+    stats = []
+    for _ in range(resamples):
+        picked = rng.choices(units, k=len(units))
+        logs = [math.log(median(rng.choices(u, k=len(u)))) for u in picked]
+        stats.append(math.exp(sum(logs) / len(logs)))
+    stats.sort()
+    lo_i = math.floor((1 - confidence) / 2 * resamples)
+    hi_i = min(resamples - 1, math.ceil((1 + confidence) / 2 * resamples) - 1)
+    return _widen(Interval(est, stats[lo_i], stats[hi_i]), floor)
+
+
+def _widen(ci: Interval, floor: float) -> Interval:
+    if not ci.bounded or floor <= 0 or ci.low <= 0:
+        return ci
+    lo = math.log(ci.estimate / ci.low)
+    hi = math.log(ci.high / ci.estimate)
+    return Interval(ci.estimate, ci.estimate * math.exp(-math.hypot(lo, floor)), ci.estimate * math.exp(math.hypot(hi, floor)), ci.n)

@@ -18,7 +18,7 @@ from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 from mpsup.bench.workloads import Workload
 from mpsup.errors import UserError
-from mpsup.stats import finite_or_none, median_ci
+from mpsup.stats import finite_or_none, median_ci, round_ratio_ci
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -246,7 +246,8 @@ class Runner:
             ratios.append(ma / mb)
             rounds.append({"first": order[0].env.label, a.env.label: got[a.env.label], b.env.label: got[b.env.label]})
             elapsed = self.options.clock() - t0
-            enough = len(ratios) >= pol.min_samples and median_ci(ratios).rel_half_width <= pol.target_rel_ci
+            # The same interval the report will print (rounds, or ABBA blocks once there are enough).
+            enough = len(ratios) >= pol.min_samples and round_ratio_ci(ratios).rel_half_width <= pol.target_rel_ci
             # Six rounds is the fewest for which a 95% interval of a median is bounded at all;
             # a slow workload may overrun its budget to get them, up to five-fold.
             over = (elapsed >= 2 * pol.budget_s and len(ratios) >= 6) or (elapsed >= 10 * pol.budget_s and len(ratios) >= 3)

@@ -10,7 +10,19 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
-from mpsup.stats import Interval, bootstrap_geomean_ci, classify_change, finite_or_none, geometric_mean, paired_ratio_ci
+from mpsup.stats import (
+    METHOD,
+    Interval,
+    benjamini_hochberg,
+    block_ratios,
+    classify_change,
+    decide,
+    finite_or_none,
+    geometric_mean,
+    round_ratio_ci,
+    sign_test_p,
+    suite_geomean_ci,
+)
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
 
@@ -30,6 +42,9 @@ class WorkloadChange:
     memory_ratio: float | None = None
     ratios: list[float] = field(default_factory=list)
     status: str = "ok"
+    p_value: float | None = None
+    units: int = 0  # independent units behind the interval (ABBA blocks, or rounds when few)
+    candidate_measured_s: float | None = None  # the candidate's pooled median; candidate_s agrees with the speedup
 
     @property
     def significant(self) -> bool:
@@ -44,6 +59,11 @@ class WorkloadChange:
             "high": finite_or_none(self.speedup.high) if self.speedup else None,
             "significant": self.significant, "change": self.change, "share": self.share,
             "memory_ratio": self.memory_ratio, "status": self.status,
+            "p_value": self.p_value, "units": self.units, "rounds": len(self.ratios),
+            "bounded": bool(self.speedup and math.isfinite(self.speedup.low) and math.isfinite(self.speedup.high)),
+            "candidate_measured_s": self.candidate_measured_s,
+            "time_note": ("baseline_s: the baseline's median over all samples; candidate_s: baseline_s / speedup (paired) "
+                          "so the row agrees; candidate_measured_s: the candidate's own median over all samples"),
         }
 
 
@@ -66,6 +86,8 @@ class Analysis:
     sentence: str
     threshold: float
     device_time: dict[str, Any] = field(default_factory=dict)  # see device_time_semantics
+    method: str = METHOD
+    notes: list[str] = field(default_factory=list)  # what the figures rest on (an A/A floor, ...)
 
     def to_json(self) -> dict[str, Any]:
         def iv(i: Interval | None) -> dict[str, float | None] | None:
@@ -82,6 +104,8 @@ class Analysis:
             "verdict": self.verdict,
             "sentence": self.sentence,
             "threshold": self.threshold,
+            "method": self.method,
+            "notes": self.notes,
             "model_speedup": iv(self.model_speedup),
             "suite_geomean": iv(self.suite_geomean),
             "suite_split": {k: v.to_json() for k, v in self.suite_split.items()},
@@ -222,6 +246,15 @@ def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
     return Interval(est, boots[24], boots[974])
 
 
+def _apply_fdr(changes: list[WorkloadChange], threshold: float, floors: dict[str, float]) -> None:
+    """Benjamini-Hochberg over every paired workload of the report: with ~120 workloads, 5% per
+    workload would flag about six when nothing changed. Unpaired runs keep the bootstrap call."""
+    tested = [c for c in changes if c.speedup and c.p_value is not None]
+    for c, hit in zip(tested, benjamini_hochberg([c.p_value or 1.0 for c in tested]), strict=True):
+        t = max(threshold, math.expm1(floors.get(c.name, 0.0)))
+        c.change = decide(c.speedup, hit, t)  # type: ignore[arg-type]
+
+
 def _verdict(main: Interval | None, changes: list[WorkloadChange], noise: list[str], threshold: float,
              memory_ratio: float | None, what: str, baseline_torch: str, candidate_torch: str) -> tuple[str, str]:
     # A handful of "significant" workloads is what noise alone produces (5% of them by design), so a
@@ -241,7 +274,9 @@ def _verdict(main: Interval | None, changes: list[WorkloadChange], noise: list[s
     if memory_ratio and abs(memory_ratio - 1) >= 0.05:
         mem = f" and peak memory {'falls' if memory_ratio < 1 else 'rises'} {abs(1 - memory_ratio):.0%}"
     vs = f"torch {candidate_torch} vs {baseline_torch}"
-    too_wide = main.rel_half_width > 2 * threshold
+    # The suite interval carries between-workload spread: when workloads really move both ways it is
+    # wide because of them, which is a mixed result, not noise.
+    too_wide = main.rel_half_width > 2 * threshold and not (faster and slower)
     if cls == "same" and (too_wide or noise):
         why = ", ".join(noise) if noise else f"the interval {main.low:.2f}-{main.high:.2f}x is too wide"
         return "inconclusive", f"Inconclusive: too noisy to tell ({why}); {what} {span}, {vs}."
@@ -255,13 +290,52 @@ def _verdict(main: Interval | None, changes: list[WorkloadChange], noise: list[s
     if cls == "slower":
         return "regression", f"Regression: {what} is {span} with {vs} (slower){mem}."
     if faster and slower:
-        return "mixed", (f"Mixed: no overall change in {what} ({span}), but {len(faster)} workload(s) got faster "
+        return "mixed", (f"Mixed: no overall change in {what}, {span}; but {len(faster)} workload(s) got faster "
                          f"and {len(slower)} slower with {vs}.")
-    return "no-change", f"No measurable benefit for {what} ({span}) with {vs}{mem}."
+    return "no-change", f"No measurable benefit for {what}: {span}, with {vs}{mem}."
 
 
-def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -> Analysis:
+def _fingerprint(record: dict[str, Any]) -> tuple[str, str, str, str]:
+    envs = record.get("environments") or [{}]
+    return (str(record.get("device")), str(envs[0].get("device_name")), str(envs[0].get("torch_version")),
+            str(envs[-1].get("torch_version")))
+
+
+def matching_aa(record: dict[str, Any], stored: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest `--aa` run of the same device, machine and baseline torch that measured every paired
+    workload of `record` (stored runs are oldest first)."""
+    names = {w["name"] for w in record.get("workloads") or [] if w.get("ratios")}
+    want = _fingerprint(record)[:3]
+    for cand in reversed(stored):
+        if cand.get("mode") != "aa" or cand.get("id") == record.get("id") or _fingerprint(cand)[:3] != want:
+            continue
+        have = {w["name"] for w in cand.get("workloads") or [] if w.get("ratios")}
+        if names and names <= have:
+            return cand
+    return None
+
+
+def aa_floors(aa: dict[str, Any]) -> dict[str, float]:
+    """Per workload, how far from 1x an A/A run of the same setup lands: the farther end of its 95%
+    interval. A systematic difference between two worker processes (placement, caches) shows here, and
+    no torch change can be told apart from it in one run."""
+    floors = {}
+    for w in aa.get("workloads") or []:
+        rs = [float(r) for r in w.get("ratios") or [] if r and r > 0 and math.isfinite(r)]
+        if not rs:
+            continue
+        ci = round_ratio_ci(rs)
+        if ci.bounded:
+            floors[w["name"]] = max(abs(math.log(ci.low)), abs(math.log(ci.high)))
+    return floors
+
+
+def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0,
+            aa_reference: dict[str, Any] | None = None) -> Analysis:
+    """`aa_reference`: an A/A run of the same setup (see `matching_aa`); its per-workload spread becomes
+    a floor under the practical threshold."""
     a, b = _labels(record)
+    floors = aa_floors(aa_reference) if aa_reference and record.get("mode") != "aa" else {}
     changes: list[WorkloadChange] = []
     for i, w in enumerate(record["workloads"]):
         ea, eb = _envs(w).get(a, {}), _envs(w).get(b, {})
@@ -271,7 +345,7 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
         if w.get("ratios"):
             ratios = [float(r) for r in w["ratios"] if r and r > 0 and math.isfinite(r)]
             if ratios:
-                speedup = paired_ratio_ci(ratios, seed=seed + i)
+                speedup = round_ratio_ci(ratios)
         elif _timed(ea) and _timed(eb):
             speedup, ratios = _unpaired_ratio(_timed(ea), _timed(eb), seed + i)
         status = (w.get("status") or "ok") if speedup is None else "ok"
@@ -280,18 +354,29 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
             name=w["name"], part=w.get("part") or "", tags=list(w.get("tags") or []), count=int(w.get("count", 1)),
             baseline_s=base_s, candidate_s=cand_s, speedup=speedup,
             change=classify_change(speedup, threshold) if speedup else "n/a",
+            # The test counts rounds, not blocks: twice the units, and an order effect only makes it
+            # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
+            p_value=sign_test_p(ratios) if w.get("ratios") and ratios else None,
+            units=len(block_ratios(ratios)) if w.get("ratios") else 0,
             size=_size(w, ea or eb), memory_ratio=(pb / pa) if pa and pb else None, ratios=ratios, status=status,
         ))
+    _apply_fdr(changes, threshold, floors)
+    for c in changes:
+        # A paired speedup is the median of per-round ratios, not the ratio of pooled medians: show a
+        # candidate time that agrees with it (93.3 us | 45.2 us | 1.004x appeared before), keep the pooled one.
+        c.candidate_measured_s = c.candidate_s
+        if c.units and c.speedup and c.baseline_s and c.speedup.estimate > 0:
+            c.candidate_s = c.baseline_s / c.speedup.estimate
     total = sum(c.count * c.baseline_s for c in changes if c.baseline_s) or 1.0
     for c in changes:
         c.share = c.count * c.baseline_s / total if c.baseline_s else 0.0
     linear = [c for c in changes if c.part == "linear" and c.ratios]
-    suite = bootstrap_geomean_ci([c.ratios for c in linear], seed=seed) if linear else None
+    suite = suite_geomean_ci([c.ratios for c in linear], seed=seed) if linear else None
     split = {}
     for tag in ("small", "large", "output-head"):
         group = [c.ratios for c in linear if tag in c.tags]
         if group:
-            split[tag] = bootstrap_geomean_ci(group, seed=seed)
+            split[tag] = suite_geomean_ci(group, seed=seed)
     end_to_end = next((c for c in changes if c.name == "model/end-to-end" and c.speedup), None)
     model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.get("model") else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
@@ -302,20 +387,25 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0) -
     if model is not None:
         main, what = model, "your model's forward"
     elif suite is not None:
-        main, what = suite, "the suite's BF16 linear layers (geometric mean)"
+        main, what = suite, "the geometric mean of the suite's BF16 linear layers"
     else:
         rs = [c.ratios for c in changes if c.ratios]
-        main = bootstrap_geomean_ci(rs, seed=seed) if rs else None
-        what = "the measured workloads (geometric mean)"
+        main = suite_geomean_ci(rs, seed=seed) if rs else None
+        what = "the geometric mean of the measured workloads"
     envs = record["environments"]
     verdict, sentence = _verdict(main, changes, noise, threshold, mem, what,
                                  str(envs[0].get("torch_version")), str(envs[1].get("torch_version")))
     changes.sort(key=lambda c: -c.share)
+    notes = []
+    if floors and aa_reference:
+        raised = sum(1 for c in changes if math.expm1(floors.get(c.name, 0.0)) > threshold)
+        notes.append(f"A/A floor from run {aa_reference.get('id')}: a workload's threshold is the larger of {threshold:.0%} "
+                     f"and how far that A/A run landed from 1x ({raised} of {len(floors)} raised).")
     return Analysis(
         run_ids=[record["id"]], machine=str(envs[0].get("device_name") or record["device"]),
         baseline_torch=str(envs[0].get("torch_version")), candidate_torch=str(envs[1].get("torch_version")),
         device=record["device"], mode=record.get("mode") or "", workloads=changes, suite_geomean=suite,
         suite_split=split, model_speedup=model, peak_memory_ratio=mem, smoke_changes=_smoke_changes(record, a, b),
         noise=noise, verdict=verdict, sentence=sentence, threshold=threshold,
-        device_time=device_time_semantics(envs[0], envs[1]),
+        device_time=device_time_semantics(envs[0], envs[1]), notes=notes,
     )
