@@ -115,3 +115,31 @@ def test_anchor_rules_flag_a_clear_shift_only():
     assert pyperf_like(a, slow) and asv_like(a, slow)
     assert not asv_like(a, same)
     assert mann_whitney_p(a, slow) < 1e-10 and mann_whitney_p(a, a) > 0.9
+
+
+def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -> None:
+    # The same biased setup as above, but through `mpsup report` over stored records: the CLI must find
+    # the A/A run of the same machine by itself and say it leaned on it.
+    import json
+
+    from typer.testing import CliRunner
+
+    from mpsup.bench.record import validate_record
+    from mpsup.cli import app
+
+    sc = Scenario("bias", rounds=20, noise=0.005, outlier_rate=0, drift=0, first_mover=0, placement=0, changed=10**9, change=1.04)
+    rec, _ = make_record(sc, 12, random.Random(3))
+    aa, _ = make_record(sc, 12, random.Random(4))
+    aa["mode"], aa["id"] = "aa", "20261201T000000Z-aaaaaa"
+    rec["id"] = "20261202T000000Z-cccccc"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for doc in (aa, rec):
+        validate_record(doc, runs / f"{doc['id']}.json")  # the fixture is a record the loader accepts
+        (runs / f"{doc['id']}.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("MPSUP_HOME", str(tmp_path))
+    result = CliRunner().invoke(app, ["report", "--run", rec["id"], "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert any("A/A floor from run 20261201T000000Z-aaaaaa" in n for n in doc["notes"])
+    assert sum(w["significant"] for w in doc["workloads"]) <= 2

@@ -16,7 +16,7 @@ from mpsup.bench.render import NARROW
 from mpsup.errors import UserError
 from mpsup.render import emit_json, safe
 from mpsup.report import load
-from mpsup.report.analysis import Analysis, analyze, merge_single_runs
+from mpsup.report.analysis import Analysis, analyze, matching_aa, merge_single_runs
 from mpsup.report.render import multi_json, render_html, render_markdown, render_multi_terminal, render_terminal
 from mpsup.store import finite_json, write_file_through
 
@@ -52,7 +52,11 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
         # stderr: stdout stays the report alone (a JSON document, a page), and the choice still shows on a terminal.
         err.print(safe(msg), highlight=False, soft_wrap=True)
 
-    analyses = [analyze(r, threshold=req.threshold, seed=req.seed) for r in _records(req, warn, note)]
+    records = _records(req, warn, note)
+    # An A/A run of the same machine, device and torch shows how far two workers of one build drift
+    # apart; its spread becomes each workload's floor, so that drift is never called a torch change.
+    aa_runs = load.stored_aa_runs(warn)
+    analyses = [analyze(r, threshold=req.threshold, seed=req.seed, aa_reference=matching_aa(r, aa_runs)) for r in records]
     if req.fmt == "terminal":
         if len(analyses) > 1:
             render_multi_terminal(analyses, out)

@@ -101,6 +101,16 @@ def by_id(run_id: str, warn: Warn) -> dict[str, Any]:
     return load_record(find_record(run_id))
 
 
+def stored_aa_runs(warn: Warn) -> list[dict[str, Any]]:
+    """Every readable `--aa` run, oldest first: the noise floors a report may lean on."""
+    found = []
+    for path in list_record_paths():
+        rec = _try_load(path, lambda _msg: None)  # the chosen run's own loading already warned about bad files
+        if rec is not None and rec.get("mode") == "aa":
+            found.append(rec)
+    return found
+
+
 def stored_runs(warn: Warn) -> list[dict[str, Any]]:
     _recover(warn)
     rows = []
