@@ -46,3 +46,24 @@ def run_cli(*args: str, input_text: str | None = None, env: dict[str, str] | Non
         timeout=600,
         check=False,
     )
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch, module: object) -> list[int]:
+    """Patch `module.open_regular` so every read's length is recorded: proof of what a reader touched."""
+    real_open = module.open_regular  # type: ignore[attr-defined]
+    reads: list[int] = []
+
+    def counting(path, what):  # type: ignore[no-untyped-def]
+        fh = real_open(path, what)
+        real_read = fh.read
+
+        def read(n=-1):  # type: ignore[no-untyped-def]
+            data = real_read(n)
+            reads.append(len(data))
+            return data
+
+        fh.read = read
+        return fh
+
+    monkeypatch.setattr(module, "open_regular", counting)
+    return reads

@@ -77,12 +77,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve(root: Path) -> Iterator[str]:
-    """Serve `root` on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL."""
-
-    def handler(*args, **kwargs):
-        return _QuietHandler(*args, directory=str(root), **kwargs)
-
+def _serving(handler) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A threaded server on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -91,6 +87,17 @@ def serve(root: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve `root` on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL."""
+
+    def handler(*args, **kwargs):
+        return _QuietHandler(*args, directory=str(root), **kwargs)
+
+    with _serving(handler) as url:
+        yield url
 
 
 class Routes:
@@ -142,11 +149,5 @@ def serve_routes(routes: Routes) -> Iterator[str]:
         def do_HEAD(self) -> None:
             self._answer(False)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(Handler) as url:
+        yield url

@@ -18,6 +18,7 @@ import pytest
 
 from mpsup.errors import UserError
 from mpsup.model.load import load_model, pt2_fingerprint
+from tests.conftest import count_reads
 
 GOOD = {"model.layers.0.mlp.up_proj.weight": {"dtype": "F16", "shape": [8, 4], "data_offsets": [0, 64]}}
 
@@ -207,22 +208,7 @@ def test_pt2_fingerprint_reads_a_bounded_amount(tmp_path: Path, monkeypatch: pyt
         fh.truncate(64 << 20)  # a 64 MiB hole before the archive
     with zipfile.ZipFile(big, "a") as z:
         z.writestr("m/models/model.json", '{"op": "aten.tanh.default"}')
-    reads: list[int] = []
-    real_open = load.open_regular
-
-    def counting(path, what):
-        fh = real_open(path, what)
-        real_read = fh.read
-
-        def read(n=-1):
-            data = real_read(n)
-            reads.append(len(data))
-            return data
-
-        fh.read = read
-        return fh
-
-    monkeypatch.setattr(load, "open_regular", counting)
+    reads = count_reads(monkeypatch, load)
     first = pt2_fingerprint(big)
     assert sum(reads) <= (2 << 20) + 1024  # two samples, plus the zip end record is_zipfile checks
     same_size = tmp_path / "other.pt2"

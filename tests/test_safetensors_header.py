@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from mpsup.errors import UserError
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, read_header
+from tests.conftest import count_reads
 
 
 def _write(path: Path, header: dict, data_bytes: int) -> Path:
@@ -72,22 +73,7 @@ def test_reads_nothing_but_the_header(tmp_path: Path, monkeypatch: pytest.Monkey
 
     header = {"w": {"dtype": "BF16", "shape": [32768, 16384], "data_offsets": [0, 32768 * 16384 * 2]}}
     p = _write(tmp_path / "big.safetensors", header, 32768 * 16384 * 2)
-    reads: list[int] = []
-    real_open = sh.open_regular
-
-    def counting_open(path, what):
-        fh = real_open(path, what)
-        real_read = fh.read
-
-        def read(n=-1):
-            data = real_read(n)
-            reads.append(len(data))
-            return data
-
-        fh.read = read
-        return fh
-
-    monkeypatch.setattr(sh, "open_regular", counting_open)
+    reads = count_reads(monkeypatch, sh)
     h = read_header(p)
     assert h.tensors["w"].nbytes == 2**30
     assert sum(reads) == 8 + h.header_bytes
