@@ -94,7 +94,11 @@ def records(paths: list[Path]) -> list[dict[str, Any]]:
     out = []
     for f in files:
         doc = json.loads(f.read_text())
-        if isinstance(doc, dict) and str(doc.get("schema", "")).startswith("mpsup.run") and len(doc.get("environments") or []) == 2:
+        if (
+            isinstance(doc, dict)
+            and str(doc.get("schema", "")).startswith("mpsup.run")
+            and len(doc.get("environments") or []) == 2
+        ):
             out.append(doc)
     return out
 

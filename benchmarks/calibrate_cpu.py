@@ -22,7 +22,9 @@ from calibrate_h200 import bench, calls
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", default="linear/4096x4096/t1,linear/4096x1024/t1,linear/4096x14336/t16,linear/14336x4096/t16")
+    p.add_argument(
+        "--only", default="linear/4096x4096/t1,linear/4096x1024/t1,linear/4096x14336/t16,linear/14336x4096/t16"
+    )
     p.add_argument("--budget", type=float, default=0.3)
     p.add_argument("--aa-runs", type=int, default=20)
     p.add_argument("--work", type=Path, default=Path("cpu_issue12_runs"))
@@ -43,10 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(args.aa_runs):
         a = calls(bench(args.work / f"aa{k}", ["--aa"], args))
         doc["aa"].append({x: v for x, v in a.items() if not x.startswith("calls")})
-        print(f"{k:7d} {a['wall_s']:6.0f} {a['workloads']:3d} {a['flagged_before']:11d} {a['flagged_after']:10d}", flush=True)
+        print(
+            f"{k:7d} {a['wall_s']:6.0f} {a['workloads']:3d} {a['flagged_before']:11d} {a['flagged_after']:10d}",
+            flush=True,
+        )
     aa = doc["aa"]
-    doc["summary"] = {"runs": len(aa), "runs_flagging_before": sum(x["flagged_before"] > 0 for x in aa),
-                      "runs_flagging_after": sum(x["flagged_after"] > 0 for x in aa), "seconds": time.monotonic() - t0}
+    doc["summary"] = {
+        "runs": len(aa),
+        "runs_flagging_before": sum(x["flagged_before"] > 0 for x in aa),
+        "runs_flagging_after": sum(x["flagged_after"] > 0 for x in aa),
+        "seconds": time.monotonic() - t0,
+    }
     print(doc["summary"])
     args.json.write_text(json.dumps(doc, indent=1))
     return 0

@@ -30,8 +30,20 @@ from mpsup.stats import bootstrap_geomean_ci, classify_change, paired_ratio_ci
 
 def bench(home: Path, extra: list[str], args: argparse.Namespace) -> dict[str, Any]:
     home.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "mpsup", "bench", "--device", args.device, "--only", args.only, "--no-smoke",
-           "--budget", str(args.budget), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mpsup",
+        "bench",
+        "--device",
+        args.device,
+        "--only",
+        args.only,
+        "--no-smoke",
+        "--budget",
+        str(args.budget),
+        *extra,
+    ]
     t0 = time.monotonic()
     subprocess.run(cmd, env={**os.environ, "MPSUP_HOME": str(home)}, check=True, stdout=subprocess.DEVNULL)
     runs = sorted((home / "runs").glob("*.json"), key=lambda p: p.stat().st_mtime)
@@ -49,13 +61,21 @@ def calls(rec: dict[str, Any]) -> dict[str, Any]:
     new = {w.name: w.change for w in a.workloads if w.ratios}
     s = a.suite_geomean
     hw = sorted(w.speedup.rel_half_width for w in a.workloads if w.speedup and w.speedup.bounded)
-    return {"run": rec["id"], "wall_s": round(rec["_wall_s"], 1), "workloads": len(paired),
-            "flagged_before": sum(c != "same" for c in old.values()), "flagged_after": sum(c not in ("same", "n/a") for c in new.values()),
-            "suite_before": [old_suite.estimate, old_suite.low, old_suite.high],
-            "suite_after": [s.estimate, s.low, s.high] if s else None, "verdict": a.verdict,
-            "median_half_width": hw[len(hw) // 2] if hw else None, "p90_half_width": hw[int(0.9 * (len(hw) - 1))] if hw else None,
-            "unbounded": sum(1 for w in a.workloads if w.speedup and not w.speedup.bounded),
-            "calls_after": new, "calls_before": old}
+    return {
+        "run": rec["id"],
+        "wall_s": round(rec["_wall_s"], 1),
+        "workloads": len(paired),
+        "flagged_before": sum(c != "same" for c in old.values()),
+        "flagged_after": sum(c not in ("same", "n/a") for c in new.values()),
+        "suite_before": [old_suite.estimate, old_suite.low, old_suite.high],
+        "suite_after": [s.estimate, s.low, s.high] if s else None,
+        "verdict": a.verdict,
+        "median_half_width": hw[len(hw) // 2] if hw else None,
+        "p90_half_width": hw[int(0.9 * (len(hw) - 1))] if hw else None,
+        "unbounded": sum(1 for w in a.workloads if w.speedup and not w.speedup.bounded),
+        "calls_after": new,
+        "calls_before": old,
+    }
 
 
 def reference(rec: dict[str, Any], rounds: int = 5, calls_per: int = 200) -> dict[str, list[float]]:
@@ -67,7 +87,9 @@ def reference(rec: dict[str, Any], rounds: int = 5, calls_per: int = 200) -> dic
         if not w.get("ratios") or "in_features" not in w:
             continue
         x = torch.randn(int(w["tokens"]), int(w["in_features"]), device="cuda", dtype=torch.bfloat16)
-        lin = torch.nn.Linear(int(w["in_features"]), int(w["out_features"]), bias=False, device="cuda", dtype=torch.bfloat16)
+        lin = torch.nn.Linear(
+            int(w["in_features"]), int(w["out_features"]), bias=False, device="cuda", dtype=torch.bfloat16
+        )
         ratios = []
         for _ in range(rounds):
             t = {}
@@ -105,13 +127,19 @@ def cublaslt(args: argparse.Namespace) -> dict[str, Any]:
     logs = [math.log(median(r)) for r in ref.values()]
     est = {w.name: w.speedup.estimate for w in analyze(rec).workloads if w.speedup}
     dev = sorted(abs(est[n] / median(r) - 1) for n, r in ref.items() if n in est)
-    return {**{k: v for k, v in got.items() if not k.startswith("calls")},
-            "clear": len(clear), "clear_found_after": found, "clear_found_before": found_before,
-            "flat": len(flat), "flat_flagged_after": sum(got["calls_after"].get(n) not in ("same", "n/a") for n in flat),
-            "flat_flagged_before": sum(got["calls_before"].get(n) != "same" for n in flat),
-            "reference_geomean": math.exp(sum(logs) / len(logs)) if logs else None,
-            "mpsup_vs_reference_median": dev[len(dev) // 2] if dev else None,
-            "mpsup_vs_reference_p90": dev[int(0.9 * (len(dev) - 1))] if dev else None, "reference": ref}
+    return {
+        **{k: v for k, v in got.items() if not k.startswith("calls")},
+        "clear": len(clear),
+        "clear_found_after": found,
+        "clear_found_before": found_before,
+        "flat": len(flat),
+        "flat_flagged_after": sum(got["calls_after"].get(n) not in ("same", "n/a") for n in flat),
+        "flat_flagged_before": sum(got["calls_before"].get(n) != "same" for n in flat),
+        "reference_geomean": math.exp(sum(logs) / len(logs)) if logs else None,
+        "mpsup_vs_reference_median": dev[len(dev) // 2] if dev else None,
+        "mpsup_vs_reference_p90": dev[int(0.9 * (len(dev) - 1))] if dev else None,
+        "reference": ref,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,10 +158,16 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "aa": []}
     if not args.skip_cublaslt:
         doc["cublaslt"] = c = cublaslt(args)
-        print(f"cuBLASLt: {c['wall_s']} s; clear changes found {c['clear_found_after']}/{c['clear']} "
-              f"(before: {c['clear_found_before']}); flat flagged {c['flat_flagged_after']}/{c['flat']} "
-              f"(before: {c['flat_flagged_before']}); suite {c['suite_after']} vs reference {c['reference_geomean']}", flush=True)
-    print(f"{'A/A run':>7} {'wall s':>6} {'n':>4} {'flag before':>11} {'flag after':>10} {'suite after':>22} {'med hw':>6} {'p90 hw':>6}")
+        print(
+            f"cuBLASLt: {c['wall_s']} s; clear changes found {c['clear_found_after']}/{c['clear']} "
+            f"(before: {c['clear_found_before']}); flat flagged {c['flat_flagged_after']}/{c['flat']} "
+            f"(before: {c['flat_flagged_before']}); suite {c['suite_after']} vs reference {c['reference_geomean']}",
+            flush=True,
+        )
+    print(
+        f"{'A/A run':>7} {'wall s':>6} {'n':>4} {'flag before':>11} {'flag after':>10} {'suite after':>22} "
+        f"{'med hw':>6} {'p90 hw':>6}"
+    )
     k = 0
     while True:
         left = args.total_s - (time.monotonic() - t0)
@@ -143,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         r = calls(bench(args.work / f"aa{k}", ["--aa"], args))
         doc["aa"].append({x: v for x, v in r.items() if not x.startswith("calls")})
         s = r["suite_after"]
-        print(f"{k:7d} {r['wall_s']:6.0f} {r['workloads']:4d} {r['flagged_before']:11d} {r['flagged_after']:10d} "
-              f"{s[0]:.3f} ({s[1]:.3f}-{s[2]:.3f})x {r['median_half_width'] or 0:6.1%} {r['p90_half_width'] or 0:6.1%}", flush=True)
+        print(
+            f"{k:7d} {r['wall_s']:6.0f} {r['workloads']:4d} {r['flagged_before']:11d} {r['flagged_after']:10d} "
+            f"{s[0]:.3f} ({s[1]:.3f}-{s[2]:.3f})x {r['median_half_width'] or 0:6.1%} {r['p90_half_width'] or 0:6.1%}",
+            flush=True,
+        )
         k += 1
         args.json.write_text(json.dumps(doc, indent=1))
     doc["seconds"] = time.monotonic() - t0

@@ -63,7 +63,9 @@ def make_record(sc: Scenario, n_workloads: int, rng: random.Random) -> tuple[dic
         launch_bound = i % 3 == 0
         # A property of the machine and the two worker processes, the same in every run: an A/A run
         # of the same setup sees it too (what the A/A floor is for).
-        bias = math.exp(random.Random(7919 * i).gauss(0, sc.placement)) * ((1 + sc.shared_bias) if launch_bound else 1.0)
+        bias = math.exp(random.Random(7919 * i).gauss(0, sc.placement)) * (
+            (1 + sc.shared_bias) if launch_bound else 1.0
+        )
         base = 2e-5 * (1 + i % 17)
         a_s, b_s, ratios = [], [], []
         d = 0.0
@@ -81,16 +83,32 @@ def make_record(sc: Scenario, n_workloads: int, rng: random.Random) -> tuple[dic
             a_s.append(a)
             b_s.append(b)
             ratios.append(a / b)
-        workloads.append({
-            "name": f"linear/w{i}", "part": "linear", "tags": ["small" if launch_bound else "large"], "count": 1,
-            "status": "ok", "ratios": ratios,
-            "envs": {"baseline": {"status": "ok", "samples": a_s, "median": sorted(a_s)[len(a_s) // 2]},
-                     "candidate": {"status": "ok", "samples": b_s, "median": sorted(b_s)[len(b_s) // 2]}},
-        })
+        workloads.append(
+            {
+                "name": f"linear/w{i}",
+                "part": "linear",
+                "tags": ["small" if launch_bound else "large"],
+                "count": 1,
+                "status": "ok",
+                "ratios": ratios,
+                "envs": {
+                    "baseline": {"status": "ok", "samples": a_s, "median": sorted(a_s)[len(a_s) // 2]},
+                    "candidate": {"status": "ok", "samples": b_s, "median": sorted(b_s)[len(b_s) // 2]},
+                },
+            }
+        )
         truths.append(truth)
-    rec = {"schema": "mpsup.run/1", "id": "synthetic", "mode": "paired", "device": "cpu", "workloads": workloads,
-           "environments": [{"label": "baseline", "torch_version": "x", "device_name": "synthetic"},
-                            {"label": "candidate", "torch_version": "x", "device_name": "synthetic"}]}
+    rec = {
+        "schema": "mpsup.run/1",
+        "id": "synthetic",
+        "mode": "paired",
+        "device": "cpu",
+        "workloads": workloads,
+        "environments": [
+            {"label": "baseline", "torch_version": "x", "device_name": "synthetic"},
+            {"label": "candidate", "torch_version": "x", "device_name": "synthetic"},
+        ],
+    }
     return rec, truths
 
 
@@ -101,7 +119,9 @@ def before(rec: dict[str, Any], seed: int) -> tuple[list[str], tuple[float, floa
     return calls, (s.estimate, s.low, s.high)
 
 
-def after(rec: dict[str, Any], seed: int, aa: dict[str, Any] | None = None) -> tuple[list[str], tuple[float, float, float], str]:
+def after(
+    rec: dict[str, Any], seed: int, aa: dict[str, Any] | None = None
+) -> tuple[list[str], tuple[float, float, float], str]:
     a = analyze(rec, seed=seed, aa_reference=aa)
     by_name = {w.name: w.change for w in a.workloads}
     s = a.suite_geomean
@@ -121,7 +141,11 @@ def evaluate(sc: Scenario, reps: int, n_workloads: int, seed: int) -> dict[str, 
             elif method == "after":
                 calls, suite, _ = after(rec, rep)
             else:
-                aa, _ = make_record(Scenario(**{**sc.__dict__, "name": "aa", "changed": 0}), n_workloads, random.Random(seed * 1000 + rep + 555))
+                aa, _ = make_record(
+                    Scenario(**{**sc.__dict__, "name": "aa", "changed": 0}),
+                    n_workloads,
+                    random.Random(seed * 1000 + rep + 555),
+                )
                 calls, suite, _ = after(rec, rep, aa)
             nulls = [c for c, t in zip(calls, truths, strict=True) if t == 1.0 and c != "same" and c != "n/a"]
             flagged_null += len(nulls)
@@ -135,9 +159,12 @@ def evaluate(sc: Scenario, reps: int, n_workloads: int, seed: int) -> dict[str, 
                     wrong_dir += c not in (want, "same", "n/a")
             suite_excl1 += suite[1] > 1 or suite[2] < 1
         rows[method] = {
-            "runs_with_any_null_flagged": fp_runs / reps, "runs_with_2plus_null_flagged": fp_runs2 / reps,
-            "null_flagged_per_run": flagged_null / reps, "power": found / truly_changed if truly_changed else float("nan"),
-            "wrong_direction": wrong_dir, "suite_interval_excludes_1": suite_excl1 / reps,
+            "runs_with_any_null_flagged": fp_runs / reps,
+            "runs_with_2plus_null_flagged": fp_runs2 / reps,
+            "null_flagged_per_run": flagged_null / reps,
+            "power": found / truly_changed if truly_changed else float("nan"),
+            "wrong_direction": wrong_dir,
+            "suite_interval_excludes_1": suite_excl1 / reps,
         }
     return {"scenario": sc.__dict__, "reps": reps, "workloads": n_workloads, **rows}
 
@@ -151,15 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=Path("calibrate_synthetic.json"))
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    results = [evaluate(sc, args.reps, args.workloads, args.seed + k) for k, sc in enumerate(SCENARIOS) if args.only in sc.name]
+    results = [
+        evaluate(sc, args.reps, args.workloads, args.seed + k) for k, sc in enumerate(SCENARIOS) if args.only in sc.name
+    ]
     hdr = f"{'scenario':20} {'method':8} {'P(>=1 FP)':>9} {'P(>=2 FP)':>9} {'FP/run':>7} {'power':>6} {'suite!=1':>8}"
     print(hdr)
     for r in results:
         for m in ("before", "after", "after+aa"):
             x = r[m]
             pw = "-" if math.isnan(x["power"]) else f"{x['power']:.2f}"
-            print(f"{r['scenario']['name']:20} {m:8} {x['runs_with_any_null_flagged']:9.2f} {x['runs_with_2plus_null_flagged']:9.2f} "
-                  f"{x['null_flagged_per_run']:7.2f} {pw:>6} {x['suite_interval_excludes_1']:8.2f}")
+            print(
+                f"{r['scenario']['name']:20} {m:8} {x['runs_with_any_null_flagged']:9.2f} "
+                f"{x['runs_with_2plus_null_flagged']:9.2f} "
+                f"{x['null_flagged_per_run']:7.2f} {pw:>6} {x['suite_interval_excludes_1']:8.2f}"
+            )
     print(f"({args.reps} runs x {args.workloads} workloads per scenario; {time.monotonic() - t0:.0f} s)")
     args.json.write_text(json.dumps({"results": results, "seconds": time.monotonic() - t0}, indent=1, default=str))
     return 0

@@ -72,8 +72,10 @@ def main() -> None:
     results = {w.name: {} for w in shapes}
     wall = dict.fromkeys(methods, 0.0)
 
-    runner = Runner([EnvSpec("baseline", Path(sys.executable))],
-                    BenchOptions(device=args.device, policy=SamplingPolicy(budget_s=args.budget), smoke=False))
+    runner = Runner(
+        [EnvSpec("baseline", Path(sys.executable))],
+        BenchOptions(device=args.device, policy=SamplingPolicy(budget_s=args.budget), smoke=False),
+    )
     runner.start()
     try:
         for rep in (1, 2):
@@ -101,25 +103,41 @@ def main() -> None:
     rows = []
     for w in shapes:
         r = results[w.name]
-        row = {"shape": w.name, "mpsup_us": r["mpsup_1"] * 1e6 if r["mpsup_1"] else None,
-               "mpsup_device_us": r["mpsup_device"] * 1e6 if r.get("mpsup_device") else None}
+        row = {
+            "shape": w.name,
+            "mpsup_us": r["mpsup_1"] * 1e6 if r["mpsup_1"] else None,
+            "mpsup_device_us": r["mpsup_device"] * 1e6 if r.get("mpsup_device") else None,
+        }
         for m in methods:
             a, b = r.get(f"{m}_1"), r.get(f"{m}_2")
             row[f"{m}_aa_pct"] = abs(a / b - 1) * 100 if a and b else None
             if m != "mpsup" and a and r["mpsup_1"]:
                 row[f"vs_{m}"] = r["mpsup_1"] / ((a + b) / 2)
         rows.append(row)
-    doc = {"device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-           "torch": torch.__version__, "budget_s": args.budget, "wall_s": wall, "rows": rows}
-    header = ["shape", "mpsup_us", "mpsup_device_us", *[f"vs_{m}" for m in methods if m != "mpsup"],
-              *[f"{m}_aa_pct" for m in methods]]
+    doc = {
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "budget_s": args.budget,
+        "wall_s": wall,
+        "rows": rows,
+    }
+    header = [
+        "shape",
+        "mpsup_us",
+        "mpsup_device_us",
+        *[f"vs_{m}" for m in methods if m != "mpsup"],
+        *[f"{m}_aa_pct" for m in methods],
+    ]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
         cells = []
         for h in header:
             v = row.get(h)
-            cells.append(v if isinstance(v, str) else "-" if v is None else f"{v:.3f}" if h.startswith("vs_") else f"{v:.2f}")
+            cells.append(
+                v if isinstance(v, str) else "-" if v is None else f"{v:.3f}" if h.startswith("vs_") else f"{v:.2f}"
+            )
         print("| " + " | ".join(cells) + " |")
     print()
     print("wall time (s): " + ", ".join(f"{m} {t:.1f}" for m, t in wall.items()))

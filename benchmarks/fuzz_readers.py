@@ -48,27 +48,112 @@ from mpsup.errors import OperationFailed, UserError  # noqa: E402
 
 HANG_SECONDS = 10
 PAGE_URL = "https://example.org/simple/torch/"
-DTYPES = ["BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "I64", "U64", "F64"]
-ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-            "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
-HOSTILE_TEXT = ["[/x]", "[bold]", "[old] llama", "../../etc/passwd", "/etc/passwd", "/dev/zero", "/proc/self/environ",
-                "%2e%2e%2f%2e%2e%2fx", "a\x00b", "line\nbreak", "é", "٣", "", " ", ".", "..", "\\..\\x", "javascript:alert(1)",
-                "<script>x</script>", "file:///etc/passwd", "http://10.0.0.1/x.whl", "a" * 300, "9" * 50]
-NAME_PARTS = ["model", "layers", "0", "17", "mlp", "experts", "shared_experts", "block_sparse_moe", "w1", "up_proj",
-              "q_proj", "embed_tokens", "lm_head", "weight", "bias", "down_blocks", "up_blocks", "1", "conv", "[/x]", "é"]
+DTYPES = [
+    "BOOL",
+    "U8",
+    "I8",
+    "F8_E4M3",
+    "F8_E5M2",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "I64",
+    "U64",
+    "F64",
+]
+ITEMSIZE = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
+HOSTILE_TEXT = [
+    "[/x]",
+    "[bold]",
+    "[old] llama",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "/dev/zero",
+    "/proc/self/environ",
+    "%2e%2e%2f%2e%2e%2fx",
+    "a\x00b",
+    "line\nbreak",
+    "é",
+    "٣",
+    "",
+    " ",
+    ".",
+    "..",
+    "\\..\\x",
+    "javascript:alert(1)",
+    "<script>x</script>",
+    "file:///etc/passwd",
+    "http://10.0.0.1/x.whl",
+    "a" * 300,
+    "9" * 50,
+]
+NAME_PARTS = [
+    "model",
+    "layers",
+    "0",
+    "17",
+    "mlp",
+    "experts",
+    "shared_experts",
+    "block_sparse_moe",
+    "w1",
+    "up_proj",
+    "q_proj",
+    "embed_tokens",
+    "lm_head",
+    "weight",
+    "bias",
+    "down_blocks",
+    "up_blocks",
+    "1",
+    "conv",
+    "[/x]",
+    "é",
+]
 
 
 # ---- generic strategies ----
 
+
 def scalars() -> st.SearchStrategy[Any]:
-    return st.one_of(st.none(), st.booleans(), st.integers(), st.integers(-2**70, 2**70),
-                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20), st.sampled_from(HOSTILE_TEXT))
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=20),
+        st.sampled_from(HOSTILE_TEXT),
+    )
 
 
 def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
     keys = st.one_of(st.text(max_size=12), st.sampled_from(HOSTILE_TEXT))
-    return st.recursive(scalars(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
-                        max_leaves=max_leaves)
+    return st.recursive(
+        scalars(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+        max_leaves=max_leaves,
+    )
 
 
 def tensor_names() -> st.SearchStrategy[str]:
@@ -110,6 +195,7 @@ def json_file(draw: st.DrawFn, documents: st.SearchStrategy[Any]) -> bytes:
 
 # ---- safetensors headers ----
 
+
 @st.composite
 def safetensors_files(draw: st.DrawFn) -> tuple[bytes, int]:
     """(the file's first bytes, how many data bytes follow as a hole)."""
@@ -127,7 +213,9 @@ def safetensors_files(draw: st.DrawFn) -> tuple[bytes, int]:
             data += n
         if draw(st.booleans()) and header:  # one field gets a hostile value
             entry = header[draw(st.sampled_from(sorted(header)))]
-            entry[draw(st.sampled_from(["dtype", "shape", "data_offsets"]))] = draw(json_values(4) | st.lists(st.integers(), max_size=3))
+            entry[draw(st.sampled_from(["dtype", "shape", "data_offsets"]))] = draw(
+                json_values(4) | st.lists(st.integers(), max_size=3)
+            )
         if draw(st.booleans()):
             header["__metadata__"] = draw(json_values(4))
         data = max(0, data + draw(st.sampled_from([0, 0, 0, -2, 2, 2**33])))
@@ -157,9 +245,12 @@ def feed_safetensors(value: tuple[bytes, int], work: Path) -> None:
 # ---- model configs (Transformers folders and Diffusers pipelines) ----
 
 CONFIG_KEYS = {
-    "num_experts_per_tok": st.integers(0, 8), "moe_topk": st.integers(1, 8) | st.lists(st.integers(1, 8), min_size=1, max_size=4),
-    "tie_word_embeddings": st.booleans(), "sample_size": st.integers(8, 256) | st.lists(st.integers(8, 256), min_size=1, max_size=2),
-    "block_out_channels": st.lists(st.integers(1, 512), max_size=5), "dim_mult": st.lists(st.integers(1, 4), max_size=5),
+    "num_experts_per_tok": st.integers(0, 8),
+    "moe_topk": st.integers(1, 8) | st.lists(st.integers(1, 8), min_size=1, max_size=4),
+    "tie_word_embeddings": st.booleans(),
+    "sample_size": st.integers(8, 256) | st.lists(st.integers(8, 256), min_size=1, max_size=2),
+    "block_out_channels": st.lists(st.integers(1, 512), max_size=5),
+    "dim_mult": st.lists(st.integers(1, 4), max_size=5),
     "mpsup_frames": st.integers(1, 16),
 }
 
@@ -178,14 +269,24 @@ def config_docs(draw: st.DrawFn) -> Any:
 def model_configs(draw: st.DrawFn) -> tuple[str, bytes, bytes]:
     """(layout, config.json bytes, model_index.json bytes for a pipeline)."""
     layout = draw(st.sampled_from(["transformers", "diffusers"]))
-    components = draw(st.dictionaries(st.sampled_from(["vae", "unet", "_class_name"]) | st.sampled_from(HOSTILE_TEXT) | st.text(max_size=8),
-                                      json_values(3), max_size=4))
+    components = draw(
+        st.dictionaries(
+            st.sampled_from(["vae", "unet", "_class_name"]) | st.sampled_from(HOSTILE_TEXT) | st.text(max_size=8),
+            json_values(3),
+            max_size=4,
+        )
+    )
     return layout, draw(json_file(config_docs())), draw(json_file(st.just(components) | json_values()))
 
 
-WEIGHTS = {"m.embed_tokens.weight": ("F16", [16, 8]), "m.layers.0.mlp.experts.0.up.weight": ("F16", [8, 8]),
-           "m.layers.0.mlp.experts.1.up.weight": ("F16", [8, 8]), "m.layers.0.mlp.experts.gate_up.weight": ("F16", [4, 8, 8]),
-           "decoder.up_blocks.1.conv.weight": ("F16", [4, 4, 3, 3]), "encoder.down_blocks.0.conv.weight": ("F16", [4, 4, 3, 3, 3])}
+WEIGHTS = {
+    "m.embed_tokens.weight": ("F16", [16, 8]),
+    "m.layers.0.mlp.experts.0.up.weight": ("F16", [8, 8]),
+    "m.layers.0.mlp.experts.1.up.weight": ("F16", [8, 8]),
+    "m.layers.0.mlp.experts.gate_up.weight": ("F16", [4, 8, 8]),
+    "decoder.up_blocks.1.conv.weight": ("F16", [4, 4, 3, 3]),
+    "encoder.down_blocks.0.conv.weight": ("F16", [4, 4, 3, 3, 3]),
+}
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> Path:
@@ -227,19 +328,46 @@ def feed_config(value: tuple[str, bytes, bytes], work: Path) -> None:
 
 # ---- sharded indexes ----
 
-SHARDS = ["a.safetensors", "b.safetensors", "missing.safetensors", "link-out.safetensors", "link-in.safetensors",
-          "loop.safetensors", "fifo.safetensors", "folder.safetensors", "empty.safetensors", "sub/c.safetensors",
-          "../outside/x.safetensors", "OUTSIDE", "/dev/zero", "/proc/self/environ", "/etc/passwd", "./a.safetensors", ".", ""]
-SHARD_TENSORS = {"a.safetensors": ["t.0.q_proj.weight", "t.0.mlp.up_proj.weight"], "b.safetensors": ["t.1.q_proj.weight"],
-                 "sub/c.safetensors": ["t.2.q_proj.weight"]}
+SHARDS = [
+    "a.safetensors",
+    "b.safetensors",
+    "missing.safetensors",
+    "link-out.safetensors",
+    "link-in.safetensors",
+    "loop.safetensors",
+    "fifo.safetensors",
+    "folder.safetensors",
+    "empty.safetensors",
+    "sub/c.safetensors",
+    "../outside/x.safetensors",
+    "OUTSIDE",
+    "/dev/zero",
+    "/proc/self/environ",
+    "/etc/passwd",
+    "./a.safetensors",
+    ".",
+    "",
+]
+SHARD_TENSORS = {
+    "a.safetensors": ["t.0.q_proj.weight", "t.0.mlp.up_proj.weight"],
+    "b.safetensors": ["t.1.q_proj.weight"],
+    "sub/c.safetensors": ["t.2.q_proj.weight"],
+}
 
 
 @st.composite
 def sharded_indexes(draw: st.DrawFn) -> bytes:
     known = [n for names in SHARD_TENSORS.values() for n in names]
-    weight_map = draw(st.dictionaries(st.sampled_from(known) | tensor_names(),
-                                      st.sampled_from(SHARDS) | st.sampled_from(HOSTILE_TEXT) | json_values(2), max_size=5))
-    doc = {"metadata": draw(json_values(3)), "weight_map": weight_map} if draw(st.integers(0, 5)) else draw(json_values())
+    weight_map = draw(
+        st.dictionaries(
+            st.sampled_from(known) | tensor_names(),
+            st.sampled_from(SHARDS) | st.sampled_from(HOSTILE_TEXT) | json_values(2),
+            max_size=5,
+        )
+    )
+    doc = (
+        {"metadata": draw(json_values(3)), "weight_map": weight_map} if draw(st.integers(0, 5)) else draw(json_values())
+    )
     return draw(json_file(st.just(doc)))
 
 
@@ -271,8 +399,27 @@ def feed_sharded(value: bytes, work: Path) -> None:
 # ---- torch.save state dicts ----
 
 # Pickle opcodes torch's weights_only unpickler meets in damaged files: memo gets, stack ops, containers.
-PICKLE_OPS = [b"}", b"]", b"(", b"K\x01", b"X\x01\x00\x00\x00a", b"h\x05", b"q\x00", b"s", b"u", b"e", b"a", b"0",
-              b"t", b"R", b"N", b"\x88", b"c__builtin__\neval\n", b"ctorch._utils\n_rebuild_tensor_v2\n", b"."]
+PICKLE_OPS = [
+    b"}",
+    b"]",
+    b"(",
+    b"K\x01",
+    b"X\x01\x00\x00\x00a",
+    b"h\x05",
+    b"q\x00",
+    b"s",
+    b"u",
+    b"e",
+    b"a",
+    b"0",
+    b"t",
+    b"R",
+    b"N",
+    b"\x88",
+    b"c__builtin__\neval\n",
+    b"ctorch._utils\n_rebuild_tensor_v2\n",
+    b".",
+]
 
 
 @st.composite
@@ -280,10 +427,17 @@ def state_dicts(draw: st.DrawFn) -> tuple[str, Any]:
     """A recipe applied to a real torch.save archive (built once in feed_state_dict)."""
     kind = draw(st.sampled_from(["bytes", "members", "pickle"]))
     if kind == "bytes":
-        return kind, draw(st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=4))
+        return kind, draw(
+            st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=4)
+        )
     if kind == "members":
-        return kind, draw(st.lists(st.tuples(st.sampled_from(["keep"] * 9 + ["drop", "flip", "empty"]), st.floats(0, 1, exclude_max=True)),
-                                   min_size=8, max_size=8))
+        return kind, draw(
+            st.lists(
+                st.tuples(st.sampled_from(["keep"] * 9 + ["drop", "flip", "empty"]), st.floats(0, 1, exclude_max=True)),
+                min_size=8,
+                max_size=8,
+            )
+        )
     return kind, draw(st.binary(max_size=40) | st.lists(st.sampled_from(PICKLE_OPS), max_size=12).map(b"".join))
 
 
@@ -316,7 +470,9 @@ def feed_state_dict(value: tuple[str, Any], work: Path) -> None:
         path.write_bytes(bytes(blob))
     else:
         with zipfile.ZipFile(path, "w") as z:
-            for (name, data), (op, where) in zip([(n, d) for n, d in members.items() if n != "<whole>"], ops * 2, strict=False):
+            for (name, data), (op, where) in zip(
+                [(n, d) for n, d in members.items() if n != "<whole>"], ops * 2, strict=False
+            ):
                 if kind == "pickle" and name.endswith("data.pkl"):
                     data = recipe
                 elif op == "drop":
@@ -331,10 +487,16 @@ def feed_state_dict(value: tuple[str, Any], work: Path) -> None:
 
 # ---- run records ----
 
+
 def base_record() -> dict[str, Any]:
     from tests.synthetic import paired_record
 
-    return paired_record(1.1, rounds=5, count=2, smoke=[{"feature": "f", "envs": {"baseline": {"status": "ok"}, "candidate": {"status": "fail"}}}])
+    return paired_record(
+        1.1,
+        rounds=5,
+        count=2,
+        smoke=[{"feature": "f", "envs": {"baseline": {"status": "ok"}, "candidate": {"status": "fail"}}}],
+    )
 
 
 @st.composite
@@ -384,8 +546,19 @@ def feed_record_to_report(value: bytes, work: Path) -> None:
 
 # ---- package-index pages ----
 
-HREFS = ["torch-2.6.0-cp312-none-macosx_11_0_arm64.whl", "../../x.whl", "%2e%2e/%2e%2e/evil.whl", "/abs/torch.whl",
-         "http://10.0.0.1/torch.whl", "file:///etc/passwd", "torch.whl#sha256=" + "a" * 64, "torch.whl#sha256=zz", "#", "?", ""]
+HREFS = [
+    "torch-2.6.0-cp312-none-macosx_11_0_arm64.whl",
+    "../../x.whl",
+    "%2e%2e/%2e%2e/evil.whl",
+    "/abs/torch.whl",
+    "http://10.0.0.1/torch.whl",
+    "file:///etc/passwd",
+    "torch.whl#sha256=" + "a" * 64,
+    "torch.whl#sha256=zz",
+    "#",
+    "?",
+    "",
+]
 
 
 @st.composite
@@ -395,7 +568,11 @@ def html_pages(draw: st.DrawFn) -> str:
     anchors = []
     for _ in range(draw(st.integers(0, 4))):
         attrs = {"href": draw(st.sampled_from(HREFS) | st.text(max_size=30))}
-        for name in draw(st.lists(st.sampled_from(["data-yanked", "data-requires-python", "data-dist-info-metadata", "href"]), max_size=2)):
+        for name in draw(
+            st.lists(
+                st.sampled_from(["data-yanked", "data-requires-python", "data-dist-info-metadata", "href"]), max_size=2
+            )
+        ):
             attrs[name] = draw(st.sampled_from(HOSTILE_TEXT) | st.text(max_size=10))
         quoted = " ".join(f'{k}="{v}"' for k, v in attrs.items())
         anchors.append(f"<a {quoted}>{draw(st.sampled_from(HOSTILE_TEXT) | st.text(max_size=20))}</a>")
@@ -405,11 +582,19 @@ def html_pages(draw: st.DrawFn) -> str:
 
 @st.composite
 def json_pages(draw: st.DrawFn) -> str:
-    entry = st.fixed_dictionaries({}, optional={
-        "filename": st.sampled_from(HREFS) | json_values(2), "url": st.sampled_from(HREFS) | json_values(2),
-        "hashes": st.fixed_dictionaries({}, optional={"sha256": st.sampled_from(["a" * 64, "zz"]) | json_values(2)}) | json_values(2),
-        "size": st.integers() | json_values(2), "yanked": json_values(2), "requires-python": json_values(2),
-        "upload-time": json_values(2)})
+    entry = st.fixed_dictionaries(
+        {},
+        optional={
+            "filename": st.sampled_from(HREFS) | json_values(2),
+            "url": st.sampled_from(HREFS) | json_values(2),
+            "hashes": st.fixed_dictionaries({}, optional={"sha256": st.sampled_from(["a" * 64, "zz"]) | json_values(2)})
+            | json_values(2),
+            "size": st.integers() | json_values(2),
+            "yanked": json_values(2),
+            "requires-python": json_values(2),
+            "upload-time": json_values(2),
+        },
+    )
     doc = {"meta": {"api-version": "1.1"}, "name": "torch", "files": draw(st.lists(entry, max_size=4) | json_values(3))}
     raw = draw(json_file(st.just(doc) | json_values()))
     return raw.decode("utf-8", "replace")
@@ -429,6 +614,7 @@ def feed_json_page(value: str, work: Path) -> None:
 
 # ---- the run ----
 
+
 @dataclass(frozen=True)
 class Reader:
     name: str
@@ -440,9 +626,20 @@ class Reader:
 
 READERS = [
     Reader("safetensors-header", "model.safetensors_header.read_header", safetensors_files(), feed_safetensors),
-    Reader("model-config", "model.load.load_model + extract_model (config.json, model_index.json)", model_configs(), feed_config),
+    Reader(
+        "model-config",
+        "model.load.load_model + extract_model (config.json, model_index.json)",
+        model_configs(),
+        feed_config,
+    ),
     Reader("sharded-index", "model.load.load_model (*.safetensors.index.json)", sharded_indexes(), feed_sharded),
-    Reader("state-dict", "model.load.load_model (.pt: torch.load weights_only)", state_dicts(), feed_state_dict, _base_members),
+    Reader(
+        "state-dict",
+        "model.load.load_model (.pt: torch.load weights_only)",
+        state_dicts(),
+        feed_state_dict,
+        _base_members,
+    ),
     Reader("run-record", "bench.record.load_record", run_records(), feed_record),
     Reader("record-to-report", "load_record -> report analyze + renderers", run_records(), feed_record_to_report),
     Reader("index-page-html", "envs.index.parse_html_page", html_pages(), feed_html_page),
@@ -489,8 +686,14 @@ def run_reader(reader: Reader, examples: int, seed: int | None, work: Path) -> T
     work.mkdir(parents=True, exist_ok=True)
     reader.warm_up()
 
-    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate], derandomize=seed is None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        derandomize=seed is None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(reader.strategy)
     def body(value: Any) -> None:
         tally.inputs += 1
@@ -543,11 +746,17 @@ def _gist(message: str, work: Path) -> str:
 
 
 def table(tallies: list[Tally]) -> str:
-    head = f"{'reader':<20} {'inputs':>7} {'accepted':>9} {'refused':>8} {'foreign':>8} {'slowest':>8}  foreign exception types"
+    head = (
+        f"{'reader':<20} {'inputs':>7} {'accepted':>9} {'refused':>8} {'foreign':>8} {'slowest':>8}  foreign "
+        "exception types"
+    )
     rows = [head, "-" * len(head)]
     for t in tallies:
         kinds = ", ".join(f"{k} x{n}" for k, n in t.foreign.most_common()) or "-"
-        rows.append(f"{t.reader:<20} {t.inputs:>7} {t.accepted:>9} {t.refused:>8} {t.foreign_total:>8} {t.slowest_s:>7.2f}s  {kinds}")
+        rows.append(
+            f"{t.reader:<20} {t.inputs:>7} {t.accepted:>9} {t.refused:>8} {t.foreign_total:>8} "
+            f"{t.slowest_s:>7.2f}s  {kinds}"
+        )
     total = sum(t.inputs for t in tallies), sum(t.foreign_total for t in tallies)
     rows.append(f"{'all':<20} {total[0]:>7} {'':>9} {'':>8} {total[1]:>8}")
     return "\n".join(rows)
@@ -557,7 +766,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=1500, help="inputs per reader (default 1500)")
     parser.add_argument("--reader", action="append", choices=[r.name for r in READERS], help="only these readers")
-    parser.add_argument("--seed", type=int, help="a seed, to repeat a run (default: hypothesis' fixed derandomized stream)")
+    parser.add_argument(
+        "--seed", type=int, help="a seed, to repeat a run (default: hypothesis' fixed derandomized stream)"
+    )
     parser.add_argument("--why", action="store_true", help="also show each reader's most common refusals")
     args = parser.parse_args(argv)
     readers = [r for r in READERS if not args.reader or r.name in args.reader]

@@ -26,10 +26,15 @@ def build(folder: Path, layers: int, shards: int = 30) -> Path:
     names: list[tuple[str, tuple[int, int]]] = [("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        names += [(p + "self_attn.q_proj.weight", (hidden, hidden)), (p + "self_attn.k_proj.weight", (kv, hidden)),
-                  (p + "self_attn.v_proj.weight", (kv, hidden)), (p + "self_attn.o_proj.weight", (hidden, hidden)),
-                  (p + "mlp.gate_proj.weight", (inter, hidden)), (p + "mlp.up_proj.weight", (inter, hidden)),
-                  (p + "mlp.down_proj.weight", (hidden, inter))]
+        names += [
+            (p + "self_attn.q_proj.weight", (hidden, hidden)),
+            (p + "self_attn.k_proj.weight", (kv, hidden)),
+            (p + "self_attn.v_proj.weight", (kv, hidden)),
+            (p + "self_attn.o_proj.weight", (hidden, hidden)),
+            (p + "mlp.gate_proj.weight", (inter, hidden)),
+            (p + "mlp.up_proj.weight", (inter, hidden)),
+            (p + "mlp.down_proj.weight", (hidden, inter)),
+        ]
     names.append(("lm_head.weight", (vocab, hidden)))
     folder.mkdir(parents=True, exist_ok=True)
     per = -(-len(names) // shards)
@@ -96,13 +101,17 @@ def main() -> None:
     size = sum(p.stat().st_size for p in args.dir.glob("*.safetensors"))
     print(f"checkpoint: {size / 1e9:.1f} GB apparent, {len(list(args.dir.glob('*.safetensors')))} shards")
     n, total, dt, rss = run(HEADER_SCAN, str(index), str(SRC))
-    print(f"mpsup header scan: {n} tensors, {total / 1e9:.1f} GB described, {dt * 1e3:.1f} ms, peak RSS {rss:.0f} MiB "
-          "(the whole process, Python and imports included)")
+    print(
+        f"mpsup header scan: {n} tensors, {total / 1e9:.1f} GB described, {dt * 1e3:.1f} ms, peak RSS {rss:.0f} MiB "
+        "(the whole process, Python and imports included)"
+    )
     if not args.skip_safe_open:
         t0 = time.perf_counter()
         n2, total2, dt2, rss2 = run(SAFE_OPEN, str(index))
-        print(f"safe_open + get_tensor: {n2} tensors, {total2 / 1e9:.1f} GB read, {dt2:.1f} s, peak RSS {rss2:.0f} MiB "
-              f"(wall {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"safe_open + get_tensor: {n2} tensors, {total2 / 1e9:.1f} GB read, {dt2:.1f} s, peak RSS {rss2:.0f} MiB "
+            f"(wall {time.perf_counter() - t0:.1f} s)"
+        )
         print(f"ratio: header scan is {dt2 / dt:,.0f}x faster and peaks at {rss / rss2:.2f}x the memory")
 
 

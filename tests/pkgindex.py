@@ -27,14 +27,23 @@ def fake_torch_files(version: str, mps: bool = False) -> dict[str, str]:
     }
 
 
-def build_wheel(out: Path, name: str, version: str, tag: str = "py3-none-any", files: dict[str, str] | None = None,
-                requires: tuple[str, ...] = ()) -> Path:
+def build_wheel(
+    out: Path,
+    name: str,
+    version: str,
+    tag: str = "py3-none-any",
+    files: dict[str, str] | None = None,
+    requires: tuple[str, ...] = (),
+) -> Path:
     dist = f"{name.replace('-', '_')}-{version}"
     entries = {k: v.encode() for k, v in (files or {}).items()}
     entries[f"{dist}.dist-info/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires)
     ).encode()
-    entries[f"{dist}.dist-info/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: mpsup-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
+    entries[f"{dist}.dist-info/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: mpsup-tests\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
+    )
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in entries.items())
     entries[f"{dist}.dist-info/RECORD"] = (record + f"{dist}.dist-info/RECORD,,\n").encode()
     out.mkdir(parents=True, exist_ok=True)
@@ -60,12 +69,16 @@ def write_index(root: Path, wheels: list[Path], *, sha_override: dict[str, str] 
         anchors = []
         for p in paths:
             sha = (sha_override or {}).get(p.name) or hashlib.sha256(p.read_bytes()).hexdigest()
-            anchors.append(f'<a href="../../files/{p.name}#sha256={sha}" data-requires-python="&gt;=3.9">{p.name}</a><br/>')
+            anchors.append(
+                f'<a href="../../files/{p.name}#sha256={sha}" data-requires-python="&gt;=3.9">{p.name}</a><br/>'
+            )
         page.write_text("<!DOCTYPE html><html><body>\n" + "\n".join(anchors) + "\n</body></html>\n")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    slow_marker = "/slow/files/torchvision"  # the companion on the index named "slow" takes a while: time to press Ctrl-C
+    slow_marker = (
+        "/slow/files/torchvision"  # the companion on the index named "slow" takes a while: time to press Ctrl-C
+    )
 
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -24,8 +24,12 @@ root:xnu-11215.41.3~3/RELEASE_ARM64_T6041
 sysctl.proc_translated: 0
 """
 PMSET_G = "System-wide power settings:\nCurrently in use:\n standby              1\n lowpowermode         0\n sleep                1\n"
-PMSET_BATT_AC = "Now drawing from 'AC Power'\n -InternalBattery-0 (id=1234)\t100%; charged; 0:00 remaining present: true\n"
-PMSET_BATT_BATTERY = "Now drawing from 'Battery Power'\n -InternalBattery-0 (id=1234)\t63%; discharging; 4:10 remaining present: true\n"
+PMSET_BATT_AC = (
+    "Now drawing from 'AC Power'\n -InternalBattery-0 (id=1234)\t100%; charged; 0:00 remaining present: true\n"
+)
+PMSET_BATT_BATTERY = (
+    "Now drawing from 'Battery Power'\n -InternalBattery-0 (id=1234)\t63%; discharging; 4:10 remaining present: true\n"
+)
 PMSET_THERM_OK = (
     "Note: No thermal warning level has been recorded\n"
     "Note: No performance warning level has been recorded\n"
@@ -108,9 +112,13 @@ SYSCTL_KEY = "sysctl hw machdep kern sysctl.proc_translated"
 def with_macos(s: dict[str, Any], version: str, build: str) -> dict[str, Any]:
     """The same Mac on another macOS release: every source of the version agrees."""
     s["commands"]["sw_vers"] = _ok(SW_VERS_15.replace("15.1", version).replace("24B83", build))
-    s["files"]["/System/Library/CoreServices/SystemVersion.plist"] = PLIST_15.replace("15.1", version).replace("24B83", build)
+    s["files"]["/System/Library/CoreServices/SystemVersion.plist"] = PLIST_15.replace("15.1", version).replace(
+        "24B83", build
+    )
     s["commands"][SYSCTL_KEY] = _ok(
-        SYSCTL_M4.replace("osproductversion: 15.1", f"osproductversion: {version}").replace("osversion: 24B83", f"osversion: {build}")
+        SYSCTL_M4.replace("osproductversion: 15.1", f"osproductversion: {version}").replace(
+            "osversion: 24B83", f"osversion: {build}"
+        )
     )
     return s
 
@@ -158,7 +166,9 @@ def empty() -> dict[str, Any]:
 # What torch says when asked for an mps tensor it cannot make. 2.15's words as issue 15 quotes them
 # (the middle of the sentence is not quoted there, so it stays elided here); the macOS-floor sentence
 # as 2.9-2.14 print it, and as seen printed on macOS 15 and 26 by processes with no Metal device.
-REASON_NO_METAL_GPU_215 = "MPS backend is unavailable: no supported Metal GPU was found ... virtual machine, sandbox or container"
+REASON_NO_METAL_GPU_215 = (
+    "MPS backend is unavailable: no supported Metal GPU was found ... virtual machine, sandbox or container"
+)
 REASON_FLOOR_215 = "The MPS backend is supported on macOS 15.0+"
 REASON_FLOOR_214 = "The MPS backend is supported on macOS 14.0+. Current OS version can be queried using `sw_vers`"
 
@@ -205,8 +215,11 @@ def from_collect_env(text: str, *, mps_built: bool, mps_available: bool, reason:
         "files": {},
         "env": {},
         "interpreter": {
-            "version": python_version, "implementation": "cpython", "machine": machine,
+            "version": python_version,
+            "implementation": "cpython",
+            "machine": machine,
             "bits": 64 if "(64-bit runtime)" in text else None,
-            "platform": "darwin", "torch": torch,
+            "platform": "darwin",
+            "torch": torch,
         },
     }

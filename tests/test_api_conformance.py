@@ -60,6 +60,7 @@ TIMEOUT_S = 30
 
 # --- reading members of a remote zip by range requests ------------------------------------------
 
+
 class Offline(Exception):
     """The index or the files host cannot be reached: skip, do not fail."""
 
@@ -94,16 +95,19 @@ def _central_directory(url: str) -> dict[str, CentralEntry]:
     tail = _range(url, -65536)
     at = tail.rfind(b"PK\x05\x06")
     assert at >= 0, f"{url}: no end-of-central-directory record in the last 64 KiB"
-    _sig, _d, _cd, _n_here, _n, cd_size, cd_offset, _clen = struct.unpack("<IHHHHIIH", tail[at:at + 22])
+    _sig, _d, _cd, _n_here, _n, cd_size, cd_offset, _clen = struct.unpack("<IHHHHIIH", tail[at : at + 22])
     assert cd_offset != 0xFFFFFFFF, f"{url}: a zip64 wheel; this reader handles plain zips only"
     raw = _range(url, cd_offset, cd_offset + cd_size - 1)
     entries = {}
     pos = 0
-    while pos + 46 <= len(raw) and raw[pos:pos + 4] == b"PK\x01\x02":
+    while pos + 46 <= len(raw) and raw[pos : pos + 4] == b"PK\x01\x02":
         (method, crc, comp, size, nlen, xlen, clen, offset) = (
-            struct.unpack("<H", raw[pos + 10:pos + 12])[0], *struct.unpack("<III", raw[pos + 16:pos + 28]),
-            *struct.unpack("<HHH", raw[pos + 28:pos + 34]), struct.unpack("<I", raw[pos + 42:pos + 46])[0])
-        name = raw[pos + 46:pos + 46 + nlen].decode("utf-8")
+            struct.unpack("<H", raw[pos + 10 : pos + 12])[0],
+            *struct.unpack("<III", raw[pos + 16 : pos + 28]),
+            *struct.unpack("<HHH", raw[pos + 28 : pos + 34]),
+            struct.unpack("<I", raw[pos + 42 : pos + 46])[0],
+        )
+        name = raw[pos + 46 : pos + 46 + nlen].decode("utf-8")
         entries[name] = CentralEntry(name, method, crc, comp, size, offset)
         pos += 46 + nlen + xlen + clen
     return entries
@@ -196,6 +200,7 @@ def wheel(request: pytest.FixtureRequest) -> Wheel:
 
 # --- native_functions.yaml without a YAML library ------------------------------------------------
 
+
 def parse_native_functions(text: str) -> dict[str, dict]:
     """op name (with overload) -> {"dispatch": {key: kernel}, "delegate": op or None}."""
     ops: dict[str, dict] = {}
@@ -264,10 +269,16 @@ def test_the_yaml_reader_on_a_sample():
 """
     ops = parse_native_functions(sample)
     assert ops["_int_mm"]["dispatch"] == {"CPU": "_int_mm_cpu", "CUDA": "_int_mm_gpu", "XPU": "_int_mm_gpu"}
-    assert [kernel_on_mps(ops, n) for n in ("_int_mm", "gather", "linear", "nope")] == ["missing", "mps", "composite", "absent"]
+    assert [kernel_on_mps(ops, n) for n in ("_int_mm", "gather", "linear", "nope")] == [
+        "missing",
+        "mps",
+        "composite",
+        "absent",
+    ]
 
 
 # --- the ops the mps path runs --------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class OpUse:
@@ -301,8 +312,10 @@ MPS_OPS = (
 
 def _dispatcher_error(op: str) -> RuntimeError:
     # c10's dispatcher words a missing kernel this way (its format string is in libtorch_cpu).
-    return RuntimeError(f"Could not run 'aten::{op.split('.')[0]}' with arguments from the 'MPS' backend. This could be "
-                        "because the operator doesn't exist for this backend, or was omitted during the selective/custom build process")
+    return RuntimeError(
+        f"Could not run 'aten::{op.split('.')[0]}' with arguments from the 'MPS' backend. This could be "
+        "because the operator doesn't exist for this backend, or was omitted during the selective/custom build process"
+    )
 
 
 def test_every_op_of_the_mps_path_has_a_kernel_or_reports_unsupported(wheel: Wheel):
@@ -339,6 +352,7 @@ def test_fp8_matmul_on_mps_goes_through_scaled_mm_v2(wheel: Wheel):
 
 # --- the torch attributes the worker touches --------------------------------------------------------
 
+
 def _chain(node: ast.AST) -> str | None:
     parts = []
     while isinstance(node, ast.Attribute):
@@ -365,24 +379,44 @@ def worker_attribute_uses() -> tuple[set[str], set[str]]:
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torch."):
                 for alias in node.names:
                     direct.add(f"{node.module}.{alias.name}")
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
                 base = _chain(node.args[0])
                 if base and base.split(".")[0] in aliases:
-                    guarded.add(aliases[base.split(".")[0]] + base[len(base.split(".")[0]):] + "." + node.args[1].value)
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "getattr"
-                    and len(node.value.args) >= 2 and isinstance(node.value.args[1], ast.Constant)):
+                    guarded.add(
+                        aliases[base.split(".")[0]] + base[len(base.split(".")[0]) :] + "." + node.args[1].value
+                    )
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id == "getattr"
+                and len(node.value.args) >= 2
+                and isinstance(node.value.args[1], ast.Constant)
+            ):
                 base = _chain(node.value.args[0])
                 if base and base.split(".")[0] in aliases:
-                    aliases[node.targets[0].id] = aliases[base.split(".")[0]] + base[len(base.split(".")[0]):] + "." + str(node.value.args[1].value)
+                    aliases[node.targets[0].id] = (
+                        aliases[base.split(".")[0]]
+                        + base[len(base.split(".")[0]) :]
+                        + "."
+                        + str(node.value.args[1].value)
+                    )
         parents = {id(child) for n in ast.walk(tree) if isinstance(n, ast.Attribute) for child in [n.value]}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and id(node) not in parents:
                 chain = _chain(node)
                 if chain and chain.split(".")[0] in aliases:
                     head = chain.split(".")[0]
-                    direct.add(aliases[head] + chain[len(head):])
+                    direct.add(aliases[head] + chain[len(head) :])
     # The CUDA path is not the mps path; torch.Tensor methods are not module attributes.
     keep = {a for a in direct if not a.startswith(("torch.cuda", "torch.Tensor.")) and a not in guarded}
     return keep, guarded
@@ -399,8 +433,18 @@ MODULE_FILES = {
     "torch.linalg": ("torch/linalg/__init__.py",),
     "torch._dynamo": ("torch/_dynamo/__init__.py",),
 }
-SUBMODULES = {"torch.nn", "torch.nn.functional", "torch.mps", "torch.mps.event", "torch.backends", "torch.backends.mps",
-              "torch.accelerator", "torch.linalg", "torch._dynamo", "torch.export"}
+SUBMODULES = {
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.mps",
+    "torch.mps.event",
+    "torch.backends",
+    "torch.backends.mps",
+    "torch.accelerator",
+    "torch.linalg",
+    "torch._dynamo",
+    "torch.export",
+}
 
 
 def _surface(text: str) -> set[str]:
@@ -411,8 +455,11 @@ def _surface(text: str) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             if isinstance(node, ast.ClassDef):
-                names |= {f"{node.name}.{m.name}" for m in node.body if isinstance(m, (ast.FunctionDef, ast.AnnAssign))
-                          and hasattr(m, "name")}
+                names |= {
+                    f"{node.name}.{m.name}"
+                    for m in node.body
+                    if isinstance(m, (ast.FunctionDef, ast.AnnAssign)) and hasattr(m, "name")
+                }
         elif isinstance(node, ast.Assign):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
@@ -426,7 +473,11 @@ def _surface(text: str) -> set[str]:
 
 def _cpp_enum(header: str, enum: str) -> set[str]:
     m = re.search(rf"enum class {enum}\b[^{{]*{{([^}}]*)}}", header)
-    return {re.sub(r"\s*=.*", "", v).strip() for v in re.sub(r"//[^\n]*", "", m.group(1)).split(",") if v.strip()} if m else set()
+    return (
+        {re.sub(r"\s*=.*", "", v).strip() for v in re.sub(r"//[^\n]*", "", m.group(1)).split(",") if v.strip()}
+        if m
+        else set()
+    )
 
 
 def exists_in(wheel: Wheel, dotted: str) -> bool:
@@ -434,7 +485,9 @@ def exists_in(wheel: Wheel, dotted: str) -> bool:
         return True
     if dotted.startswith("torch.nn.functional.ScalingType."):
         # A pybind11 enum: its values are the C++ enum's, declared in ATen/BlasBackend.h.
-        return dotted.rsplit(".", 1)[1] in _cpp_enum(wheel.read("torch/include/ATen/BlasBackend.h") or "", "ScalingType")
+        return dotted.rsplit(".", 1)[1] in _cpp_enum(
+            wheel.read("torch/include/ATen/BlasBackend.h") or "", "ScalingType"
+        )
     module, _, name = dotted.rpartition(".")
     while module and module not in MODULE_FILES:
         module, _, outer = module.rpartition(".")
@@ -453,10 +506,23 @@ def exists_in(wheel: Wheel, dotted: str) -> bool:
 
 def test_the_scan_sees_guards_and_direct_uses():
     direct, guarded = worker_attribute_uses()
-    assert {"torch.mps.synchronize", "torch.mps.empty_cache", "torch.mps.event.Event", "torch.nn.functional.pad",
-            "torch.backends.mps.is_built", "torch.backends.mps.is_available"} <= direct
-    assert {"torch.mps.compile_shader", "torch.nn.functional.scaled_mm", "torch._int_mm", "torch._scaled_mm",
-            "torch.accelerator.reset_peak_memory_stats", "torch.backends.mps.get_name", "torch.float8_e4m3fn"} <= guarded
+    assert {
+        "torch.mps.synchronize",
+        "torch.mps.empty_cache",
+        "torch.mps.event.Event",
+        "torch.nn.functional.pad",
+        "torch.backends.mps.is_built",
+        "torch.backends.mps.is_available",
+    } <= direct
+    assert {
+        "torch.mps.compile_shader",
+        "torch.nn.functional.scaled_mm",
+        "torch._int_mm",
+        "torch._scaled_mm",
+        "torch.accelerator.reset_peak_memory_stats",
+        "torch.backends.mps.get_name",
+        "torch.float8_e4m3fn",
+    } <= guarded
     assert not direct & guarded
 
 
@@ -464,7 +530,9 @@ def _guard_covers(wheel: Wheel, used: str, guarded: set[str]) -> bool:
     """A use under a guarded attribute (F.ScalingType.RowWise after getattr(F, "ScalingType", None))
     needs nothing when the guarded attribute is absent: the guard turns it into "unsupported"."""
     parts = used.split(".")
-    return any(".".join(parts[:i]) in guarded and not exists_in(wheel, ".".join(parts[:i])) for i in range(2, len(parts)))
+    return any(
+        ".".join(parts[:i]) in guarded and not exists_in(wheel, ".".join(parts[:i])) for i in range(2, len(parts))
+    )
 
 
 def test_every_attribute_the_worker_needs_exists(wheel: Wheel):
@@ -482,10 +550,13 @@ def test_optional_attributes_absent_from_old_wheels_are_guarded(wheel: Wheel):
     assert not set(absent) & direct
     if wheel.release == (2, 6):
         # What 2.6 lacks, as its sources show: each one guarded, each feature "unsupported" there.
-        assert {"torch.mps.compile_shader", "torch.nn.functional.scaled_mm", "torch.backends.mps.get_name"} <= set(absent)
+        assert {"torch.mps.compile_shader", "torch.nn.functional.scaled_mm", "torch.backends.mps.get_name"} <= set(
+            absent
+        )
 
 
 # --- facts mpsup derives from the version, against the headers ------------------------------------
+
 
 def test_event_timing_semantics_match_the_headers(wheel: Wheel, monkeypatch: pytest.MonkeyPatch):
     import torch

@@ -35,8 +35,18 @@ def test_full_suite_on_cpu(mpsup_home: Path):
     assert smoke["metal_kernels"] == "unsupported"
     if Version(torch.__version__.split("+")[0]) >= Version("2.13"):
         # torch 2.13 on CPU has all of these; a change here means a regression in torch or in us.
-        for feature in ("fp8_cast", "fp8_copy", "fp8_cat", "fp8_constant_pad", "scaled_mm_fp8",
-                        "grouped_mm_bf16", "grouped_mm_fp16", "grouped_mm_fp32", "constant_pad_bf16_5d", "int_mm"):
+        for feature in (
+            "fp8_cast",
+            "fp8_copy",
+            "fp8_cat",
+            "fp8_constant_pad",
+            "scaled_mm_fp8",
+            "grouped_mm_bf16",
+            "grouped_mm_fp16",
+            "grouped_mm_fp32",
+            "constant_pad_bf16_5d",
+            "int_mm",
+        ):
             assert smoke[feature] == "pass", (feature, smoke)
     # The record was written, atomically, and reads back with every raw sample.
     paths = list_record_paths()
@@ -58,7 +68,9 @@ def test_full_suite_on_cpu(mpsup_home: Path):
 def test_table_output(mpsup_home: Path):
     res = run_cli("bench", "--device", "cpu", "--budget", "0.01", "--only", "roofline", "--no-smoke")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "Roofline probes" in res.stdout and "GB/s" in res.stdout and "FLOP/s" in res.stdout  # GFLOP/s on a CPU (issue 16)
+    assert (
+        "Roofline probes" in res.stdout and "GB/s" in res.stdout and "FLOP/s" in res.stdout
+    )  # GFLOP/s on a CPU (issue 16)
     assert "Run record:" in res.stdout
 
 
@@ -110,10 +122,16 @@ def test_crash_and_raise_are_recorded_and_run_goes_on(monkeypatch: pytest.Monkey
     runner.start()
     try:
         first_pid = runner.sessions[0].worker.proc.pid
-        results = [runner.measure(w) for w in (
-            _tiny("before"), _tiny("killed", "__crash__"), _tiny("after-crash"), _tiny("raises", "__raise__"),
-            _tiny("after-raise"),
-        )]
+        results = [
+            runner.measure(w)
+            for w in (
+                _tiny("before"),
+                _tiny("killed", "__crash__"),
+                _tiny("after-crash"),
+                _tiny("raises", "__raise__"),
+                _tiny("after-raise"),
+            )
+        ]
     finally:
         runner.close()
     status = {r["name"]: r["status"] for r in results}
@@ -130,8 +148,9 @@ def test_memory_guard_skips_oversized_workload():
     runner = Runner([EnvSpec("baseline", Path(sys.executable))], opts)
     runner.start()
     try:
-        huge = Workload("huge", "linear", "linear", "fp32", {"tokens": 1, "in_features": 8, "out_features": 8},
-                        memory_bytes=1 << 50)
+        huge = Workload(
+            "huge", "linear", "linear", "fp32", {"tokens": 1, "in_features": 8, "out_features": 8}, memory_bytes=1 << 50
+        )
         r = runner.measure(huge)
     finally:
         runner.close()
@@ -153,8 +172,14 @@ def test_worker_never_sees_mpsup(tmp_path: Path):
     from mpsup.bench.workerproc import BOOT, BOOT_CALL, WORKER_DIR
 
     probe = BOOT.replace(BOOT_CALL, "") + "import importlib.util\nprint(importlib.util.find_spec('mpsup') is None)\n"
-    out = subprocess.run([sys.executable, "-c", probe, str(WORKER_DIR), "0", "2"], capture_output=True, text=True,
-                         cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(WORKER_DIR), "0", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        check=True,
+    )
     # mpsup is installed (editable or not) in this venv, so find_spec may see it; what matters is
     # that the worker itself never imports it.
     assert "mpsup.worker" not in out.stderr
@@ -174,9 +199,28 @@ def test_ctrl_c_keeps_a_partial_marked_record(mpsup_home: Path):
     import subprocess
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "mpsup", "bench", "--device", "cpu", "--only", "linear/*/t1",
-                             "--tokens", "1", "--budget", "0.3", "--no-smoke", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpsup",
+            "bench",
+            "--device",
+            "cpu",
+            "--only",
+            "linear/*/t1",
+            "--tokens",
+            "1",
+            "--budget",
+            "0.3",
+            "--no-smoke",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     # Interrupt only once the run has begun (the worker exists): on a loaded machine a fixed 8 s once
     # fell inside the parent's start-up, and the run went on to finish with exit 0.
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")

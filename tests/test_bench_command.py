@@ -22,14 +22,23 @@ def test_bad_resolution_is_one_line(bad: str) -> None:
 
 
 def _workload(name: str, median: float, tags: tuple[str, ...] = ()) -> dict:
-    return {"name": name, "count": 2, "tags": list(tags),
-            "envs": {"baseline": {"median": median, "ci_low": median * 0.9, "ci_high": median * 1.1}}}
+    return {
+        "name": name,
+        "count": 2,
+        "tags": list(tags),
+        "envs": {"baseline": {"median": median, "ci_low": median * 0.9, "ci_high": median * 1.1}},
+    }
 
 
 def test_forward_estimate_does_not_count_an_alternative_path_twice() -> None:
-    record = {"model": {"path": "m"}, "workloads": [
-        _workload("linear/bf16", 1e-3), _workload("fp8/upcast", 2e-4),
-        _workload("fp8/scaled_mm", 5e-4, ("fp8", "alternative"))]}
+    record = {
+        "model": {"path": "m"},
+        "workloads": [
+            _workload("linear/bf16", 1e-3),
+            _workload("fp8/upcast", 2e-4),
+            _workload("fp8/scaled_mm", 5e-4, ("fp8", "alternative")),
+        ],
+    }
     est = model_forward_estimate(record, "baseline")
     assert est is not None
     assert est["estimate"] == pytest.approx(2 * (1e-3 + 2e-4))

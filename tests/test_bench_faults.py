@@ -26,7 +26,19 @@ from mpsup.report import load
 from tests.conftest import run_cli
 
 # Enough workloads that a signal lands mid-run: 59 linear shapes at t1, a few seconds in all.
-BENCH = ["bench", "--device", "cpu", "--only", "linear/*/t1", "--tokens", "1", "--budget", "0.03", "--no-smoke", "--json"]
+BENCH = [
+    "bench",
+    "--device",
+    "cpu",
+    "--only",
+    "linear/*/t1",
+    "--tokens",
+    "1",
+    "--budget",
+    "0.03",
+    "--no-smoke",
+    "--json",
+]
 
 
 def _journaled(runs: Path) -> int:
@@ -38,8 +50,13 @@ def _journaled(runs: Path) -> int:
 
 
 def _start(mpsup_home: Path, at_least: int = 2) -> tuple[subprocess.Popen[str], int, int | None]:
-    proc = subprocess.Popen([sys.executable, "-m", "mpsup", *BENCH], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpsup", *BENCH],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while _journaled(mpsup_home / "runs") < at_least:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
@@ -218,7 +235,9 @@ def read_only_runs(mpsup_home: Path) -> Iterator[Path]:
             runs.chmod(0o755)
         return
     # Root writes through any mode bits: only a read-only mount stops it.
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(runs)], capture_output=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(runs)], capture_output=True, check=False
+    )
     if mounted.returncode != 0:
         pytest.skip("running as root, where chmod does not stop writes, and a read-only tmpfs cannot be mounted here")
     try:

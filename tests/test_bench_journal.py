@@ -17,8 +17,17 @@ from mpsup.report import load
 
 
 def _workload(name: str, samples: list[float]) -> dict:
-    return {"name": name, "kind": "linear", "part": "linear", "dtype": "fp32", "count": 1, "status": "ok",
-            "envs": {"baseline": {"status": "ok", "calls": 1, "samples": samples, "median": sorted(samples)[len(samples) // 2]}}}
+    return {
+        "name": name,
+        "kind": "linear",
+        "part": "linear",
+        "dtype": "fp32",
+        "count": 1,
+        "status": "ok",
+        "envs": {
+            "baseline": {"status": "ok", "calls": 1, "samples": samples, "median": sorted(samples)[len(samples) // 2]}
+        },
+    }
 
 
 def _header(run_id: str) -> dict:

@@ -32,7 +32,8 @@ def _tiny(name: str, kind: str = "linear") -> Workload:
 def test_stray_output_is_harmless_and_a_malformed_answer_is_one_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A module:function model that prints (fake protocol lines too, even with os.write on fd 1) is
     measured normally; a broken answer on the protocol pipe itself is that workload's crash only."""
-    (tmp_path / "chatty_model.py").write_text(textwrap.dedent("""
+    (tmp_path / "chatty_model.py").write_text(
+        textwrap.dedent("""
         import os
         import torch
 
@@ -47,9 +48,15 @@ def test_stray_output_is_harmless_and_a_malformed_answer_is_one_crash(tmp_path: 
 
         def make():
             return M(), torch.ones(4)
-    """))
-    chatty = Workload("model/end-to-end", "end_to_end", "model", "fp32",
-                      {"source": "factory", "target": "chatty_model:make", "cwd": str(tmp_path), "compile": False})
+    """)
+    )
+    chatty = Workload(
+        "model/end-to-end",
+        "end_to_end",
+        "model",
+        "fp32",
+        {"source": "factory", "target": "chatty_model:make", "cwd": str(tmp_path), "compile": False},
+    )
     monkeypatch.setenv("MPSUP_WORKER_TEST_HOOKS", "1")
     runner = _runner()
     try:
@@ -138,8 +145,9 @@ def test_unusable_python_is_one_line_and_exit_2(tmp_path: Path, mpsup_home: Path
         tmp_path: "is a folder",
         # -S: no site-packages, so no torch, as in a fresh venv.
         _script(tmp_path / "no-torch-python", f'exec "{sys.executable}" -S "$@"\n'): "no torch in",
-        _script(tmp_path / "broken-torch-python", f'PYTHONPATH="{tmp_path / "site"}" exec "{sys.executable}" -S "$@"\n'):
-            "torch cannot be imported in",
+        _script(
+            tmp_path / "broken-torch-python", f'PYTHONPATH="{tmp_path / "site"}" exec "{sys.executable}" -S "$@"\n'
+        ): "torch cannot be imported in",
     }
     for python, needle in cases.items():
         res = run_cli("bench", "--device", "cpu", "--only", "roofline*", "--no-smoke", "--python", str(python))

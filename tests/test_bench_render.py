@@ -10,16 +10,42 @@ from mpsup.bench.render import bench_progress, render_run
 def _record() -> dict:
     env = {"status": "ok", "median": 1e-3, "ci_low": 9e-4, "ci_high": 1.1e-3, "samples": [1e-3] * 6, "memory": {}}
     return {
-        "id": "run[/x]", "device": "cpu", "partial": True, "interrupted": True, "signal": "SIGTERM",
-        "environments": [{"label": "baseline", "torch_version": "2.13[dev]", "device_name": "CPU [bold]x[/bold]", "threads": 2}],
+        "id": "run[/x]",
+        "device": "cpu",
+        "partial": True,
+        "interrupted": True,
+        "signal": "SIGTERM",
+        "environments": [
+            {"label": "baseline", "torch_version": "2.13[dev]", "device_name": "CPU [bold]x[/bold]", "threads": 2}
+        ],
         "smoke": [{"feature": "fp8_cast", "envs": {"baseline": {"status": "fail", "message": "bad [/red] value"}}}],
         "workloads": [
-            {"name": "models/[old] llama/q_proj", "source": "ckpt/[/x].safetensors", "part": "model", "kind": "linear",
-             "status": "ok", "count": 1, "envs": {"baseline": env}},
-            {"name": "layer[/]", "source": "s", "part": "model", "kind": "linear", "status": "error",
-             "reason": "RuntimeError: [link=x]boom", "count": 1, "envs": {"baseline": {"status": "error"}}},
+            {
+                "name": "models/[old] llama/q_proj",
+                "source": "ckpt/[/x].safetensors",
+                "part": "model",
+                "kind": "linear",
+                "status": "ok",
+                "count": 1,
+                "envs": {"baseline": env},
+            },
+            {
+                "name": "layer[/]",
+                "source": "s",
+                "part": "model",
+                "kind": "linear",
+                "status": "error",
+                "reason": "RuntimeError: [link=x]boom",
+                "count": 1,
+                "envs": {"baseline": {"status": "error"}},
+            },
         ],
-        "model": {"path": "models/[old] llama", "format": "safetensors", "linear_weight_bytes": 0, "fp8_weight_bytes": 0},
+        "model": {
+            "path": "models/[old] llama",
+            "format": "safetensors",
+            "linear_weight_bytes": 0,
+            "fp8_weight_bytes": 0,
+        },
         "hygiene": {"changed": ["on_battery changed [/]"]},
     }
 
@@ -28,8 +54,18 @@ def test_render_run_shows_hostile_text_literally():
     console = Console(record=True, width=300, color_system=None)
     render_run(_record(), console)  # `[/x]` once raised a MarkupError here
     out = console.export_text()
-    for text in ("models/[old] llama/q_proj", "ckpt/[/x].safetensors", "layer[/]", "run[/x]", "2.13[dev]",
-                 "CPU [bold]x[/bold]", "bad [/red] value", "[link=x]boom", "models/[old] llama", "on_battery changed [/]"):
+    for text in (
+        "models/[old] llama/q_proj",
+        "ckpt/[/x].safetensors",
+        "layer[/]",
+        "run[/x]",
+        "2.13[dev]",
+        "CPU [bold]x[/bold]",
+        "bad [/red] value",
+        "[link=x]boom",
+        "models/[old] llama",
+        "on_battery changed [/]",
+    ):
         assert text in out, text
     assert "Interrupted (SIGTERM)" in out
 

@@ -77,7 +77,9 @@ def test_real_changes_are_still_found():
 def test_aa_floor_raises_the_threshold_and_says_so():
     # A 4% systematic bias per workload: the plain threshold (3%) calls it; an A/A run of the same
     # setup that shows the same bias lifts the floor above it.
-    sc = Scenario("bias", rounds=20, noise=0.005, outlier_rate=0, drift=0, first_mover=0, placement=0, changed=10**9, change=1.04)
+    sc = Scenario(
+        "bias", rounds=20, noise=0.005, outlier_rate=0, drift=0, first_mover=0, placement=0, changed=10**9, change=1.04
+    )
     rec, _ = make_record(sc, 12, random.Random(3))
     aa, _ = make_record(sc, 12, random.Random(4))
     aa["mode"], aa["id"] = "aa", "aa-run"
@@ -127,7 +129,9 @@ def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -
     from mpsup.bench.record import validate_record
     from mpsup.cli import app
 
-    sc = Scenario("bias", rounds=20, noise=0.005, outlier_rate=0, drift=0, first_mover=0, placement=0, changed=10**9, change=1.04)
+    sc = Scenario(
+        "bias", rounds=20, noise=0.005, outlier_rate=0, drift=0, first_mover=0, placement=0, changed=10**9, change=1.04
+    )
     rec, _ = make_record(sc, 12, random.Random(3))
     aa, _ = make_record(sc, 12, random.Random(4))
     aa["mode"], aa["id"] = "aa", "20261201T000000Z-aaaaaa"

@@ -136,7 +136,10 @@ def test_crashing_check_does_not_stop_others(monkeypatch: pytest.MonkeyPatch):
         ("{not json", "not valid JSON"),
         (json.dumps({"schema": "other/2"}), "unsupported snapshot schema"),
         (json.dumps({"schema": "mpsup.snapshot/1", "commands": []}), "'commands' must be an object"),
-        (json.dumps({"schema": "mpsup.snapshot/1", "commands": {"sw_vers": {"returncode": "0", "stdout": ""}}}), "integer returncode"),
+        (
+            json.dumps({"schema": "mpsup.snapshot/1", "commands": {"sw_vers": {"returncode": "0", "stdout": ""}}}),
+            "integer returncode",
+        ),
         (json.dumps({"schema": "mpsup.snapshot/1", "interpreter": {"torch": 3}}), "interpreter.torch"),
         (json.dumps([1, 2]), "not a snapshot"),
     ],

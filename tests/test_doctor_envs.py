@@ -20,10 +20,22 @@ from tests.conftest import run_cli
 
 def _record(name: str, python: str, torch_version: str, **extra: Any) -> EnvRecord:
     return EnvRecord(
-        name=name, mode="side-by-side", prefix=str(envs_dir() / name), python=python, python_version="3.12.4",
-        torch_version=torch_version, torch_version_full=torch_version, channel="test",
-        index_url="https://user:secret-token@mirror.example/whl/test", installer="uv", created_at=now_iso(),
-        baseline_python="/Users/me/venv/bin/python", baseline_torch="2.14.0", mps_built=True, mps_available=True, **extra,
+        name=name,
+        mode="side-by-side",
+        prefix=str(envs_dir() / name),
+        python=python,
+        python_version="3.12.4",
+        torch_version=torch_version,
+        torch_version_full=torch_version,
+        channel="test",
+        index_url="https://user:secret-token@mirror.example/whl/test",
+        installer="uv",
+        created_at=now_iso(),
+        baseline_python="/Users/me/venv/bin/python",
+        baseline_torch="2.14.0",
+        mps_built=True,
+        mps_available=True,
+        **extra,
     )
 
 
@@ -48,8 +60,9 @@ def test_no_record_folder_means_none_recorded():
 def test_hostile_record_values_are_dropped_or_shown_verbatim():
     folder = envs_dir() / "odd"
     folder.mkdir(parents=True)
-    (folder / "mpsup-env.json").write_text(json.dumps({"python": "/x/[old]/python", "name": "[/x]", "mps_available": "yes",
-                                                        "torch_version_full": 5}))
+    (folder / "mpsup-env.json").write_text(
+        json.dumps({"python": "/x/[old]/python", "name": "[/x]", "mps_available": "yes", "torch_version_full": 5})
+    )
     (env,) = recorded_environment_summaries() or []
     assert env["name"] == "[/x]" and env["python"] == "/x/[old]/python" and env["python_present"] is False
     assert "mps_available" not in env and "torch_version_full" not in env
@@ -67,10 +80,24 @@ def _with_environments(envs: list[dict[str, Any]], macos: str = "15.1") -> dict[
 
 def test_listed_with_a_note_judged_against_this_mac(tmp_path: Path):
     envs = [
-        {"name": "torch-2.15.0", "torch_version": "2.15.0", "python_version": "3.12.4", "channel": "test", "mode": "side-by-side",
-         "python": "/e/a/bin/python", "python_present": True, "mps_available": True},
-        {"name": "gone", "torch_version": "2.15.0", "python_version": "3.12.4", "mode": "side-by-side",
-         "python": "/e/b/bin/python", "python_present": False},
+        {
+            "name": "torch-2.15.0",
+            "torch_version": "2.15.0",
+            "python_version": "3.12.4",
+            "channel": "test",
+            "mode": "side-by-side",
+            "python": "/e/a/bin/python",
+            "python_present": True,
+            "mps_available": True,
+        },
+        {
+            "name": "gone",
+            "torch_version": "2.15.0",
+            "python_version": "3.12.4",
+            "mode": "side-by-side",
+            "python": "/e/b/bin/python",
+            "python_present": False,
+        },
     ]
     p = tmp_path / "s.json"
     p.write_text(json.dumps(_with_environments(envs, macos="14.5")))
@@ -83,10 +110,20 @@ def test_listed_with_a_note_judged_against_this_mac(tmp_path: Path):
 
 
 def test_table_lists_candidates_or_suggests_install_rc():
-    env = {"name": "torch-2.15.0", "torch_version": "2.15.0", "python_version": "3.12.4", "channel": "test", "mode": "side-by-side",
-           "created_at": "2026-12-01T09:00:00+00:00", "python": "/e/a/bin/python", "python_present": True}
-    for envs, expected in (([env], "torch-2.15.0: torch 2.15.0 (test), Python 3.12.4, side-by-side, installed 2026-12-01"),
-                           ([], "no candidate environment recorded: `mpsup install-rc`")):
+    env = {
+        "name": "torch-2.15.0",
+        "torch_version": "2.15.0",
+        "python_version": "3.12.4",
+        "channel": "test",
+        "mode": "side-by-side",
+        "created_at": "2026-12-01T09:00:00+00:00",
+        "python": "/e/a/bin/python",
+        "python_present": True,
+    }
+    for envs, expected in (
+        ([env], "torch-2.15.0: torch 2.15.0 (test), Python 3.12.4, side-by-side, installed 2026-12-01"),
+        ([], "no candidate environment recorded: `mpsup install-rc`"),
+    ):
         console = Console(record=True, width=300, color_system=None)
         render_doctor(diagnose(snapshot_from_json(_with_environments(envs), Path("s.json"))), console)
         assert expected in console.export_text()

@@ -31,9 +31,17 @@ def _off_mac() -> dict[str, Any]:
     """This machine as a snapshot: Linux x86_64, a good CPython 3.11 with torch."""
     s = snapshots.empty()
     s["commands"]["uname -a"] = {"returncode": 0, "stdout": "Linux box 6.1.0 #1 SMP x86_64 GNU/Linux\n", "stderr": ""}
-    s["interpreter"] = {"version": "3.11.7", "implementation": "cpython", "machine": "x86_64", "bits": 64,
-                        "platform": "linux", "in_venv": True, "pip": True, "proc_translated": None,
-                        "torch": {"version": "2.13.0", "mps_built": False, "mps_available": False}}
+    s["interpreter"] = {
+        "version": "3.11.7",
+        "implementation": "cpython",
+        "machine": "x86_64",
+        "bits": 64,
+        "platform": "linux",
+        "in_venv": True,
+        "pip": True,
+        "proc_translated": None,
+        "torch": {"version": "2.13.0", "mps_built": False, "mps_available": False},
+    }
     return s
 
 
@@ -63,8 +71,10 @@ def test_x86_64_python_on_a_mac_is_no_tick_for_wheels():
     assert f["torch-wheels"].status is Status.FAIL and "x86_64" in f["torch-wheels"].summary
 
 
-@pytest.mark.parametrize(("drop", "check"), [("bits", "python"), ("implementation", "python"), ("machine", "python-arch"),
-                                             ("platform", "torch-wheels")])
+@pytest.mark.parametrize(
+    ("drop", "check"),
+    [("bits", "python"), ("implementation", "python"), ("machine", "python-arch"), ("platform", "torch-wheels")],
+)
 def test_a_fact_not_read_is_not_ticked(drop: str, check: str):
     s = snapshots.healthy()
     del s["interpreter"][drop]
@@ -131,15 +141,32 @@ def _bad_snapshots(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     cases = {
         "not utf-8": (write("latin1.json", b"\xff\xfe{}"), "not UTF-8 text"),
         "deep": (write("deep.json", b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
-        "huge int": (write("bigint.json", b'{"schema": "mpsup.snapshot/1", "captured_at": ' + b"9" * 5000 + b"}"), "not valid JSON"),
+        "huge int": (
+            write("bigint.json", b'{"schema": "mpsup.snapshot/1", "captured_at": ' + b"9" * 5000 + b"}"),
+            "not valid JSON",
+        ),
         "NaN": (write("nan.json", json.dumps(healthy).replace('"bits": 64', '"bits": NaN').encode()), "not valid JSON"),
         "folder": (tmp_path, "folder"),
-        "mac_ver": (variant("macver.json", lambda d: d["interpreter"].update(mac_ver=5)), "interpreter.mac_ver has the wrong type"),
-        "loadavg": (variant("load.json", lambda d: d["interpreter"].update(loadavg=["high"])), "interpreter.loadavg must be a list of numbers"),
-        "bits bool": (variant("bits.json", lambda d: d["interpreter"].update(bits=True)), "interpreter.bits has the wrong type"),
-        "torch field": (variant("torch.json", lambda d: d["interpreter"]["torch"].update(mps_available="yes")),
-                        "interpreter.torch.mps_available has the wrong type"),
-        "environments": (variant("envs.json", lambda d: d.update(environments={"a": 1})), "'environments' must be a list"),
+        "mac_ver": (
+            variant("macver.json", lambda d: d["interpreter"].update(mac_ver=5)),
+            "interpreter.mac_ver has the wrong type",
+        ),
+        "loadavg": (
+            variant("load.json", lambda d: d["interpreter"].update(loadavg=["high"])),
+            "interpreter.loadavg must be a list of numbers",
+        ),
+        "bits bool": (
+            variant("bits.json", lambda d: d["interpreter"].update(bits=True)),
+            "interpreter.bits has the wrong type",
+        ),
+        "torch field": (
+            variant("torch.json", lambda d: d["interpreter"]["torch"].update(mps_available="yes")),
+            "interpreter.torch.mps_available has the wrong type",
+        ),
+        "environments": (
+            variant("envs.json", lambda d: d.update(environments={"a": 1})),
+            "'environments' must be a list",
+        ),
     }
     if hasattr(os, "mkfifo"):
         fifo = tmp_path / "fifo.json"

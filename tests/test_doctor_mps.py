@@ -21,8 +21,17 @@ def _findings(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("torch_version", "floor"),
-    [("2.15.0", (15, 0)), ("2.14.1", (14, 0)), ("2.9.0", (14, 0)), ("2.10.0.dev20251008", (14, 0)),
-     ("2.8.0", (13, 0)), ("2.6.0", (13, 0)), ("2.5.1", (12, 3)), ("1.13.0.dev20220525", (12, 3)), ("", None)],
+    [
+        ("2.15.0", (15, 0)),
+        ("2.14.1", (14, 0)),
+        ("2.9.0", (14, 0)),
+        ("2.10.0.dev20251008", (14, 0)),
+        ("2.8.0", (13, 0)),
+        ("2.6.0", (13, 0)),
+        ("2.5.1", (12, 3)),
+        ("1.13.0.dev20220525", (12, 3)),
+        ("", None),
+    ],
 )
 def test_mps_floor_per_build(torch_version: str, floor: tuple[int, int] | None):
     assert wheels.mps_macos_floor(_version_tuple(torch_version)) == floor
@@ -58,7 +67,10 @@ def test_torch215_on_macos14_says_the_wheel_installs_where_mps_cannot_run():
     f = _findings(snapshots.macos14())
     summary = f["torch-mps"].summary
     assert f["torch-mps"].status is Status.FAIL
-    assert "torch 2.15's MPS needs macOS 15.0; this Mac runs 14.5; its wheel is tagged for macOS 14.0 and later, so pip installs it here anyway" in summary
+    assert (
+        "torch 2.15's MPS needs macOS 15.0; this Mac runs 14.5; its wheel is tagged for macOS 14.0 and later, so pip installs it here anyway"
+        in summary
+    )
     assert "torch<2.15" in f["torch-mps"].fix and "update macOS to 15.0" in f["torch-mps"].fix
     assert "although its wheel installs on macOS 14.0" in f["macos-version"].summary
 
@@ -73,8 +85,11 @@ def test_torch214_on_macos14_today_ready_upgrade_not():
 
 @pytest.mark.parametrize(
     "reason",
-    [snapshots.REASON_NO_METAL_GPU_215, "MPS backend is unavailable: no supported Metal GPU was found",
-     "... virtual machine, sandbox or container"],
+    [
+        snapshots.REASON_NO_METAL_GPU_215,
+        "MPS backend is unavailable: no supported Metal GPU was found",
+        "... virtual machine, sandbox or container",
+    ],
 )
 def test_no_metal_gpu_cause_is_recognised(reason: str):
     f = _findings(snapshots.mps_unavailable(snapshots.healthy(), "2.15.0", reason))
@@ -92,7 +107,9 @@ def test_floor_message_on_a_macos_that_meets_it_points_at_the_missing_gpu():
 
 
 def test_2_15_floor_message_on_macos14_is_the_floor():
-    s = snapshots.mps_unavailable(snapshots.with_macos(snapshots.healthy(), "14.5", "23F79"), "2.15.0", snapshots.REASON_FLOOR_215)
+    s = snapshots.mps_unavailable(
+        snapshots.with_macos(snapshots.healthy(), "14.5", "23F79"), "2.15.0", snapshots.REASON_FLOOR_215
+    )
     assert "torch 2.15's MPS needs macOS 15.0; this Mac runs 14.5" in _findings(s)["torch-mps"].summary
 
 

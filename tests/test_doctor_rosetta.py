@@ -36,7 +36,9 @@ def _findings(doc: dict[str, Any]) -> dict[str, Any]:
 
 # sysctlbyname(name, oldp, oldlenp, newp, newlen) as a real C function pointer, so the probe's
 # ctypes call (byref arguments, the size in and out) runs exactly as it would against libSystem.
-_SYSCTLBYNAME = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_SYSCTLBYNAME = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t
+)
 
 
 class _FakeLibSystem:
@@ -58,9 +60,12 @@ class _FakeLibSystem:
 
 @pytest.mark.parametrize(
     ("lib", "expected"),
-    [(_FakeLibSystem(1), True), (_FakeLibSystem(0), False),
-     (_FakeLibSystem(error=errno.ENOENT), False),  # an Intel Mac: no such sysctl, nothing is translated
-     (_FakeLibSystem(error=errno.EPERM), None)],
+    [
+        (_FakeLibSystem(1), True),
+        (_FakeLibSystem(0), False),
+        (_FakeLibSystem(error=errno.ENOENT), False),  # an Intel Mac: no such sysctl, nothing is translated
+        (_FakeLibSystem(error=errno.EPERM), None),
+    ],
 )
 def test_probe_reads_proc_translated_of_its_own_process(lib: _FakeLibSystem, expected: bool | None):
     probe = _probe_module()
@@ -159,7 +164,9 @@ def test_old_snapshot_without_the_probe_field_is_still_read():
 
 def test_real_issue_48145_m1_anaconda_x86_64(real_mac: Path):
     """An x86_64 Anaconda on an M1: the report alone cannot tell Rosetta; the probe's flag can."""
-    text = (real_mac / "collect_env" / "pytorch_issue_48145_m1_anaconda_x86_64_rosetta_macosx11.0_TRUNCATED.txt").read_text()
+    text = (
+        real_mac / "collect_env" / "pytorch_issue_48145_m1_anaconda_x86_64_rosetta_macosx11.0_TRUNCATED.txt"
+    ).read_text()
     s = snapshots.from_collect_env(text, mps_built=False, mps_available=False)
     f = _findings(s)
     assert f["python-arch"].status is Status.FAIL and "Rosetta" not in f["python-arch"].summary
@@ -171,7 +178,9 @@ def test_real_issue_48145_m1_anaconda_x86_64(real_mac: Path):
 
 
 def test_real_issue_121067_intel_mac_is_not_called_rosetta(real_mac: Path):
-    text = (real_mac / "collect_env" / "pytorch_issue_121067_INTEL_macos14.5_x86_64_i9_torch2.2.2_control.txt").read_text()
+    text = (
+        real_mac / "collect_env" / "pytorch_issue_121067_INTEL_macos14.5_x86_64_i9_torch2.2.2_control.txt"
+    ).read_text()
     s = snapshots.from_collect_env(text, mps_built=False, mps_available=False)
     s["interpreter"]["proc_translated"] = False  # what sysctlbyname's ENOENT gives on Intel
     f = _findings(s)

@@ -31,14 +31,23 @@ from mpsup.errors import OperationFailed, UserError
 from tests.conftest import run_cli
 from tests.pkgindex import Routes, build_wheel, fake_torch_files, serve_routes
 
-LINUX_PROBE = {"version": "3.11.7", "implementation": "cpython", "platform": "linux", "machine": "x86_64", "libc": "glibc 2.36",
-               "pip": False, "torch": {"version": "2.15.0"}}
+LINUX_PROBE = {
+    "version": "3.11.7",
+    "implementation": "cpython",
+    "platform": "linux",
+    "machine": "x86_64",
+    "libc": "glibc 2.36",
+    "pip": False,
+    "torch": {"version": "2.15.0"},
+}
 MAC = Target((3, 11), "cpython", False, "darwin", "arm64", macos=(15, 1))
 
 
 def _plan(index_url: str, **request: object) -> InstallPlan:
-    plan = plan_install(InstallRequest(python=Path(sys.executable), index_url=index_url, installer="uv", **request),  # type: ignore[arg-type]
-                        probe=lambda _p: LINUX_PROBE)
+    plan = plan_install(
+        InstallRequest(python=Path(sys.executable), index_url=index_url, installer="uv", **request),  # type: ignore[arg-type]
+        probe=lambda _p: LINUX_PROBE,
+    )
     assert isinstance(plan, InstallPlan)
     return plan
 
@@ -55,15 +64,21 @@ def _files_under(root: Path) -> set[Path]:
 
 # Item 1: a download is named only from the validated wheel file name, inside a private folder.
 
+
 @pytest.mark.parametrize("page_kind", ["json", "html"])
-def test_an_encoded_dot_dot_url_cannot_place_the_download_outside_the_data_dir(tmp_path: Path, mpsup_home: Path, wheel, page_kind: str) -> None:
+def test_an_encoded_dot_dot_url_cannot_place_the_download_outside_the_data_dir(
+    tmp_path: Path, mpsup_home: Path, wheel, page_kind: str
+) -> None:
     """The URL's last segment decodes to `./../../../escaped.whl`; it once named the file (one appeared outside MPSUP_HOME)."""
     w, sha = wheel
     hostile = "/files/.%2F..%2F..%2F..%2Fescaped.whl"
     routes = Routes()
     routes.page(hostile, w.read_bytes(), "application/octet-stream")
     if page_kind == "json":
-        doc = {"meta": {"api-version": "1.0"}, "files": [{"filename": w.name, "url": hostile, "hashes": {"sha256": sha}}]}
+        doc = {
+            "meta": {"api-version": "1.0"},
+            "files": [{"filename": w.name, "url": hostile, "hashes": {"sha256": sha}}],
+        }
         routes.page("/simple/torch/", json.dumps(doc), "application/vnd.pypi.simple.v1+json")
     else:  # PEP 503: the anchor's final path segment is the file name, so the hostile name itself must be refused
         routes.page("/simple/torch/", f'<a href="{hostile}#sha256={sha}">{w.name}</a>')
@@ -80,11 +95,21 @@ def test_an_encoded_dot_dot_url_cannot_place_the_download_outside_the_data_dir(t
     assert (mpsup_home / "downloads").stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("name", [
-    "../torch-2.16.0-py3-none-any.whl", "torch-2.16.0-py3-none-x/../../y.whl", "torch-2.16.0-py3-none-any.whl/x.whl",
-    "torch-2.16.0-py3-none-any\\..\\x.whl", ".torch-2.16.0-py3-none-any.whl", "torch-2.16.0-py3-none-any.whl\x00.whl",
-    "evil-2.16.0-py3-none-any.whl", "torch-2.16.0.tar.gz", "torch.whl", "",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../torch-2.16.0-py3-none-any.whl",
+        "torch-2.16.0-py3-none-x/../../y.whl",
+        "torch-2.16.0-py3-none-any.whl/x.whl",
+        "torch-2.16.0-py3-none-any\\..\\x.whl",
+        ".torch-2.16.0-py3-none-any.whl",
+        "torch-2.16.0-py3-none-any.whl\x00.whl",
+        "evil-2.16.0-py3-none-any.whl",
+        "torch-2.16.0.tar.gz",
+        "torch.whl",
+        "",
+    ],
+)
 def test_only_a_plain_wheel_name_of_the_project_names_a_file(name: str) -> None:
     with pytest.raises(UserError) as info:
         wheel_file_name(name, "torch", "https://x/simple")
@@ -99,6 +124,7 @@ def test_a_real_wheel_name_passes() -> None:
 
 
 # Item 2: the address policy on every hop and every link.
+
 
 def test_redirects_to_a_refused_address_are_not_followed(wheel) -> None:
     """`127.1` reaches this machine but is refused when typed; a redirect once led there (page and wheel both followed)."""
@@ -123,8 +149,10 @@ def test_redirects_to_a_refused_address_are_not_followed(wheel) -> None:
         assert not list((Path(os.environ["MPSUP_HOME"]) / "downloads").iterdir())  # no partial file left
 
 
-@pytest.mark.parametrize("location", ["http://example.com/torch/", "http://192.168.1.5/torch/", "ftp://example.com/torch/",
-                                      "file:///etc/passwd"])
+@pytest.mark.parametrize(
+    "location",
+    ["http://example.com/torch/", "http://192.168.1.5/torch/", "ftp://example.com/torch/", "file:///etc/passwd"],
+)
 def test_every_kind_of_refused_redirect_stops_before_any_connection(location: str) -> None:
     routes = Routes()
     routes.redirect("/simple/torch/", location)
@@ -145,13 +173,16 @@ def test_a_loopback_redirect_is_followed(wheel) -> None:
     assert f.url == f"{url}/files/{w.name}"  # relative links resolve against the page after the redirect
 
 
-@pytest.mark.parametrize(("link", "index", "ok"), [
-    ("https://files.example/t.whl", "https://index.example/simple", True),
-    ("http://127.0.0.1:8000/t.whl", "https://index.example/simple", True),
-    ("http://files.example/t.whl", "https://index.example/simple", False),
-    ("file:///home/me/t.whl", "https://index.example/simple", False),
-    ("file:///srv/files/t.whl", "file:///srv/simple", True),
-])
+@pytest.mark.parametrize(
+    ("link", "index", "ok"),
+    [
+        ("https://files.example/t.whl", "https://index.example/simple", True),
+        ("http://127.0.0.1:8000/t.whl", "https://index.example/simple", True),
+        ("http://files.example/t.whl", "https://index.example/simple", False),
+        ("file:///home/me/t.whl", "https://index.example/simple", False),
+        ("file:///srv/files/t.whl", "file:///srv/simple", True),
+    ],
+)
 def test_links_obey_the_same_rule(link: str, index: str, ok: bool) -> None:
     if ok:
         check_link(link, index)
@@ -161,6 +192,7 @@ def test_links_obey_the_same_rule(link: str, index: str, ok: bool) -> None:
 
 
 # Item 3: no sha256, no install, unless the user says so.
+
 
 def test_a_link_without_sha256_is_refused_in_one_line_naming_it(tmp_path: Path, wheel) -> None:
     w, _sha = wheel
@@ -192,6 +224,7 @@ def test_a_download_longer_than_the_index_says_is_cut_off(mpsup_home: Path, whee
 
 # Item 7: index pages are read bounded.
 
+
 @pytest.mark.parametrize("declared", [True, False])
 def test_an_oversized_index_page_is_refused_without_reading_it_all(declared: bool) -> None:
     routes = Routes()
@@ -218,31 +251,51 @@ def test_a_fifo_or_oversized_file_page_is_refused_not_waited_on(tmp_path: Path) 
 
 # Item 8: JSON pages through the project's one reader; mistyped entries never reach the wheel choice.
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"files": [{"filename": "a", "url": "b", "size": ' + "9" * 5000 + "}]}", "not valid JSON"),
-    ('{"files": [1, 2', "not valid JSON"),
-    ('{"files": NaN}', "not valid JSON"),
-    ('{"files": {"a": 1}}', "expected an object with a 'files' list"),
-    ("[]", "expected an object"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"files": [{"filename": "a", "url": "b", "size": ' + "9" * 5000 + "}]}", "not valid JSON"),
+        ('{"files": [1, 2', "not valid JSON"),
+        ('{"files": NaN}', "not valid JSON"),
+        ('{"files": {"a": 1}}', "expected an object with a 'files' list"),
+        ("[]", "expected an object"),
+    ],
+)
 def test_broken_json_pages_are_one_line_naming_the_page(text: str, expected: str) -> None:
     with pytest.raises(UserError) as info:
-        list_project_files("https://x/simple", "torch", lambda u: Fetched(text, u, "application/vnd.pypi.simple.v1+json"))
+        list_project_files(
+            "https://x/simple", "torch", lambda u: Fetched(text, u, "application/vnd.pypi.simple.v1+json")
+        )
     assert expected in str(info.value) and "https://x/simple/torch/" in str(info.value)
 
 
 def test_mistyped_json_entries_are_skipped_or_their_bad_fields_ignored() -> None:
     name = "torch-2.16.0-cp311-none-macosx_14_0_arm64.whl"
-    entries = [{"filename": 5, "url": "x"}, {"filename": name}, {"filename": name, "url": ["x"]}, "junk", None,
-               {"filename": name, "url": "t.whl", "hashes": {"sha256": 5}, "requires-python": 5, "size": "big", "yanked": [1],
-                "upload-time": 3}]
+    entries = [
+        {"filename": 5, "url": "x"},
+        {"filename": name},
+        {"filename": name, "url": ["x"]},
+        "junk",
+        None,
+        {
+            "filename": name,
+            "url": "t.whl",
+            "hashes": {"sha256": 5},
+            "requires-python": 5,
+            "size": "big",
+            "yanked": [1],
+            "upload-time": 3,
+        },
+    ]
     files = parse_json_page(json.dumps({"files": entries}), "https://x/simple/torch/")
     assert files == [IndexFile(name, "https://x/simple/torch/t.whl", None, None, None, False, None)]
     assert pick_wheel(files, MAC).wheel is not None
 
 
 # Items 5 and 8: records and the plan, as shown.
+
 
 def _record_dir(home: Path, name: str, doc: object) -> Path:
     folder = home / "envs" / name
@@ -252,8 +305,18 @@ def _record_dir(home: Path, name: str, doc: object) -> Path:
 
 
 def test_list_skips_bad_records_with_a_warning_and_never_hangs(mpsup_home: Path) -> None:
-    _record_dir(mpsup_home, "good", {"name": "good", "python": "/p/[old] env/[/x]/bin/python", "prefix": "/p/[old] env/[/x]",
-                                     "torch_version": "2.16.0rc1", "channel": "test", "wheel": {"sha256": "ab" * 32}})
+    _record_dir(
+        mpsup_home,
+        "good",
+        {
+            "name": "good",
+            "python": "/p/[old] env/[/x]/bin/python",
+            "prefix": "/p/[old] env/[/x]",
+            "torch_version": "2.16.0rc1",
+            "channel": "test",
+            "wheel": {"sha256": "ab" * 32},
+        },
+    )
     _record_dir(mpsup_home, "corrupt", "{not json")
     _record_dir(mpsup_home, "wrong-types", {"python": "/p", "wheel": "x"})
     _record_dir(mpsup_home, "not-an-object", [1, 2])

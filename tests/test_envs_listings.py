@@ -27,21 +27,41 @@ from tests.pkgindex import build_wheel, fake_torch_files, write_index
 
 # download.pytorch.org/whl/cpu/torch/, torch 2.4.1: Linux x86_64 and Windows builds are `+cpu` local versions.
 CPU_2_4_1 = [
-    ("torch-2.4.1+cpu-cp311-cp311-linux_x86_64.whl", "2b03e20f37557d211d14e3fb3f71709325336402db132a1e0dd8b47392185baf"),
+    (
+        "torch-2.4.1+cpu-cp311-cp311-linux_x86_64.whl",
+        "2b03e20f37557d211d14e3fb3f71709325336402db132a1e0dd8b47392185baf",
+    ),
     ("torch-2.4.1+cpu-cp311-cp311-win_amd64.whl", "76a6fe7b10491b650c630bc9ae328df40f79a948296b41d3b087b29a8a63cbad"),
-    ("torch-2.4.1+cpu-cp312-cp312-linux_x86_64.whl", "8800deef0026011d502c0c256cc4b67d002347f63c3a38cd8e45f1f445c61364"),
+    (
+        "torch-2.4.1+cpu-cp312-cp312-linux_x86_64.whl",
+        "8800deef0026011d502c0c256cc4b67d002347f63c3a38cd8e45f1f445c61364",
+    ),
     ("torch-2.4.1+cpu-cp312-cp312-win_amd64.whl", "3a570e5c553415cdbddfe679207327b3a3806b21c6adea14fba77684d1619e97"),
-    ("torch-2.4.1-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", "30be2844d0c939161a11073bfbaf645f1c7cb43f62f46cc6e4df1c119fb2a798"),
-    ("torch-2.4.1-cp311-none-macosx_11_0_arm64.whl", "ddddbd8b066e743934a4200b3d54267a46db02106876d21cf31f7da7a96f98ea"),
-    ("torch-2.4.1-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", "36109432b10bd7163c9b30ce896f3c2cca1b86b9765f956a1594f0ff43091e2a"),
-    ("torch-2.4.1-cp312-none-macosx_11_0_arm64.whl", "72b484d5b6cec1a735bf3fa5a1c4883d01748698c5e9cfdbeb4ffab7c7987e0d"),
+    (
+        "torch-2.4.1-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+        "30be2844d0c939161a11073bfbaf645f1c7cb43f62f46cc6e4df1c119fb2a798",
+    ),
+    (
+        "torch-2.4.1-cp311-none-macosx_11_0_arm64.whl",
+        "ddddbd8b066e743934a4200b3d54267a46db02106876d21cf31f7da7a96f98ea",
+    ),
+    (
+        "torch-2.4.1-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl",
+        "36109432b10bd7163c9b30ce896f3c2cca1b86b9765f956a1594f0ff43091e2a",
+    ),
+    (
+        "torch-2.4.1-cp312-none-macosx_11_0_arm64.whl",
+        "72b484d5b6cec1a735bf3fa5a1c4883d01748698c5e9cfdbeb4ffab7c7987e0d",
+    ),
 ]
 CPU_PAGE_URL = "https://download.pytorch.org/whl/cpu/torch/"
 
 
 def _pep503(lines: list[tuple[str, str]]) -> str:
     """The page as the index serves it: absolute-path hrefs with `+` percent-encoded, the file name as the anchor text."""
-    return "\n".join(f'    <a href="/whl/cpu/{name.replace("+", "%2B")}#sha256={sha}">{name}</a><br/>' for name, sha in lines)
+    return "\n".join(
+        f'    <a href="/whl/cpu/{name.replace("+", "%2B")}#sha256={sha}">{name}</a><br/>' for name, sha in lines
+    )
 
 
 def _mac(py: tuple[int, int], macos: tuple[int, int], free_threaded: bool = False) -> Target:
@@ -72,7 +92,9 @@ def test_linux_still_takes_its_own_plus_cpu_build_and_aarch64_the_plain_one() ->
     x86 = pick_wheel(files, Target((3, 12), "cpython", False, "linux", "x86_64", glibc=(2, 36)))
     assert x86.wheel is not None and x86.wheel.file.filename == "torch-2.4.1+cpu-cp312-cp312-linux_x86_64.whl"
     arm = pick_wheel(files, Target((3, 12), "cpython", False, "linux", "aarch64", glibc=(2, 36)))
-    assert arm.wheel is not None and arm.wheel.file.filename.startswith("torch-2.4.1-cp312-cp312-manylinux_2_17_aarch64")
+    assert arm.wheel is not None and arm.wheel.file.filename.startswith(
+        "torch-2.4.1-cp312-cp312-manylinux_2_17_aarch64"
+    )
     assert arm.notes == ()
     win = pick_wheel(files, Target((3, 11), "cpython", False, "win32", "AMD64"))
     assert win.wheel is not None and win.wheel.file.filename == "torch-2.4.1+cpu-cp311-cp311-win_amd64.whl"
@@ -95,17 +117,22 @@ RELEASES = [
 
 
 def _listing(names: list[str]) -> list[IndexFile]:
-    return [IndexFile(n, f"https://download.pytorch.org/whl/cpu/{n}", hashlib.sha256(n.encode()).hexdigest()) for n in names]
+    return [
+        IndexFile(n, f"https://download.pytorch.org/whl/cpu/{n}", hashlib.sha256(n.encode()).hexdigest()) for n in names
+    ]
 
 
-@pytest.mark.parametrize(("target", "expected"), [
-    (_mac((3, 12), (15, 1)), "torch-2.13.0-cp312-cp312-macosx_14_0_arm64.whl"),
-    (_mac((3, 12), (14, 0)), "torch-2.13.0-cp312-cp312-macosx_14_0_arm64.whl"),
-    (_mac((3, 12), (13, 6)), "torch-2.11.0-cp312-cp312-macosx_11_0_arm64.whl"),  # the last release for macOS 13
-    (_mac((3, 14), (13, 6)), "torch-2.11.0-cp314-cp314-macosx_11_0_arm64.whl"),  # 2.10's cp314 already needed 14
-    (_mac((3, 14), (15, 0), free_threaded=True), "torch-2.13.0-cp314-cp314t-macosx_14_0_arm64.whl"),
-    (_mac((3, 13), (12, 7)), "torch-2.11.0-cp313-cp313-macosx_11_0_arm64.whl"),
-])
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        (_mac((3, 12), (15, 1)), "torch-2.13.0-cp312-cp312-macosx_14_0_arm64.whl"),
+        (_mac((3, 12), (14, 0)), "torch-2.13.0-cp312-cp312-macosx_14_0_arm64.whl"),
+        (_mac((3, 12), (13, 6)), "torch-2.11.0-cp312-cp312-macosx_11_0_arm64.whl"),  # the last release for macOS 13
+        (_mac((3, 14), (13, 6)), "torch-2.11.0-cp314-cp314-macosx_11_0_arm64.whl"),  # 2.10's cp314 already needed 14
+        (_mac((3, 14), (15, 0), free_threaded=True), "torch-2.13.0-cp314-cp314t-macosx_14_0_arm64.whl"),
+        (_mac((3, 13), (12, 7)), "torch-2.11.0-cp313-cp313-macosx_11_0_arm64.whl"),
+    ],
+)
 def test_the_wheel_each_mac_gets_across_releases(target: Target, expected: str) -> None:
     pick = pick_wheel(_listing(RELEASES), target)
     assert pick.wheel is not None and pick.wheel.file.filename == expected
@@ -114,14 +141,18 @@ def test_the_wheel_each_mac_gets_across_releases(target: Target, expected: str) 
 def test_a_mac_on_macos_13_is_told_plainly_that_2_12_needs_macos_14() -> None:
     macos13 = _mac((3, 12), (13, 6))
     pick = pick_wheel(_listing(RELEASES), macos13)
-    assert pick.notes == ("torch 2.13.0 needs macOS 14.0 or newer; this Mac runs macOS 13.6",
-                          "torch 2.12.0 needs macOS 14.0 or newer; this Mac runs macOS 13.6")
+    assert pick.notes == (
+        "torch 2.13.0 needs macOS 14.0 or newer; this Mac runs macOS 13.6",
+        "torch 2.12.0 needs macOS 14.0 or newer; this Mac runs macOS 13.6",
+    )
     test_channel = [n for n in RELEASES if n.startswith("torch-2.12.0")]  # the test channel of 2.12 lists only 2.12
     none = pick_wheel(_listing(test_channel), macos13, where="https://download.pytorch.org/whl/test/cpu")
     assert none.wheel is None
-    assert none.message == ("no torch wheel on https://download.pytorch.org/whl/test/cpu fits cp312 on macOS 13.6 arm64: the newest "
-                            "release, 2.12.0, needs macOS 14.0 or newer (this Mac runs macOS 13.6; PyTorch publishes no wheel for it "
-                            "from that release on)")
+    assert none.message == (
+        "no torch wheel on https://download.pytorch.org/whl/test/cpu fits cp312 on macOS 13.6 arm64: the newest "
+        "release, 2.12.0, needs macOS 14.0 or newer (this Mac runs macOS 13.6; PyTorch publishes no wheel for it "
+        "from that release on)"
+    )
     pinned = pick_wheel(_listing(RELEASES), macos13, version="2.12.0")
     assert pinned.message is not None and "torch 2.12.0 needs macOS 14.0 or newer" in pinned.message
     # An interpreter the release has no wheel for at all is still told which ones it has.
@@ -130,8 +161,12 @@ def test_a_mac_on_macos_13_is_told_plainly_that_2_12_needs_macos_14() -> None:
 
 
 def test_release_candidates_and_nightlies_by_their_real_names() -> None:
-    rc = pick_wheel(_listing(["torch-2.8.0-cp312-none-macosx_11_0_arm64.whl"]), _mac((3, 12), (15, 5)), allow_prereleases=False)
-    assert rc.wheel is not None and str(rc.wheel.version) == "2.8.0"  # an RC carries the final version: nothing marks it
+    rc = pick_wheel(
+        _listing(["torch-2.8.0-cp312-none-macosx_11_0_arm64.whl"]), _mac((3, 12), (15, 5)), allow_prereleases=False
+    )
+    assert (
+        rc.wheel is not None and str(rc.wheel.version) == "2.8.0"
+    )  # an RC carries the final version: nothing marks it
     nightly = _listing(["torch-2.11.0.dev20260128-cp311-cp311-macosx_11_0_arm64.whl"])
     pick = pick_wheel(nightly, _mac((3, 11), (15, 5)))
     assert pick.wheel is not None and pick.wheel.version.is_prerelease
@@ -141,14 +176,26 @@ def test_release_candidates_and_nightlies_by_their_real_names() -> None:
 def test_a_broken_tag_like_torch_2_10_0s_metadata_is_never_taken_for_a_fit() -> None:
     """2.10.0's installed WHEEL file says macosx_110_0_arm64: tags are computed, and such a tag means macOS 110."""
     assert not any(t.platform.startswith("macosx_110") for t in supported_tags(_mac((3, 12), (26, 0))))
-    assert pick_wheel(_listing(["torch-2.10.0-cp312-none-macosx_110_0_arm64.whl"]), _mac((3, 12), (26, 0))).wheel is None
+    assert (
+        pick_wheel(_listing(["torch-2.10.0-cp312-none-macosx_110_0_arm64.whl"]), _mac((3, 12), (26, 0))).wheel is None
+    )
 
 
 # Item 3: the 10.16 and 16.0 aliases.
 
+
 def _probe(mac_ver: str, py: str = "3.12.4") -> dict:
-    return {"version": py, "implementation": "cpython", "free_threaded": False, "platform": "darwin", "machine": "arm64",
-            "mac_ver": mac_ver, "libc": None, "pip": False, "torch": {"version": "2.7.1"}}
+    return {
+        "version": py,
+        "implementation": "cpython",
+        "free_threaded": False,
+        "platform": "darwin",
+        "machine": "arm64",
+        "mac_ver": mac_ver,
+        "libc": None,
+        "pip": False,
+        "torch": {"version": "2.7.1"},
+    }
 
 
 def _captured(name: str) -> str:
@@ -169,10 +216,15 @@ def test_an_alias_is_replaced_by_the_hosts_real_version_from_sw_vers() -> None:
     assert host == "26.3"
     target = target_from_probe(_probe("10.16"), host)
     assert target.macos == (26, 3) and target.macos_reported == "10.16" and not target.macos_assumed
-    assert "reports macOS 10.16, a compatibility alias; wheel tags are computed for macOS 26.3" in str(target.macos_note())
+    assert "reports macOS 10.16, a compatibility alias; wheel tags are computed for macOS 26.3" in str(
+        target.macos_note()
+    )
     assert pick_wheel(_listing(RELEASES), target).wheel is not None
     # Without the correction no torch wheel fits: packaging offers no macosx_11_0 tag to "10.16".
-    assert pick_wheel(_listing(RELEASES), Target((3, 12), "cpython", False, "darwin", "arm64", macos=(10, 16))).wheel is None
+    assert (
+        pick_wheel(_listing(RELEASES), Target((3, 12), "cpython", False, "darwin", "arm64", macos=(10, 16))).wheel
+        is None
+    )
 
 
 def test_sw_vers_under_the_compat_switch_falls_back_to_the_kernel() -> None:
@@ -196,7 +248,9 @@ def test_aliases_without_a_host_version() -> None:
 
 @pytest.fixture
 def index_2_12(tmp_path: Path) -> str:
-    wheel = build_wheel(tmp_path / "built", "torch", "2.12.0", "cp312-cp312-macosx_14_0_arm64", fake_torch_files("2.12.0"))
+    wheel = build_wheel(
+        tmp_path / "built", "torch", "2.12.0", "cp312-cp312-macosx_14_0_arm64", fake_torch_files("2.12.0")
+    )
     write_index(tmp_path / "idx", [wheel])
     return (tmp_path / "idx" / "simple").as_uri()
 
@@ -205,7 +259,10 @@ def test_the_plan_uses_the_corrected_version_and_says_so(index_2_12: str) -> Non
     request = InstallRequest(python=Path(sys.executable), index_url=index_2_12, installer="uv")
     plan = plan_install(request, probe=lambda _p: _probe("10.16"), host_macos=lambda: "15.4")
     assert isinstance(plan, InstallPlan)
-    assert plan.wheel.filename == "torch-2.12.0-cp312-cp312-macosx_14_0_arm64.whl" and plan.target == "cp312 on macOS 15.4 arm64"
+    assert (
+        plan.wheel.filename == "torch-2.12.0-cp312-cp312-macosx_14_0_arm64.whl"
+        and plan.target == "cp312 on macOS 15.4 arm64"
+    )
     assert any("compatibility alias" in n for n in plan.notes)
     asked: list[bool] = []
 
@@ -219,14 +276,23 @@ def test_the_plan_uses_the_corrected_version_and_says_so(index_2_12: str) -> Non
 
 # Item 5: the retry suggestion is the command the user ran.
 
-@pytest.mark.parametrize(("flags", "tail"), [
-    ({"dry_run": True}, "--python /u/.venv/bin/python --dry-run"),
-    ({"yes": True}, "--python /u/.venv/bin/python --yes"),
-    ({}, "--python /u/.venv/bin/python"),
-    ({"dry_run": True, "as_json": True, "allow_unhashed": True}, "--python /u/.venv/bin/python --allow-unhashed --dry-run --json"),
-])
+
+@pytest.mark.parametrize(
+    ("flags", "tail"),
+    [
+        ({"dry_run": True}, "--python /u/.venv/bin/python --dry-run"),
+        ({"yes": True}, "--python /u/.venv/bin/python --yes"),
+        ({}, "--python /u/.venv/bin/python"),
+        (
+            {"dry_run": True, "as_json": True, "allow_unhashed": True},
+            "--python /u/.venv/bin/python --allow-unhashed --dry-run --json",
+        ),
+    ],
+)
 def test_the_retry_suggestion_repeats_the_users_command(flags: dict, tail: str) -> None:
-    request = InstallRequest(python=Path("/u/.venv/bin/python"), channel="nightly", companions=("torchvision",), **flags)
+    request = InstallRequest(
+        python=Path("/u/.venv/bin/python"), channel="nightly", companions=("torchvision",), **flags
+    )
     command = request.retry_command()
     assert command == f"mpsup install-rc --channel nightly --with torchvision {tail}"
 
@@ -237,15 +303,30 @@ def test_paths_with_spaces_are_quoted_in_the_suggestion() -> None:
 
 # Item 1: a release candidate and its final share the version; the hash tells them apart.
 
+
 def _recorded_rc(home: Path, sha: str, channel: str = "test") -> Path:
     prefix = home / "envs" / "torch-2.8.0-cp312"
     prefix.mkdir(parents=True)
     (prefix / ".mpsup-build").write_text("")
-    (prefix / "mpsup-env.json").write_text(json.dumps({
-        "name": prefix.name, "mode": "side-by-side", "prefix": str(prefix), "python": str(prefix / "bin" / "python"),
-        "torch_version": "2.8.0", "channel": channel, "created_at": "2025-07-18T10:00:00+00:00",
-        "wheel": {"filename": "torch-2.8.0-cp312-none-macosx_11_0_arm64.whl", "sha256": sha, "sha256_from": "index",
-                  "seen_at": "2025-07-18T09:59:00+00:00"}}))
+    (prefix / "mpsup-env.json").write_text(
+        json.dumps(
+            {
+                "name": prefix.name,
+                "mode": "side-by-side",
+                "prefix": str(prefix),
+                "python": str(prefix / "bin" / "python"),
+                "torch_version": "2.8.0",
+                "channel": channel,
+                "created_at": "2025-07-18T10:00:00+00:00",
+                "wheel": {
+                    "filename": "torch-2.8.0-cp312-none-macosx_11_0_arm64.whl",
+                    "sha256": sha,
+                    "sha256_from": "index",
+                    "seen_at": "2025-07-18T09:59:00+00:00",
+                },
+            }
+        )
+    )
     return prefix
 
 
@@ -261,7 +342,9 @@ def _mac_probe() -> dict:
     return {**_probe("15.5"), "torch": {"version": "2.7.1"}}
 
 
-def test_an_installed_candidate_is_named_as_one_and_the_final_is_offered(mpsup_home: Path, final_index: tuple[str, str]) -> None:
+def test_an_installed_candidate_is_named_as_one_and_the_final_is_offered(
+    mpsup_home: Path, final_index: tuple[str, str]
+) -> None:
     index, final_sha = final_index
     rc = _recorded_rc(mpsup_home, "c0ffee" * 10 + "abcd")
     request = InstallRequest(python=Path(sys.executable), channel="stable", index_url=index, installer="uv")
@@ -270,8 +353,10 @@ def test_an_installed_candidate_is_named_as_one_and_the_final_is_offered(mpsup_h
     assert plan.prefix == rc.with_name(f"torch-2.8.0-cp312-{final_sha[:8]}")
     assert plan.supersedes == {"name": rc.name, "prefix": str(rc), "channel": "test", "sha256": "c0ffee" * 10 + "abcd"}
     note = plan.notes[0]
-    assert note.startswith("the installed torch 2.8.0 (torch-2.8.0-cp312: test channel, sha256 c0ffeec0ffee..., listed 2025-07-18) "
-                           "was a release candidate:")
+    assert note.startswith(
+        "the installed torch 2.8.0 (torch-2.8.0-cp312: test channel, sha256 c0ffeec0ffee..., listed 2025-07-18) "
+        "was a release candidate:"
+    )
     assert f"as another build (sha256 {final_sha[:12]}...), the final release" in note
     assert note.endswith("remove the old one with: mpsup install-rc --remove torch-2.8.0-cp312")
     # The same build again is simply installed already.
@@ -280,10 +365,14 @@ def test_an_installed_candidate_is_named_as_one_and_the_final_is_offered(mpsup_h
     assert isinstance(again, NothingToDo) and "already installed" in again.message
 
 
-def test_a_later_candidate_on_the_test_channel_is_told_apart_too(mpsup_home: Path, final_index: tuple[str, str]) -> None:
+def test_a_later_candidate_on_the_test_channel_is_told_apart_too(
+    mpsup_home: Path, final_index: tuple[str, str]
+) -> None:
     index, _sha = final_index
     _recorded_rc(mpsup_home, "ab" * 32)
-    plan = plan_install(InstallRequest(python=Path(sys.executable), index_url=index, installer="uv"), probe=lambda _p: _mac_probe())
+    plan = plan_install(
+        InstallRequest(python=Path(sys.executable), index_url=index, installer="uv"), probe=lambda _p: _mac_probe()
+    )
     assert isinstance(plan, InstallPlan)
     assert "was an earlier candidate" in plan.notes[0] and "a later candidate or the final" in plan.notes[0]
 
@@ -294,7 +383,9 @@ def test_a_version_shared_by_two_builds_must_be_named(mpsup_home: Path) -> None:
     rc = _recorded_rc(mpsup_home, "ab" * 32)
     final = rc.with_name("torch-2.8.0-cp312-12345678")
     final.mkdir()
-    (final / "mpsup-env.json").write_text((rc / "mpsup-env.json").read_text().replace(rc.name, final.name).replace('"test"', '"stable"'))
+    (final / "mpsup-env.json").write_text(
+        (rc / "mpsup-env.json").read_text().replace(rc.name, final.name).replace('"test"', '"stable"')
+    )
     with pytest.raises(UserError, match=re.escape("(torch-2.8.0-cp312, torch-2.8.0-cp312-12345678); name one of them")):
         resolve_environment("2.8.0", "--candidate")
     assert resolve_environment(final.name, "--candidate") == final / "bin" / "python"
@@ -302,9 +393,13 @@ def test_a_version_shared_by_two_builds_must_be_named(mpsup_home: Path) -> None:
 
 def test_two_digit_minor_releases_count_as_newer(tmp_path: Path) -> None:
     """2.10.0 is newer than 2.9.1 (compared as strings, once, it was not: "nothing newer is published")."""
-    wheel = build_wheel(tmp_path / "built", "torch", "2.10.0", "cp312-none-macosx_11_0_arm64", fake_torch_files("2.10.0"))
+    wheel = build_wheel(
+        tmp_path / "built", "torch", "2.10.0", "cp312-none-macosx_11_0_arm64", fake_torch_files("2.10.0")
+    )
     write_index(tmp_path / "idx", [wheel])
     probe = {**_probe("15.5"), "torch": {"version": "2.9.1"}}
-    plan = plan_install(InstallRequest(python=Path(sys.executable), index_url=(tmp_path / "idx" / "simple").as_uri(), installer="uv"),
-                        probe=lambda _p: probe)
+    plan = plan_install(
+        InstallRequest(python=Path(sys.executable), index_url=(tmp_path / "idx" / "simple").as_uri(), installer="uv"),
+        probe=lambda _p: probe,
+    )
     assert isinstance(plan, InstallPlan) and plan.to_version == "2.10.0"

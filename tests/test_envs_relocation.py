@@ -19,8 +19,15 @@ from mpsup.envs.plan import InstallPlan, InstallRequest, NothingToDo, plan_insta
 from mpsup.errors import OperationFailed
 from tests.pkgindex import build_wheel, fake_torch_files, write_index
 
-BASELINE = {"version": "3.11.7", "implementation": "cpython", "platform": "linux", "machine": "x86_64", "libc": "glibc 2.36",
-            "pip": False, "torch": {"version": "2.15.0"}}
+BASELINE = {
+    "version": "3.11.7",
+    "implementation": "cpython",
+    "platform": "linux",
+    "machine": "x86_64",
+    "libc": "glibc 2.36",
+    "pip": False,
+    "torch": {"version": "2.15.0"},
+}
 NEW = {**BASELINE, "torch": {"version": "2.16.0rc1", "mps_built": False, "mps_available": False}}
 
 
@@ -28,7 +35,9 @@ def _fake_venv(_base: Path, prefix: Path, *, with_pip: bool) -> None:
     """What `python -m venv` leaves that names the venv's own path: pyvenv.cfg, activate, script shebangs."""
     (prefix / "bin").mkdir(parents=True)
     (prefix / "bin" / "python").symlink_to(sys.executable)
-    (prefix / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\ncommand = {sys.executable} -m venv {prefix}\n")
+    (prefix / "pyvenv.cfg").write_text(
+        f"home = {Path(sys.executable).parent}\ncommand = {sys.executable} -m venv {prefix}\n"
+    )
     (prefix / "bin" / "activate").write_text(f'VIRTUAL_ENV="{prefix}"\nexport VIRTUAL_ENV\n')
     (prefix / "bin" / "pip").write_text(f"#!{prefix}/bin/python\nimport sys\n")
 
@@ -41,7 +50,9 @@ def index(tmp_path: Path) -> str:
 
 
 def _plan(index: str) -> InstallPlan | NothingToDo:
-    return plan_install(InstallRequest(python=Path(sys.executable), index_url=index, installer="uv"), probe=lambda _p: BASELINE)
+    return plan_install(
+        InstallRequest(python=Path(sys.executable), index_url=index, installer="uv"), probe=lambda _p: BASELINE
+    )
 
 
 @pytest.fixture
@@ -60,7 +71,9 @@ def _entries(home: Path) -> list[str]:
     return sorted(p.name for p in envs.iterdir()) if envs.is_dir() else []
 
 
-def test_the_installed_environment_points_at_itself_and_is_recorded_last(index: str, mpsup_home: Path, stand_ins: None) -> None:
+def test_the_installed_environment_points_at_itself_and_is_recorded_last(
+    index: str, mpsup_home: Path, stand_ins: None
+) -> None:
     plan = _plan(index)
     assert isinstance(plan, InstallPlan)
     order: list[str] = []
@@ -86,7 +99,10 @@ def test_the_installed_environment_points_at_itself_and_is_recorded_last(index: 
         text = (prefix / rel).read_text()
         assert str(prefix) in text and ".building-" not in text, rel
     wheel = result.record.wheel
-    assert wheel["sha256"] == hashlib.sha256(Path(plan.wheel_path).read_bytes()).hexdigest() and wheel["sha256_from"] == "index"
+    assert (
+        wheel["sha256"] == hashlib.sha256(Path(plan.wheel_path).read_bytes()).hexdigest()
+        and wheel["sha256_from"] == "index"
+    )
     assert wheel["seen_at"] and result.record.channel == "test"
     assert isinstance(_plan(index), NothingToDo)
 
@@ -99,6 +115,7 @@ def _inject(monkeypatch: pytest.MonkeyPatch, step: str, exc: BaseException) -> A
     if step == "probe":
         return lambda p: None if ".building-" not in str(p) else NEW
     if step == "write_record":  # cut mid-write: the atomic writer's temp file is all there is
+
         def cut(folder: Path, _record: Any) -> Path:
             (folder / ".mpsup-env.json.x.tmp").write_text('{"name": "torch-2.16')
             raise exc
@@ -116,8 +133,9 @@ def _inject(monkeypatch: pytest.MonkeyPatch, step: str, exc: BaseException) -> A
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_a_failure_at_any_step_leaves_nothing(step: str, index: str, mpsup_home: Path, stand_ins: None,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_at_any_step_leaves_nothing(
+    step: str, index: str, mpsup_home: Path, stand_ins: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plan = _plan(index)
     assert isinstance(plan, InstallPlan)
     probe = _inject(monkeypatch, step, KeyboardInterrupt())
@@ -128,8 +146,9 @@ def test_a_failure_at_any_step_leaves_nothing(step: str, index: str, mpsup_home:
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_a_hard_interruption_at_any_step_is_never_called_installed(step: str, index: str, mpsup_home: Path, stand_ins: None,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hard_interruption_at_any_step_is_never_called_installed(
+    step: str, index: str, mpsup_home: Path, stand_ins: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """As a power cut or kill -9 would: the step stops and no cleanup runs. The next plan must not say
     "already installed", and the next install replaces what was left."""
     plan = _plan(index)
@@ -149,7 +168,9 @@ def test_a_hard_interruption_at_any_step_is_never_called_installed(step: str, in
         assert any("interrupted install" in n for n in again.notes)
     _install(again)
     assert _entries(mpsup_home) == [plan.prefix.name]
-    assert (plan.prefix / "mpsup-env.json").is_file() and ".building-" not in (plan.prefix / "bin" / "activate").read_text()
+    assert (plan.prefix / "mpsup-env.json").is_file() and ".building-" not in (
+        plan.prefix / "bin" / "activate"
+    ).read_text()
 
 
 def test_a_folder_at_the_final_name_that_is_not_ours_is_refused(index: str, mpsup_home: Path, stand_ins: None) -> None:
@@ -166,13 +187,20 @@ def test_a_folder_at_the_final_name_that_is_not_ours_is_refused(index: str, mpsu
     assert (plan.prefix / "precious.txt").read_text() == "mine"
 
 
-def test_an_accepted_unhashed_wheel_records_the_hash_of_what_was_downloaded(tmp_path: Path, mpsup_home: Path, stand_ins: None) -> None:
+def test_an_accepted_unhashed_wheel_records_the_hash_of_what_was_downloaded(
+    tmp_path: Path, mpsup_home: Path, stand_ins: None
+) -> None:
     wheel = build_wheel(tmp_path / "plain", "torch", "2.16.0rc1", "py3-none-any", fake_torch_files("2.16.0rc1"))
     page = tmp_path / "nohash" / "torch" / "index.html"
     page.parent.mkdir(parents=True)
     page.write_text(f'<a href="{wheel.as_uri()}">{wheel.name}</a>')
-    request = InstallRequest(python=Path(sys.executable), index_url=(tmp_path / "nohash").as_uri(), installer="uv", allow_unhashed=True)
+    request = InstallRequest(
+        python=Path(sys.executable), index_url=(tmp_path / "nohash").as_uri(), installer="uv", allow_unhashed=True
+    )
     plan = plan_install(request, probe=lambda _p: BASELINE)
     assert isinstance(plan, InstallPlan) and plan.wheel.sha256 is None
     record = _install(plan).record
-    assert record.wheel["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest() and record.wheel["sha256_from"] == "download"
+    assert (
+        record.wheel["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+        and record.wheel["sha256_from"] == "download"
+    )

@@ -27,7 +27,7 @@ def _page(**extra_parts: str) -> tuple[str, list]:
 
 
 def _plot(page: str) -> str:
-    return page[page.index('<svg id="speedup-plot"'):page.index("</svg>")]
+    return page[page.index('<svg id="speedup-plot"') : page.index("</svg>")]
 
 
 def test_y_ticks_cover_every_point():
@@ -36,7 +36,9 @@ def test_y_ticks_cover_every_point():
     ticks = [float(t) for t in re.findall(r'class="ytick"[^>]*>([0-9.]+)x<', plot)]
     estimates = [w.speedup.estimate for w in ws if w.speedup]
     assert len(ticks) >= 4
-    assert min(ticks) <= min(estimates) * 1.1 and max(ticks) >= max(estimates) / 1.1  # before: 1.00x and 1.25x for points at 0.82x
+    assert (
+        min(ticks) <= min(estimates) * 1.1 and max(ticks) >= max(estimates) / 1.1
+    )  # before: 1.00x and 1.25x for points at 0.82x
 
 
 def test_outliers_are_labelled_and_parts_have_colours_and_a_legend():
@@ -87,11 +89,26 @@ def test_page_renders_in_headless_chromium(tmp_path: Path):
     page, ws = _page(**{SLOW: "moe"})
     out = tmp_path / "report.html"
     out.write_text(page)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120, check=False).stdout
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--hide-scrollbars",
+    ]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120, check=False
+    ).stdout
     assert dom.count('class="point"') == len([w for w in ws if w.speedup]) and 'id="workloads"' in dom
     shot = tmp_path / "phone.png"
-    subprocess.run([chromium, *flags, "--window-size=390,1100", f"--screenshot={shot}", out.as_uri()],
-                   capture_output=True, timeout=120, check=False)
+    subprocess.run(
+        [chromium, *flags, "--window-size=390,1100", f"--screenshot={shot}", out.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert shot.exists() and shot.stat().st_size > 10_000

@@ -36,9 +36,17 @@ def indexes(tmp_path_factory: pytest.TempPathFactory):
     built = root / "built"
     stable = _torch(built, "2.15.0")
     rc = _torch(built, "2.16.0rc1", THIS_TAG)
-    unfitting_newer = [_torch(built, "2.17.0rc1", "cp311-none-macosx_14_0_arm64"), _torch(built, "2.17.0rc1", "cp39-cp39-manylinux_2_17_x86_64")]
-    vision = build_wheel(built, "torchvision", "0.31.0rc1", files={"torchvision/__init__.py": "__version__ = '0.31.0rc1'\n"},
-                         requires=("torch==2.16.0rc1",))
+    unfitting_newer = [
+        _torch(built, "2.17.0rc1", "cp311-none-macosx_14_0_arm64"),
+        _torch(built, "2.17.0rc1", "cp39-cp39-manylinux_2_17_x86_64"),
+    ]
+    vision = build_wheel(
+        built,
+        "torchvision",
+        "0.31.0rc1",
+        files={"torchvision/__init__.py": "__version__ = '0.31.0rc1'\n"},
+        requires=("torch==2.16.0rc1",),
+    )
     extra = build_wheel(built, "extra-pkg", "1.0", files={"extra_pkg/__init__.py": ""})
     write_index(root / "good", [stable, rc, *unfitting_newer, vision, extra])
     write_index(root / "badhash", [stable, rc, extra], sha_override={rc.name: "0" * 64})
@@ -55,9 +63,15 @@ def indexes(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def pip_overrides(indexes) -> dict[str, str | None]:
     """The user's pip configuration, as far as these tests are concerned: only the local index."""
-    return {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": indexes["good"], "PIP_FIND_LINKS": None, "PIP_EXTRA_INDEX_URL": None,
-            "PIP_NO_INDEX": None, "PIP_CERT": None,
-            "PATH": "/usr/bin:/bin"}  # no uv on PATH: pip is the installer unless a test asks for uv
+    return {
+        "PIP_CONFIG_FILE": "/dev/null",
+        "PIP_INDEX_URL": indexes["good"],
+        "PIP_FIND_LINKS": None,
+        "PIP_EXTRA_INDEX_URL": None,
+        "PIP_NO_INDEX": None,
+        "PIP_CERT": None,
+        "PATH": "/usr/bin:/bin",
+    }  # no uv on PATH: pip is the installer unless a test asks for uv
 
 
 @pytest.fixture
@@ -70,11 +84,15 @@ def pip_env(pip_overrides: dict[str, str | None], monkeypatch: pytest.MonkeyPatc
 
 
 def _baseline(path: Path, overrides: dict[str, str | None], *packages: str) -> Path:
-    env = {k: v for k, v in os.environ.items() if overrides.get(k, v) is not None} | {k: v for k, v in overrides.items() if v}
+    env = {k: v for k, v in os.environ.items() if overrides.get(k, v) is not None} | {
+        k: v for k, v in overrides.items() if v
+    }
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     py = path / "bin" / "python"
     if packages:
-        subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], check=True, env=env)
+        subprocess.run(
+            [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], check=True, env=env
+        )
     return py
 
 
@@ -124,7 +142,17 @@ def test_dry_run_picks_the_fitting_candidate_and_changes_nothing(baseline: Path,
 
 def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path, indexes, mpsup_home: Path) -> None:
     before = _freeze(baseline)
-    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--with", "torchvision", "--yes", "--json")
+    res = run_cli(
+        "install-rc",
+        "--python",
+        str(baseline),
+        "--index-url",
+        indexes["good"],
+        "--with",
+        "torchvision",
+        "--yes",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     env = json.loads(res.stdout)["environment"]
     prefix = Path(env["prefix"])
@@ -132,7 +160,9 @@ def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path,
     assert _envs(mpsup_home) == [prefix.name]  # no temporary build left beside it
     assert env["torch_version"] == "2.16.0rc1" and env["companions"] == {"torchvision": "0.31.0rc1"}
     assert env["baseline_torch"] == "2.15.0" and env["mode"] == "side-by-side"
-    out = subprocess.run([env["python"], "-c", "import torch, torchvision; print(torch.__version__)"], capture_output=True, text=True)
+    out = subprocess.run(
+        [env["python"], "-c", "import torch, torchvision; print(torch.__version__)"], capture_output=True, text=True
+    )
     assert out.stdout.strip() == "2.16.0rc1"
     # Built under a temporary name, then moved: its scripts must point at the new place and still run.
     pip_script = prefix / "bin" / "pip"
@@ -142,7 +172,10 @@ def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path,
     assert f'VIRTUAL_ENV="{prefix}"' in (prefix / "bin" / "activate").read_text().replace("'", '"')
     assert ".building-" not in (prefix / "pyvenv.cfg").read_text()
     rc_wheel = indexes["root"] / "good" / "files" / env["wheel"]["filename"]
-    assert env["wheel"]["sha256"] == hashlib.sha256(rc_wheel.read_bytes()).hexdigest() and env["wheel"]["sha256_from"] == "index"
+    assert (
+        env["wheel"]["sha256"] == hashlib.sha256(rc_wheel.read_bytes()).hexdigest()
+        and env["wheel"]["sha256_from"] == "index"
+    )
     assert env["wheel"]["seen_at"] and not list((mpsup_home / "downloads").glob(".download-*"))
     assert _freeze(baseline) == before
 
@@ -162,8 +195,12 @@ def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path,
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize(("index", "expected"), [("badhash", "sha256 does not match"), ("broken", "pip install failed")])
-def test_a_broken_candidate_leaves_nothing_behind(baseline: Path, indexes, mpsup_home: Path, index: str, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("index", "expected"), [("badhash", "sha256 does not match"), ("broken", "pip install failed")]
+)
+def test_a_broken_candidate_leaves_nothing_behind(
+    baseline: Path, indexes, mpsup_home: Path, index: str, expected: str
+) -> None:
     before = _freeze(baseline)
     res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes[index], "--yes")
     assert res.returncode == 1
@@ -181,7 +218,18 @@ def test_in_place_upgrade_restores_on_failure_and_rolls_back(own_baseline: Path,
     assert _freeze(baseline) == before  # put back by itself
     assert _envs(mpsup_home) == []
 
-    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--in-place", "--with", "torchvision", "--yes", "--json")
+    res = run_cli(
+        "install-rc",
+        "--python",
+        str(baseline),
+        "--index-url",
+        indexes["good"],
+        "--in-place",
+        "--with",
+        "torchvision",
+        "--yes",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["environment"]["mode"] == "in-place" and Path(doc["rollback"]).is_file()
@@ -195,7 +243,9 @@ def test_in_place_upgrade_restores_on_failure_and_rolls_back(own_baseline: Path,
     assert result["removed"] == ["torchvision"] and result["reinstalled"] == ["torch==2.15.0"]
     assert _freeze(baseline) == before
     assert json.loads(run_cli("install-rc", "--list", "--json").stdout) == []
-    assert run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes").returncode == 2  # nothing left to roll back
+    assert (
+        run_cli("install-rc", "--rollback", "--python", str(baseline), "--yes").returncode == 2
+    )  # nothing left to roll back
 
 
 def test_clone_carries_the_users_packages_but_not_the_torch_family(baseline: Path, indexes, mpsup_home: Path) -> None:
@@ -214,14 +264,20 @@ def test_nothing_newer_says_so_and_exits_zero(baseline: Path, indexes, mpsup_hom
     # stable asks pip itself (configured here with the local index): 2.15.0 is also its newest.
     stable = run_cli("install-rc", "--python", str(baseline), "--channel", "stable", "--json")
     assert stable.returncode == 0, stable.stderr
-    assert json.loads(stable.stdout) == {"status": "nothing-to-do", "baseline_torch": "2.15.0", "newest": "2.15.0",
-                                         "message": json.loads(stable.stdout)["message"]}
+    assert json.loads(stable.stdout) == {
+        "status": "nothing-to-do",
+        "baseline_torch": "2.15.0",
+        "newest": "2.15.0",
+        "message": json.loads(stable.stdout)["message"],
+    }
     assert _envs(mpsup_home) == []
 
 
 def test_stable_channel_takes_the_wheel_pip_would_pick(baseline: Path, indexes, mpsup_home: Path) -> None:
     # A pinned version may equal the installed one side by side (a clean copy to compare against).
-    res = run_cli("install-rc", "--python", str(baseline), "--channel", "stable", "--version", "2.15.0", "--dry-run", "--json")
+    res = run_cli(
+        "install-rc", "--python", str(baseline), "--channel", "stable", "--version", "2.15.0", "--dry-run", "--json"
+    )
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)["plan"]
     assert plan["to_version"] == "2.15.0" and plan["index_url"] is None
@@ -231,7 +287,9 @@ def test_stable_channel_takes_the_wheel_pip_would_pick(baseline: Path, indexes, 
 
 
 def test_no_fitting_wheel_names_what_exists(baseline: Path, indexes) -> None:
-    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--version", "2.17.0rc1", "--dry-run")
+    res = run_cli(
+        "install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--version", "2.17.0rc1", "--dry-run"
+    )
     assert res.returncode == 1
     line = res.stderr.strip()
     assert len(line.splitlines()) == 1
@@ -251,15 +309,21 @@ def test_unreachable_index_is_one_line_with_the_command_for_later(baseline: Path
     assert f"When online, run: mpsup install-rc --channel test --index-url http://127.0.0.1:{port}/simple" in lines[0]
     assert lines[0].endswith(f"--python {baseline} --yes")
     # A dry run is suggested as a dry run: the suggestion is the command the user ran, never one that installs.
-    dry = run_cli("install-rc", "--python", str(baseline), "--index-url", f"http://127.0.0.1:{port}/simple", "--dry-run")
+    dry = run_cli(
+        "install-rc", "--python", str(baseline), "--index-url", f"http://127.0.0.1:{port}/simple", "--dry-run"
+    )
     assert dry.returncode == 1
-    assert dry.stderr.strip().endswith(f"When online, run: mpsup install-rc --channel test --index-url http://127.0.0.1:{port}/simple "
-                                       f"--python {baseline} --dry-run")
+    assert dry.stderr.strip().endswith(
+        f"When online, run: mpsup install-rc --channel test --index-url http://127.0.0.1:{port}/simple "
+        f"--python {baseline} --dry-run"
+    )
     assert _envs(mpsup_home) == []
 
 
 def test_refusals_are_usage_errors(baseline: Path, indexes) -> None:
-    plain_http = run_cli("install-rc", "--python", str(baseline), "--index-url", "http://example.com/simple", "--dry-run")
+    plain_http = run_cli(
+        "install-rc", "--python", str(baseline), "--index-url", "http://example.com/simple", "--dry-run"
+    )
     assert plain_http.returncode == 2 and "plain http is refused" in plain_http.stderr
     no_terminal = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"])
     assert no_terminal.returncode == 2 and "--yes" in no_terminal.stderr
@@ -269,7 +333,9 @@ def test_refusals_are_usage_errors(baseline: Path, indexes) -> None:
     assert bad_version.returncode == 2 and "PEP 440" in bad_version.stderr
 
 
-def test_uv_installs_side_by_side_too(baseline: Path, indexes, mpsup_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uv_installs_side_by_side_too(
+    baseline: Path, indexes, mpsup_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
@@ -280,21 +346,35 @@ def test_uv_installs_side_by_side_too(baseline: Path, indexes, mpsup_home: Path,
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     monkeypatch.setenv("UV_NO_CONFIG", "1")
     before = _freeze(baseline)
-    res = run_cli("install-rc", "--python", str(baseline), "--index-url", indexes["good"], "--with", "torchvision", "--yes", "--json")
+    res = run_cli(
+        "install-rc",
+        "--python",
+        str(baseline),
+        "--index-url",
+        indexes["good"],
+        "--with",
+        "torchvision",
+        "--yes",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["plan"]["installer"] == "uv"  # auto picks uv when it is on PATH
     assert doc["plan"]["commands"][0][-1] == "--without-pip"
     env = doc["environment"]
     assert env["installer"] == "uv" and env["companions"] == {"torchvision": "0.31.0rc1"}
-    out = subprocess.run([env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    out = subprocess.run(
+        [env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    )
     assert out.stdout.strip() == "2.16.0rc1"
     assert not (Path(env["prefix"]) / "bin" / "pip").exists()
     assert _freeze(baseline) == before
 
 
-@pytest.mark.skipif(not os.environ.get("MPSUP_TEST_REAL_STABLE"),
-                    reason="set MPSUP_TEST_REAL_STABLE=VERSION to install that torch for real from this machine's pip index (minutes, GBs)")
+@pytest.mark.skipif(
+    not os.environ.get("MPSUP_TEST_REAL_STABLE"),
+    reason="set MPSUP_TEST_REAL_STABLE=VERSION to install that torch for real from this machine's pip index (minutes, GBs)",
+)
 def test_real_stable_install_beside_this_environment(mpsup_home: Path) -> None:
     """The issue's acceptance run: the installer's own index, a real torch, beside the running environment."""
     version = os.environ["MPSUP_TEST_REAL_STABLE"]
@@ -302,7 +382,9 @@ def test_real_stable_install_beside_this_environment(mpsup_home: Path) -> None:
     assert res.returncode == 0, res.stderr
     env = json.loads(res.stdout)["environment"]
     assert env["torch_version"] == version and env["baseline_torch"] != version
-    out = subprocess.run([env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    out = subprocess.run(
+        [env["python"], "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+    )
     assert out.stdout.strip().split("+")[0] == version
 
 
@@ -312,9 +394,25 @@ def test_ctrl_c_during_the_install_leaves_nothing_behind(baseline: Path, indexes
     import time
 
     before = _freeze(baseline)
-    proc = subprocess.Popen([sys.executable, "-m", "mpsup", "install-rc", "--python", str(baseline), "--index-url", indexes["slow"],
-                             "--with", "torchvision", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mpsup",
+            "install-rc",
+            "--python",
+            str(baseline),
+            "--index-url",
+            indexes["slow"],
+            "--with",
+            "torchvision",
+            "--yes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     envs = mpsup_home / "envs"
     deadline = time.monotonic() + 60
     # Wait until the checked torch wheel is in the temporary environment: the second step is now fetching torchvision.

@@ -69,8 +69,17 @@ def _strip_comments(text: str) -> str:
 def test_manifest_agrees_with_sources():
     kernels = load_manifest()
     names = {k["name"] for k in kernels}
-    assert {"copy_f32", "read_f32x4", "write_f32x4", "fma_chain", "matrix_chain_f16", "matrix_chain_bf16",
-            "fp8_e4m3_to_bf16", "bf16_to_fp8_e4m3", "constant_pad_wan_bf16"} <= names
+    assert {
+        "copy_f32",
+        "read_f32x4",
+        "write_f32x4",
+        "fma_chain",
+        "matrix_chain_f16",
+        "matrix_chain_bf16",
+        "fp8_e4m3_to_bf16",
+        "bf16_to_fp8_e4m3",
+        "constant_pad_wan_bf16",
+    } <= names
     declared = set()
     for src in METAL_DIR.glob("*.metal"):
         declared |= set(re.findall(r"kernel\s+void\s+(\w+)\s*\(", src.read_text()))
@@ -105,23 +114,55 @@ def cxx() -> str:
     return compiler
 
 
-def _run_on_cpu(entry: dict, cxx: str, tmp_path: Path, *, fast_math: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _run_on_cpu(
+    entry: dict, cxx: str, tmp_path: Path, *, fast_math: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     step, extra = THREAD_ARGS[tuple(entry.get("thread_args", ["thread_position_in_grid"]))]
     driver = tmp_path / "driver.cpp"
-    driver.write_text(DRIVER.format(source=METAL_DIR / entry["file"], name=entry["name"], extra=extra,
-                                    step=step.format(group=entry.get("group_size", 1))))
+    driver.write_text(
+        DRIVER.format(
+            source=METAL_DIR / entry["file"],
+            name=entry["name"],
+            extra=extra,
+            step=step.format(group=entry.get("group_size", 1)),
+        )
+    )
     exe = tmp_path / "driver"
     flags = ["-O2", "-ffast-math", "-DMPSUP_FAST_MATH"] if fast_math else ["-O1"]
-    built = subprocess.run([cxx, "-std=c++17", *flags, "-Wno-attributes", "-include", str(COMPAT / "metal_stdlib"),
-                            "-I", str(COMPAT), str(driver), "-o", str(exe)], capture_output=True, text=True)
+    built = subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            *flags,
+            "-Wno-attributes",
+            "-include",
+            str(COMPAT / "metal_stdlib"),
+            "-I",
+            str(COMPAT),
+            str(driver),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     grid = check_grid(entry)
     src = make_input(entry["inputs"][0], grid)
     out_dtype = torch_dtype(entry["output"]["dtype"])
     out_len = buffer_len(entry["output"], grid)
     (tmp_path / "in.bin").write_bytes(bytes(src.contiguous().view(torch.uint8).tolist()))
-    subprocess.run([str(exe), str(grid), str(src.numel() * src.element_size()), str(out_len * out_dtype.itemsize),
-                    str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], check=True)
+    subprocess.run(
+        [
+            str(exe),
+            str(grid),
+            str(src.numel() * src.element_size()),
+            str(out_len * out_dtype.itemsize),
+            str(tmp_path / "in.bin"),
+            str(tmp_path / "out.bin"),
+        ],
+        check=True,
+    )
     got = torch.frombuffer(bytearray((tmp_path / "out.bin").read_bytes()), dtype=torch.uint8).view(out_dtype)
     return src, got, grid
 
@@ -133,7 +174,9 @@ def test_kernel_logic_on_cpu(entry: dict, cxx: str, tmp_path: Path):
 
 
 # The kernels whose answer is a bit pattern: they must hold under fast math as well.
-BIT_EXACT = [e for e in load_manifest() if e["name"] in ("fp8_e4m3_to_bf16", "bf16_to_fp8_e4m3", "constant_pad_wan_bf16")]
+BIT_EXACT = [
+    e for e in load_manifest() if e["name"] in ("fp8_e4m3_to_bf16", "bf16_to_fp8_e4m3", "constant_pad_wan_bf16")
+]
 
 
 @pytest.mark.parametrize("entry", BIT_EXACT, ids=lambda e: e["name"])
@@ -174,7 +217,9 @@ def test_a_wrong_kernel_is_caught():
 
 
 @pytest.mark.mac
-@pytest.mark.skipif(sys.platform != "darwin", reason="needs an Apple-silicon Mac: compiles the kernels with torch.mps.compile_shader")
+@pytest.mark.skipif(
+    sys.platform != "darwin", reason="needs an Apple-silicon Mac: compiles the kernels with torch.mps.compile_shader"
+)
 def test_kernels_on_mps():
     from mpsup.worker.device import Device
     from mpsup.worker.smoke import run_feature

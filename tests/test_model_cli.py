@@ -33,8 +33,12 @@ def tiny_llama(layers: int = 2) -> dict[str, tuple[int, ...]]:
     shapes = {"model.embed_tokens.weight": (512, 64), "lm_head.weight": (512, 64)}
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes |= {p + "self_attn.q_proj.weight": (64, 64), p + "self_attn.o_proj.weight": (64, 64),
-                   p + "mlp.up_proj.weight": (128, 64), p + "mlp.down_proj.weight": (64, 128)}
+        shapes |= {
+            p + "self_attn.q_proj.weight": (64, 64),
+            p + "self_attn.o_proj.weight": (64, 64),
+            p + "mlp.up_proj.weight": (128, 64),
+            p + "mlp.down_proj.weight": (64, 128),
+        }
     return shapes
 
 
@@ -46,8 +50,16 @@ def test_list_json_of_a_folder(tmp_path: Path):
     res = run_cli("bench", "--model", str(folder), "--list", "--json", "--tokens", "1,4")
     assert res.returncode == 0, res.stderr
     items = json.loads(res.stdout)
-    lin = {(i["in_features"], i["out_features"], i["tokens"]): (i["count"], i["role"]) for i in items if i["kind"] == "linear"}
-    assert lin[(64, 64, 1)] == (4, "attention") and lin[(64, 128, 4)] == (2, "mlp") and lin[(64, 512, 1)] == (1, "output-head")
+    lin = {
+        (i["in_features"], i["out_features"], i["tokens"]): (i["count"], i["role"])
+        for i in items
+        if i["kind"] == "linear"
+    }
+    assert (
+        lin[(64, 64, 1)] == (4, "attention")
+        and lin[(64, 128, 4)] == (2, "mlp")
+        and lin[(64, 512, 1)] == (1, "output-head")
+    )
     assert all({"kind", "count", "role"} <= set(i) for i in items)
 
 
@@ -57,7 +69,9 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
     write_safetensors(tmp_path / "a.safetensors", {n: shapes[n] for n in names[:3]})
     write_safetensors(tmp_path / "b.safetensors", {n: shapes[n] for n in names[3:]})
     index = tmp_path / "model.safetensors.index.json"
-    index.write_text(json.dumps({"weight_map": {n: ("a.safetensors" if i < 3 else "b.safetensors") for i, n in enumerate(names)}}))
+    index.write_text(
+        json.dumps({"weight_map": {n: ("a.safetensors" if i < 3 else "b.safetensors") for i, n in enumerate(names)}})
+    )
     res = run_cli("bench", "--model", str(index), "--list", "--json")
     assert res.returncode == 0, res.stderr
     (tmp_path / "b.safetensors").unlink()
@@ -65,13 +79,16 @@ def test_sharded_checkpoint_and_missing_shard(tmp_path: Path):
     assert res.returncode == 2 and "shard 'b.safetensors' is missing" in res.stderr
 
 
-@pytest.mark.parametrize(("name", "content", "needle"), [
-    ("m.pt2", b"junk", "not a torch.export archive"),
-    ("m.gguf", b"junk", "not a GGUF file"),
-    ("m.pt", b"junk", "not a torch.save zip archive"),
-    ("m.txt", b"hello", "unknown model format"),
-    ("m.safetensors", b"\x00", "truncated"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("m.pt2", b"junk", "not a torch.export archive"),
+        ("m.gguf", b"junk", "not a GGUF file"),
+        ("m.pt", b"junk", "not a torch.save zip archive"),
+        ("m.txt", b"hello", "unknown model format"),
+        ("m.safetensors", b"\x00", "truncated"),
+    ],
+)
 def test_bad_models_exit_2(tmp_path: Path, name: str, content: bytes, needle: str, mpsup_home: Path):
     p = tmp_path / name
     p.write_bytes(content)
@@ -82,8 +99,19 @@ def test_bad_models_exit_2(tmp_path: Path, name: str, content: bytes, needle: st
 
 def test_measures_a_tiny_model_on_cpu(tmp_path: Path, mpsup_home: Path):
     p = write_safetensors(tmp_path / "tiny.safetensors", tiny_llama())
-    res = run_cli("bench", "--model", str(p), "--device", "cpu", "--tokens", "1", "--budget", "0.02", "--no-smoke",
-                  env={"COLUMNS": "160"})
+    res = run_cli(
+        "bench",
+        "--model",
+        str(p),
+        "--device",
+        "cpu",
+        "--tokens",
+        "1",
+        "--budget",
+        "0.02",
+        "--no-smoke",
+        env={"COLUMNS": "160"},
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "estimated forward time" in res.stdout and "95% CI" in res.stdout and "float8_e4m3fn" in res.stdout
     record = load_record(list_record_paths()[0])
@@ -94,9 +122,11 @@ def test_measures_a_tiny_model_on_cpu(tmp_path: Path, mpsup_home: Path):
 def test_state_dict_pt(tmp_path: Path):
     import torch
 
-    sd = {"model.layers.0.self_attn.q_proj.weight": torch.zeros(64, 64, dtype=torch.bfloat16),
-          "model.layers.0.mlp.up_proj.weight": torch.zeros(128, 64, dtype=torch.bfloat16),
-          "model.norm.weight": torch.zeros(64)}
+    sd = {
+        "model.layers.0.self_attn.q_proj.weight": torch.zeros(64, 64, dtype=torch.bfloat16),
+        "model.layers.0.mlp.up_proj.weight": torch.zeros(128, 64, dtype=torch.bfloat16),
+        "model.norm.weight": torch.zeros(64),
+    }
     p = tmp_path / "model.pt"
     torch.save(sd, p)
     res = run_cli("bench", "--model", str(p), "--list", "--json", "--tokens", "1")
@@ -127,18 +157,34 @@ def test_diffusers_folder_with_wan_like_causal_vae(tmp_path: Path, mpsup_home: P
     (root / "vae").mkdir(parents=True)
     (root / "transformer").mkdir()
     (root / "scheduler").mkdir()
-    (root / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline", "vae": ["diffusers", "AutoencoderKLWan"],
-                                                       "transformer": ["diffusers", "X"], "scheduler": ["diffusers", "S"]}))
+    (root / "model_index.json").write_text(
+        json.dumps(
+            {
+                "_class_name": "WanPipeline",
+                "vae": ["diffusers", "AutoencoderKLWan"],
+                "transformer": ["diffusers", "X"],
+                "scheduler": ["diffusers", "S"],
+            }
+        )
+    )
     (root / "vae" / "config.json").write_text(json.dumps({"base_dim": 16, "dim_mult": [1, 2], "sample_size": 32}))
-    write_safetensors(root / "vae" / "diffusion_pytorch_model.safetensors", {
-        "decoder.up_blocks.0.resnets.0.conv1.weight": (32, 32, 3, 3, 3),
-        "decoder.up_blocks.0.resnets.0.conv2.weight": (32, 32, 3, 3, 3),
-        "decoder.up_blocks.1.resnets.0.conv1.weight": (16, 16, 3, 3, 3),
-        "decoder.conv_out.weight": (3, 16, 3, 3, 3),
-    })
-    write_safetensors(root / "transformer" / "diffusion_pytorch_model.safetensors", {
-        "blocks.0.attn1.to_q.weight": (64, 64), "blocks.1.attn1.to_q.weight": (64, 64), "blocks.0.ffn.net.0.proj.weight": (256, 64),
-    })
+    write_safetensors(
+        root / "vae" / "diffusion_pytorch_model.safetensors",
+        {
+            "decoder.up_blocks.0.resnets.0.conv1.weight": (32, 32, 3, 3, 3),
+            "decoder.up_blocks.0.resnets.0.conv2.weight": (32, 32, 3, 3, 3),
+            "decoder.up_blocks.1.resnets.0.conv1.weight": (16, 16, 3, 3, 3),
+            "decoder.conv_out.weight": (3, 16, 3, 3, 3),
+        },
+    )
+    write_safetensors(
+        root / "transformer" / "diffusion_pytorch_model.safetensors",
+        {
+            "blocks.0.attn1.to_q.weight": (64, 64),
+            "blocks.1.attn1.to_q.weight": (64, 64),
+            "blocks.0.ffn.net.0.proj.weight": (256, 64),
+        },
+    )
     res = run_cli("bench", "--model", str(root), "--list", "--json", "--tokens", "8")
     assert res.returncode == 0, res.stderr
     items = json.loads(res.stdout)
@@ -177,9 +223,28 @@ def test_module_function_and_pt2_run_end_to_end(tmp_path: Path, mpsup_home: Path
 
     (tmp_path / "mymodels.py").write_text(FACTORY)
     env = {k: v for k, v in os.environ.items()}
-    res = subprocess.run([sys.executable, "-m", "mpsup", "bench", "--model", "mymodels:build", "--device", "cpu",
-                          "--budget", "0.02", "--no-smoke", "--json"], cwd=tmp_path, capture_output=True, text=True, env=env,
-                         timeout=300, check=False)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpsup",
+            "bench",
+            "--model",
+            "mymodels:build",
+            "--device",
+            "cpu",
+            "--budget",
+            "0.02",
+            "--no-smoke",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout)
     assert [(w["name"], w["status"]) for w in summary["workloads"]] == [("model/end-to-end", "ok")]
@@ -201,6 +266,7 @@ def test_module_function_and_pt2_run_end_to_end(tmp_path: Path, mpsup_home: Path
 
 
 # ---- issue 10: hostile input through `bench --model` ----
+
 
 def _pt_archive(path: Path, pickle_bytes: bytes) -> Path:
     """A torch.save-shaped zip whose data.pkl is the given (hostile) pickle program."""
@@ -224,14 +290,20 @@ def _empty(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("make", "needle"), [
-    (lambda p: _pt_archive(p, b"h\xad."), "KeyError: 173"),  # BINGET of a memo slot never set
-    (lambda p: _pt_archive(p, b"K\x01K\x02s."), "IndexError"),  # SETITEM with too short a stack
-    (lambda p: _pt_archive(p, b"}X\x01\x00\x00\x00a(X\x07\x00\x00\x00storage"), r"cannot open as a state dict \(EOFError\)"),
-    (lambda p: _pt_archive(p, b"garbage"), "refused this pickle .*Unsupported operand 103"),
-    (_spans_disks, "not a torch.save zip archive"),  # BadZipFile from is_zipfile
-    (lambda p: _empty(p), "not a torch.save zip archive"),
-])
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda p: _pt_archive(p, b"h\xad."), "KeyError: 173"),  # BINGET of a memo slot never set
+        (lambda p: _pt_archive(p, b"K\x01K\x02s."), "IndexError"),  # SETITEM with too short a stack
+        (
+            lambda p: _pt_archive(p, b"}X\x01\x00\x00\x00a(X\x07\x00\x00\x00storage"),
+            r"cannot open as a state dict \(EOFError\)",
+        ),
+        (lambda p: _pt_archive(p, b"garbage"), "refused this pickle .*Unsupported operand 103"),
+        (_spans_disks, "not a torch.save zip archive"),  # BadZipFile from is_zipfile
+        (lambda p: _empty(p), "not a torch.save zip archive"),
+    ],
+)
 def test_broken_state_dicts_are_one_line(tmp_path: Path, make, needle: str):
     from mpsup.errors import UserError
     from mpsup.model.load import load_model
@@ -254,7 +326,7 @@ def test_markup_in_tensor_names_and_paths_is_shown_as_written(tmp_path: Path):
     folder = tmp_path / "[old] llama"
     folder.mkdir()
     p = write_safetensors(folder / "model.safetensors", {"[/x].q_proj.weight": (8, 8)})
-    header = json.loads(p.read_bytes()[8:8 + struct.unpack("<Q", p.read_bytes()[:8])[0]])
+    header = json.loads(p.read_bytes()[8 : 8 + struct.unpack("<Q", p.read_bytes()[:8])[0]])
     header["[bold]packed.weight"] = {"dtype": "I8", "shape": [4, 4], "data_offsets": [128, 144]}
     raw = json.dumps(header).encode()
     with p.open("wb") as fh:
@@ -273,13 +345,20 @@ def test_markup_in_tensor_names_and_paths_is_shown_as_written(tmp_path: Path):
 
 
 def test_names_too_long_for_the_file_system_are_one_line(tmp_path: Path):
-    for name in ("a" * 5000 + ".safetensors", "a" * 5000 + ".pt2", "a" * 5000, str(tmp_path / ("d" * 300)) + "/x.safetensors"):
+    for name in (
+        "a" * 5000 + ".safetensors",
+        "a" * 5000 + ".pt2",
+        "a" * 5000,
+        str(tmp_path / ("d" * 300)) + "/x.safetensors",
+    ):
         res = run_cli("bench", "--model", name, "--list")
         assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr[-300:]
 
 
-RSS_PROBE = ("import resource, runpy, sys\nsys.argv = ['mpsup', *sys.argv[1:]]\ntry:\n    runpy.run_module('mpsup', run_name='__main__')\n"
-             "finally:\n    print('RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)")
+RSS_PROBE = (
+    "import resource, runpy, sys\nsys.argv = ['mpsup', *sys.argv[1:]]\ntry:\n    runpy.run_module('mpsup', run_name='__main__')\n"
+    "finally:\n    print('RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"
+)
 
 
 def test_a_3_gib_pt2_is_fingerprinted_without_reading_it(tmp_path: Path):
@@ -294,8 +373,13 @@ def test_a_3_gib_pt2_is_fingerprinted_without_reading_it(tmp_path: Path):
     with zipfile.ZipFile(big, "a") as z:
         z.writestr("big/archive_format", "pt2")
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-c", RSS_PROBE, "bench", "--model", str(big), "--list", "--json"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    res = subprocess.run(
+        [sys.executable, "-c", RSS_PROBE, "bench", "--model", str(big), "--list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     elapsed = time.perf_counter() - t0
     assert res.returncode == 0, res.stderr[-2000:]
     rss_mb = int(res.stderr.split("RSS_KB")[-1]) / 1024

@@ -17,8 +17,14 @@ from mpsup.model.extract import extract, extract_model
 from mpsup.model.load import load_model
 from tests.conftest import MODEL_CONFIGS, run_cli
 
-EXPERTS = {f"m.layers.0.mlp.experts.{e}.up_proj.weight": {"dtype": "F16", "shape": [8, 8], "data_offsets": [128 * e, 128 * e + 128]}
-           for e in range(4)}
+EXPERTS = {
+    f"m.layers.0.mlp.experts.{e}.up_proj.weight": {
+        "dtype": "F16",
+        "shape": [8, 8],
+        "data_offsets": [128 * e, 128 * e + 128],
+    }
+    for e in range(4)
+}
 CONV = {"decoder.up_blocks.1.conv.weight": {"dtype": "F16", "shape": [4, 4, 3, 3], "data_offsets": [0, 288]}}
 
 
@@ -33,33 +39,36 @@ def model_folder(root: Path, config: str | bytes, header: dict = EXPERTS) -> Pat
     return root
 
 
-@pytest.mark.parametrize(("config", "needle"), [
-    ('{"num_experts_per_tok": "two"}', "'num_experts_per_tok' must be a positive integer up to 4096, found 'two'"),
-    ('{"num_experts_per_tok": [2]}', "'num_experts_per_tok' must be .* found \\[2\\]"),
-    ('{"num_experts_per_tok": 1e400}', "'num_experts_per_tok' must be .* found inf"),
-    ('{"num_experts_per_tok": 2.5}', "'num_experts_per_tok' must be .* found 2.5"),
-    ('{"num_experts_per_tok": -1}', "'num_experts_per_tok' must be a positive"),
-    ('{"num_experts_per_tok": true}', "'num_experts_per_tok' must be .* found True"),
-    ('{"num_experts_per_tok": {"a": 1}}', "found <a JSON object>"),
-    ('{"num_experts_per_tok": Infinity}', "Infinity is not valid JSON"),
-    ('{"num_experts_per_tok": NaN}', "NaN is not valid JSON"),
-    ('{"moe_topk": "8"}', "'moe_topk' must be"),
-    ('{"moe_topk": [8, "x"]}', "'moe_topk' must be"),
-    ('{"sample_size": "big"}', "'sample_size' must be a positive integer .* found 'big'"),
-    ('{"sample_size": [null]}', "'sample_size' must be"),
-    ('{"sample_size": 1e9}', "'sample_size' must be .* up to 16384"),
-    ('{"block_out_channels": 5}', "'block_out_channels' must be a list of at most 64 integers, found 5"),
-    ('{"dim_mult": ["a"]}', "'dim_mult' must be a list"),
-    ('{"block_out_channels": [[[[1]]]]}', "'block_out_channels' must be a list"),
-    ('{"tie_word_embeddings": "false"}', "'tie_word_embeddings' must be true or false, found 'false'"),
-    ('{"mpsup_frames": "4"}', "'mpsup_frames' must be"),
-    ('{"num_experts_per_tok": "' + "x" * 5000 + '"}', "found 'xxxx.*\\(5,000 characters\\)"),
-    ('[1, 2]', "model config must be a JSON object, found list"),
-    (b'{"a": "\xff"}', "model config is not UTF-8 text"),
-    ("[" * 100_000, "nested too deeply"),
-    ('{"x": ' + "9" * 5000 + "}", "4300 digits"),
-    ("", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        ('{"num_experts_per_tok": "two"}', "'num_experts_per_tok' must be a positive integer up to 4096, found 'two'"),
+        ('{"num_experts_per_tok": [2]}', "'num_experts_per_tok' must be .* found \\[2\\]"),
+        ('{"num_experts_per_tok": 1e400}', "'num_experts_per_tok' must be .* found inf"),
+        ('{"num_experts_per_tok": 2.5}', "'num_experts_per_tok' must be .* found 2.5"),
+        ('{"num_experts_per_tok": -1}', "'num_experts_per_tok' must be a positive"),
+        ('{"num_experts_per_tok": true}', "'num_experts_per_tok' must be .* found True"),
+        ('{"num_experts_per_tok": {"a": 1}}', "found <a JSON object>"),
+        ('{"num_experts_per_tok": Infinity}', "Infinity is not valid JSON"),
+        ('{"num_experts_per_tok": NaN}', "NaN is not valid JSON"),
+        ('{"moe_topk": "8"}', "'moe_topk' must be"),
+        ('{"moe_topk": [8, "x"]}', "'moe_topk' must be"),
+        ('{"sample_size": "big"}', "'sample_size' must be a positive integer .* found 'big'"),
+        ('{"sample_size": [null]}', "'sample_size' must be"),
+        ('{"sample_size": 1e9}', "'sample_size' must be .* up to 16384"),
+        ('{"block_out_channels": 5}', "'block_out_channels' must be a list of at most 64 integers, found 5"),
+        ('{"dim_mult": ["a"]}', "'dim_mult' must be a list"),
+        ('{"block_out_channels": [[[[1]]]]}', "'block_out_channels' must be a list"),
+        ('{"tie_word_embeddings": "false"}', "'tie_word_embeddings' must be true or false, found 'false'"),
+        ('{"mpsup_frames": "4"}', "'mpsup_frames' must be"),
+        ('{"num_experts_per_tok": "' + "x" * 5000 + '"}', "found 'xxxx.*\\(5,000 characters\\)"),
+        ("[1, 2]", "model config must be a JSON object, found list"),
+        (b'{"a": "\xff"}', "model config is not UTF-8 text"),
+        ("[" * 100_000, "nested too deeply"),
+        ('{"x": ' + "9" * 5000 + "}", "4300 digits"),
+        ("", "not valid JSON"),
+    ],
+)
 def test_wrong_config_values_are_one_line_naming_file_and_key(tmp_path: Path, config: str | bytes, needle: str):
     folder = model_folder(tmp_path / "m", config)
     with pytest.raises(UserError, match=needle) as exc:
@@ -99,7 +108,9 @@ def test_valid_values_still_mean_what_they_did(tmp_path: Path):
     assert grouped_top_k({"num_experts_per_tok": 0}) == 2  # 0 means "not set", as before
     assert grouped_top_k({}) == 2
     assert model_config({"tie_word_embeddings": None}, "c") == ModelConfig(tie_word_embeddings=False)
-    conv = load_model(model_folder(tmp_path / "vae", json.dumps({"sample_size": [96, 64], "block_out_channels": [1, 2, 3]}), CONV))
+    conv = load_model(
+        model_folder(tmp_path / "vae", json.dumps({"sample_size": [96, 64], "block_out_channels": [1, 2, 3]}), CONV)
+    )
     (w,) = extract_model(conv.tensors, conv.config, tokens=(1,)).workloads
     assert w.name == "model/conv2d/4x4k3x3/48px"  # up block 1 of 3 levels: 96 >> 1
 

@@ -42,6 +42,7 @@ def write_index(folder: Path, shard: str, name: str = "model.layers.0.mlp.up_pro
 @pytest.fixture
 def no_hang() -> Iterator[None]:
     """Fail, rather than hang the suite, if opening something blocks (a FIFO without a writer does)."""
+
     def expired(signum, frame):
         raise TimeoutError("blocked for 10 s")
 
@@ -62,10 +63,20 @@ def _refused(path: Path, needle: str) -> str:
     return msg
 
 
-@pytest.mark.parametrize("shard", [
-    "/etc/passwd", "/dev/zero", "/proc/self/environ", "../outside/a.safetensors", "sub/../../outside/a.safetensors",
-    "..", "OUTSIDE_ABSOLUTE", "a\\..\\..\\x.safetensors", "nul\0byte.safetensors",
-])
+@pytest.mark.parametrize(
+    "shard",
+    [
+        "/etc/passwd",
+        "/dev/zero",
+        "/proc/self/environ",
+        "../outside/a.safetensors",
+        "sub/../../outside/a.safetensors",
+        "..",
+        "OUTSIDE_ABSOLUTE",
+        "a\\..\\..\\x.safetensors",
+        "nul\0byte.safetensors",
+    ],
+)
 def test_a_sharded_index_cannot_name_files_outside_its_folder(tmp_path: Path, shard: str):
     outside = write_st(tmp_path / "outside" / "a.safetensors")
     shard = shard.replace("OUTSIDE_ABSOLUTE", str(outside))
@@ -128,7 +139,9 @@ def test_hugging_face_cache_layout_is_accepted(tmp_path: Path):
     repo = tmp_path / "hub" / "models--org--tiny"
     blob_st = write_st(repo / "blobs" / "9f2c")
     (repo / "blobs" / "77aa").write_text(json.dumps({"num_experts_per_tok": 2}))
-    (repo / "blobs" / "5e11").write_text(json.dumps({"weight_map": {"model.layers.0.mlp.up_proj.weight": "model-00001-of-00001.safetensors"}}))
+    (repo / "blobs" / "5e11").write_text(
+        json.dumps({"weight_map": {"model.layers.0.mlp.up_proj.weight": "model-00001-of-00001.safetensors"}})
+    )
     snap = repo / "snapshots" / "0123abcd"
     snap.mkdir(parents=True)
     (snap / "model-00001-of-00001.safetensors").symlink_to("../../blobs/9f2c")

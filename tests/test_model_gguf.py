@@ -21,7 +21,9 @@ def _s(text: str) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def write_gguf(path: Path, tensors: dict[str, tuple[tuple[int, ...], str]], kv: dict[str, object] | None = None) -> Path:
+def write_gguf(
+    path: Path, tensors: dict[str, tuple[tuple[int, ...], str]], kv: dict[str, object] | None = None
+) -> Path:
     body = b""
     for key, value in (kv or {}).items():
         body += _s(key)
@@ -48,14 +50,29 @@ def write_gguf(path: Path, tensors: dict[str, tuple[tuple[int, ...], str]], kv: 
 
 
 def qwen3_moe_gguf(path: Path) -> Path:
-    t = {"token_embd.weight": ((1000, 64), "Q6_K"), "output.weight": ((1000, 64), "Q6_K"), "output_norm.weight": ((64,), "F32")}
+    t = {
+        "token_embd.weight": ((1000, 64), "Q6_K"),
+        "output.weight": ((1000, 64), "Q6_K"),
+        "output_norm.weight": ((64,), "F32"),
+    }
     for i in range(2):
         p = f"blk.{i}."
-        t |= {p + "attn_q.weight": ((64, 64), "Q4_K"), p + "attn_output.weight": ((64, 64), "Q4_K"),
-              p + "ffn_gate_inp.weight": ((8, 64), "F32"), p + "ffn_gate_exps.weight": ((8, 128, 64), "Q4_K"),
-              p + "ffn_down_exps.weight": ((8, 64, 128), "Q6_K")}
-    return write_gguf(path, t, {"general.architecture": "qwen3moe", "qwen3moe.expert_used_count": 4,
-                                "tokenizer.ggml.tokens": ["a", "b", "<s>"]})
+        t |= {
+            p + "attn_q.weight": ((64, 64), "Q4_K"),
+            p + "attn_output.weight": ((64, 64), "Q4_K"),
+            p + "ffn_gate_inp.weight": ((8, 64), "F32"),
+            p + "ffn_gate_exps.weight": ((8, 128, 64), "Q4_K"),
+            p + "ffn_down_exps.weight": ((8, 64, 128), "Q6_K"),
+        }
+    return write_gguf(
+        path,
+        t,
+        {
+            "general.architecture": "qwen3moe",
+            "qwen3moe.expert_used_count": 4,
+            "tokenizer.ggml.tokens": ["a", "b", "<s>"],
+        },
+    )
 
 
 def test_llm_gguf_maps_to_the_same_workloads(tmp_path: Path):
@@ -80,16 +97,22 @@ def test_flux_gguf_is_split_like_a_comfyui_file(tmp_path: Path):
     assert {w.params["tokens"] for w in ex.workloads if w.kind == "linear"} >= {1024, 512, 1024 + 512, 1}
 
 
-@pytest.mark.parametrize("data, needle", [
-    (b"GGML" + b"\0" * 20, "no GGUF magic"),
-    (b"GGUF" + struct.pack("<IQQ", 9, 0, 0), "version 9"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0), "beyond"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 50), "beyond"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("k") + struct.pack("<IIQ", 9, 0, 1 << 21) + b"\0" * 10, "ends early"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("k") + struct.pack("<I", 99), "value type 99"),
-    (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + _s("w") + struct.pack("<IQQIQ", 2, 4096, 4096, 0, 0), "past the end"),
-    (b"GGUF" + struct.pack("<I", 3), "ends early"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (b"GGML" + b"\0" * 20, "no GGUF magic"),
+        (b"GGUF" + struct.pack("<IQQ", 9, 0, 0), "version 9"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0), "beyond"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 50), "beyond"),
+        (
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("k") + struct.pack("<IIQ", 9, 0, 1 << 21) + b"\0" * 10,
+            "ends early",
+        ),
+        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("k") + struct.pack("<I", 99), "value type 99"),
+        (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + _s("w") + struct.pack("<IQQIQ", 2, 4096, 4096, 0, 0), "past the end"),
+        (b"GGUF" + struct.pack("<I", 3), "ends early"),
+    ],
+)
 def test_hostile_gguf_is_one_line(tmp_path: Path, data: bytes, needle: str):
     path = tmp_path / "bad.gguf"
     path.write_bytes(data)

@@ -24,19 +24,30 @@ def _t(name: str, shape: tuple[int, ...], dtype: str = "F32") -> TensorInfo:
 def bert_like(prefix: str = "", hidden: int = 384, vocab: int = 30522, layers: int = 1) -> dict[str, TensorInfo]:
     """all-MiniLM-L6-v2's published key layout (BertModel), at its real embedding sizes."""
     e = prefix + "embeddings."
-    ts = [_t(e + "word_embeddings.weight", (vocab, hidden)), _t(e + "position_embeddings.weight", (512, hidden)),
-          _t(e + "token_type_embeddings.weight", (2, hidden)), _t(e + "LayerNorm.weight", (hidden,)),
-          _t(prefix + "pooler.dense.weight", (hidden, hidden))]
+    ts = [
+        _t(e + "word_embeddings.weight", (vocab, hidden)),
+        _t(e + "position_embeddings.weight", (512, hidden)),
+        _t(e + "token_type_embeddings.weight", (2, hidden)),
+        _t(e + "LayerNorm.weight", (hidden,)),
+        _t(prefix + "pooler.dense.weight", (hidden, hidden)),
+    ]
     for i in range(layers):
         p = f"{prefix}encoder.layer.{i}."
-        ts += [_t(p + "attention.self.query.weight", (hidden, hidden)), _t(p + "attention.self.key.weight", (hidden, hidden)),
-               _t(p + "attention.self.value.weight", (hidden, hidden)), _t(p + "attention.output.dense.weight", (hidden, hidden)),
-               _t(p + "intermediate.dense.weight", (4 * hidden, hidden)), _t(p + "output.dense.weight", (hidden, 4 * hidden))]
+        ts += [
+            _t(p + "attention.self.query.weight", (hidden, hidden)),
+            _t(p + "attention.self.key.weight", (hidden, hidden)),
+            _t(p + "attention.self.value.weight", (hidden, hidden)),
+            _t(p + "attention.output.dense.weight", (hidden, hidden)),
+            _t(p + "intermediate.dense.weight", (4 * hidden, hidden)),
+            _t(p + "output.dense.weight", (hidden, 4 * hidden)),
+        ]
     return {t.name: t for t in ts}
 
 
 def _heads(ex) -> list[tuple[int, int]]:
-    return sorted({(w.params["in_features"], w.params["out_features"]) for w in ex.workloads if w.role == "output-head"})
+    return sorted(
+        {(w.params["in_features"], w.params["out_features"]) for w in ex.workloads if w.role == "output-head"}
+    )
 
 
 def _minilm_config() -> dict:
@@ -72,7 +83,10 @@ def test_config_overrules_names_and_tie_flag():
 
 
 def test_decoder_without_lm_head_tensor_is_tied_once():
-    ts = {t.name: t for t in [_t("model.embed_tokens.weight", (1000, 64)), _t("model.layers.0.mlp.up_proj.weight", (128, 64))]}
+    ts = {
+        t.name: t
+        for t in [_t("model.embed_tokens.weight", (1000, 64)), _t("model.layers.0.mlp.up_proj.weight", (128, 64))]
+    }
     ex = extract(ts, {"architectures": ["Qwen3ForCausalLM"]}, tokens=(1,))
     assert [(w.count, w.params["out_features"]) for w in ex.workloads if w.role == "output-head"] == [(1, 1000)]
 

@@ -17,7 +17,9 @@ from tests.test_model_comfy import write_st
 COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
 
 
-def cache_repo(cache: Path, repo_id: str, files: dict[str, dict[str, tuple[int, ...]] | dict], commit: str = COMMIT) -> Path:
+def cache_repo(
+    cache: Path, repo_id: str, files: dict[str, dict[str, tuple[int, ...]] | dict], commit: str = COMMIT
+) -> Path:
     """A cache entry laid out as huggingface_hub writes it: blobs named by hash, snapshot files linking to them."""
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     (repo / "refs").mkdir(parents=True)
@@ -62,17 +64,31 @@ def test_repo_ids():
 
 def test_sharded_checkpoint_from_the_cache(cache: Path):
     shard = {"model.layers.0.mlp.up_proj.weight": (128, 64)}
-    cache_repo(cache, "org/llm", {"config.json": {"architectures": ["LlamaForCausalLM"]},
-                                  "model.safetensors.index.json": {"weight_map": {"model.layers.0.mlp.up_proj.weight": "model-00001-of-00001.safetensors"}},
-                                  "model-00001-of-00001.safetensors": shard})
+    cache_repo(
+        cache,
+        "org/llm",
+        {
+            "config.json": {"architectures": ["LlamaForCausalLM"]},
+            "model.safetensors.index.json": {
+                "weight_map": {"model.layers.0.mlp.up_proj.weight": "model-00001-of-00001.safetensors"}
+            },
+            "model-00001-of-00001.safetensors": shard,
+        },
+    )
     loaded = load_model(Path("org/llm"))
     assert loaded.format == "transformers-sharded" and COMMIT in str(loaded.path) and set(loaded.tensors) == set(shard)
 
 
 def test_diffusers_layout_from_the_cache(cache: Path):
-    cache_repo(cache, "org/pipe", {"model_index.json": {"_class_name": "FluxPipeline", "vae": ["diffusers", "AutoencoderKL"]},
-                                   "vae/config.json": {"sample_size": 512},
-                                   "vae/diffusion_pytorch_model.safetensors": {"decoder.conv_in.weight": (512, 4, 3, 3)}})
+    cache_repo(
+        cache,
+        "org/pipe",
+        {
+            "model_index.json": {"_class_name": "FluxPipeline", "vae": ["diffusers", "AutoencoderKL"]},
+            "vae/config.json": {"sample_size": 512},
+            "vae/diffusion_pytorch_model.safetensors": {"decoder.conv_in.weight": (512, 4, 3, 3)},
+        },
+    )
     loaded = load_model(Path("org/pipe"))
     assert loaded.format == "diffusers" and loaded.components == {"vae": {"sample_size": 512}}
 
@@ -81,7 +97,12 @@ def test_not_cached_is_one_line_naming_where_it_looked(cache: Path, mpsup_home: 
     with pytest.raises(ModelFormatError, match="models--org--absent"):
         load_model(Path("org/absent"))
     r = run_cli("bench", "--model", "org/absent", "--list")
-    assert r.returncode == 2 and str(cache) in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (
+        r.returncode == 2
+        and str(cache) in r.stderr
+        and "Traceback" not in r.stderr
+        and len(r.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_bad_ref_is_one_line(cache: Path):

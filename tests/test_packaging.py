@@ -26,8 +26,12 @@ def _wheel_names(tmp_path: Path) -> set[str]:
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(METAL, src / "metal", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "wheels"
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = out.glob("mpsup-*.whl")
     with zipfile.ZipFile(wheel) as zf:
@@ -50,14 +54,22 @@ def test_the_wheel_carries_every_shader_and_the_manifest(wheel_names: set[str]):
 
 def test_the_wheel_carries_every_module_under_src(wheel_names: set[str]):
     # The package list in pyproject.toml is explicit (metal/ is mapped from outside src/): a new package must join it.
-    modules = {p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "mpsup").rglob("*.py") if "__pycache__" not in p.parts}
+    modules = {
+        p.relative_to(ROOT / "src").as_posix()
+        for p in (ROOT / "src" / "mpsup").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert modules - wheel_names == set()
 
 
 def test_the_editable_install_finds_the_shaders(tmp_path: Path):
-    code = ("import json, mpsup.metal as m; ks = m.load_manifest(); "
-            "print(json.dumps({'dir': str(m.METAL_DIR), 'n': len(ks), 'sources': all(k['source'] for k in ks)}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=True)
+    code = (
+        "import json, mpsup.metal as m; ks = m.load_manifest(); "
+        "print(json.dumps({'dir': str(m.METAL_DIR), 'n': len(ks), 'sources': all(k['source'] for k in ks)}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=True
+    )
     found = json.loads(proc.stdout)
     if Path(found["dir"]).resolve() != METAL.resolve():
         pytest.skip(f"mpsup is installed from a wheel here ({found['dir']}), not editable")

@@ -25,8 +25,12 @@ def test_help_shows_flags_without_bool_noise():
 def _read_then_close(args: list[str], nbytes: int) -> subprocess.CompletedProcess[bytes]:
     """Like `mpsup ARGS | head -c NBYTES`: read a little, close the pipe, let mpsup keep writing.
     With 0 the reader is gone before mpsup's first write, so the write surely meets a closed pipe."""
-    proc = subprocess.Popen([sys.executable, "-m", "mpsup", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpsup", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.stdout is not None and proc.stderr is not None
     if nbytes:
         proc.stdout.read(nbytes)

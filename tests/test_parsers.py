@@ -72,7 +72,9 @@ def test_pmset_batt_on_battery():
 
 
 def test_pmset_settings_real(real_mac: Path):
-    verbatim = real_mac / "pmset" / "pmset_g_apple_silicon_lowpowermode0_AlDente_issue603_VERBATIM_with_user_markdown_bold.txt"
+    verbatim = (
+        real_mac / "pmset" / "pmset_g_apple_silicon_lowpowermode0_AlDente_issue603_VERBATIM_with_user_markdown_bold.txt"
+    )
     s = parsers.parse_pmset_settings(verbatim.read_text())
     assert s["lowpowermode"] == "0"
     assert parsers.low_power_mode(s) is False
@@ -82,10 +84,16 @@ def test_pmset_settings_real(real_mac: Path):
 
 
 def test_pmset_therm_real(real_mac: Path):
-    quiet = parsers.parse_pmset_therm((real_mac / "pmset" / "pmset_g_therm_m1pro_macos12.1_stats_issue749.txt").read_text())
+    quiet = parsers.parse_pmset_therm(
+        (real_mac / "pmset" / "pmset_g_therm_m1pro_macos12.1_stats_issue749.txt").read_text()
+    )
     assert quiet.known and quiet.thermal_warning is None and quiet.performance_warning is None
     intel = parsers.parse_pmset_therm(
-        (real_mac / "pmset" / "pmset_g_therm_12cpu_mac_with_cpu_power_notify_node_exporter_issue2031_probably_intel.txt").read_text()
+        (
+            real_mac
+            / "pmset"
+            / "pmset_g_therm_12cpu_mac_with_cpu_power_notify_node_exporter_issue2031_probably_intel.txt"
+        ).read_text()
     )
     assert intel.cpu_speed_limit == 100
     hot = parsers.parse_pmset_therm("Thermal warning level set to 2.\nCPU_Speed_Limit = 63\n")
@@ -96,11 +104,17 @@ def test_system_profiler_text_real(real_mac: Path):
     sp = real_mac / "system_profiler"
     m3 = parsers.parse_system_profiler((sp / "SPDisplaysDataType_text_m3_macbookpro_smctemp_issue26.txt").read_text())
     assert (m3.chip, m3.gpu_cores, m3.metal) == ("Apple M3", 10, "Metal 3")
-    air = parsers.parse_system_profiler((sp / "SPHardwareDataType_text_macbookair_m1_xcode-hardware-performance_pr142.txt").read_text())
+    air = parsers.parse_system_profiler(
+        (sp / "SPHardwareDataType_text_macbookair_m1_xcode-hardware-performance_pr142.txt").read_text()
+    )
     assert (air.chip, air.memory_gb, air.model) == ("Apple M1", 8.0, "MacBook Air")
-    full = parsers.parse_system_profiler((sp / "system_profiler_full_text_macbookair_m1_macos11.2.3_glpi.txt").read_text())
+    full = parsers.parse_system_profiler(
+        (sp / "system_profiler_full_text_macbookair_m1_macos11.2.3_glpi.txt").read_text()
+    )
     assert full.chip == "Apple M1" and full.memory_gb == 16.0
-    mini = parsers.parse_system_profiler((sp / "SPHardwareDataType_detailLevel_mini_m1pro_and_m2pro_cpufetch_issue183.txt").read_text())
+    mini = parsers.parse_system_profiler(
+        (sp / "SPHardwareDataType_detailLevel_mini_m1pro_and_m2pro_cpufetch_issue183.txt").read_text()
+    )
     assert mini.chip == "Apple M1 Pro"
 
 
@@ -121,7 +135,9 @@ def test_system_profiler_json_own():
 
 
 def test_uname_real(real_mac: Path):
-    text = (real_mac / "sw_vers" / "sw_vers_uname_brand_m1_macos26.3_beta_25D5087f__celeste-ios_TVOS_PORT_PLAN.txt").read_text()
+    text = (
+        real_mac / "sw_vers" / "sw_vers_uname_brand_m1_macos26.3_beta_25D5087f__celeste-ios_TVOS_PORT_PLAN.txt"
+    ).read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith("Darwin "))
     u = parsers.parse_uname_a(line)
     assert (u.system, u.release, u.machine) == ("Darwin", "25.3.0", "arm64")

@@ -44,11 +44,14 @@ def test_non_finite_values_are_written_as_null(tmp_path: Path):
     assert doc["workloads"][0]["envs"]["baseline"] == {"ci_low": None, "median": None}
 
 
-@pytest.mark.parametrize(("content", "needle"), [
-    ("{", "not valid JSON"),
-    ('{"schema": "mpsup.run/1", "id": 3}', "corrupt run record"),
-    ('{"schema": "other"}', "not an mpsup run record"),
-])
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{", "not valid JSON"),
+        ('{"schema": "mpsup.run/1", "id": 3}', "corrupt run record"),
+        ('{"schema": "other"}', "not an mpsup run record"),
+    ],
+)
 def test_bad_records_are_clear_errors(tmp_path: Path, content: str, needle: str):
     p = tmp_path / "r.json"
     p.write_text(content)

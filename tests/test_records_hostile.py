@@ -27,7 +27,9 @@ from mpsup.report.render import render_html, render_markdown, render_terminal
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 
-SMOKE = [{"feature": "grouped_mm_bf16", "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass"}}}]
+SMOKE = [
+    {"feature": "grouped_mm_bf16", "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass"}}}
+]
 
 
 def _valid(run_id: str = "20261202T100000Z-good00", count: int = 3) -> dict[str, Any]:
@@ -41,12 +43,16 @@ def _write(path: Path, doc: Any) -> Path:
 
 # --- item 8: one guarded reader for every record -------------------------------------------------
 
-@pytest.mark.parametrize(("content", "needle"), [
-    (b'{"schema": "mpsup.run/1", "id": "\xff\xfe"}', "not UTF-8 text"),
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-    (b'{"schema": "mpsup.run/1", "id": ' + b"9" * 5000 + b"}", "not valid JSON"),
-    (b'{"schema": "mpsup.run/1", "id": NaN}', "not valid JSON"),
-])
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b'{"schema": "mpsup.run/1", "id": "\xff\xfe"}', "not UTF-8 text"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"schema": "mpsup.run/1", "id": ' + b"9" * 5000 + b"}", "not valid JSON"),
+        (b'{"schema": "mpsup.run/1", "id": NaN}', "not valid JSON"),
+    ],
+)
 def test_parser_failures_are_one_line_naming_the_file(tmp_path: Path, content: bytes, needle: str):
     p = tmp_path / "r.json"
     p.write_bytes(content)
@@ -74,12 +80,14 @@ def test_an_oversized_record_is_refused(tmp_path: Path, monkeypatch: pytest.Monk
 
 # --- item 11: the whole record is validated on load ----------------------------------------------
 
+
 def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
     def apply(rec: dict[str, Any]) -> None:
         node = rec
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return apply
 
 
@@ -89,6 +97,7 @@ def _drop(path: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return apply
 
 
@@ -97,22 +106,37 @@ HOSTILE = {
     "environment without label": (_drop(("environments", 0, "label")), "environments[0].label"),
     "envs as a list": (_set(("workloads", 0, "envs"), []), "workloads[0].envs"),
     "count as text": (_set(("workloads", 0, "count"), "3"), "workloads[0].count"),
-    "samples as text": (_set(("workloads", 1, "envs", "baseline", "samples"), ["a", "b"]), "workloads[1].envs.baseline.samples[0]"),
+    "samples as text": (
+        _set(("workloads", 1, "envs", "baseline", "samples"), ["a", "b"]),
+        "workloads[1].envs.baseline.samples[0]",
+    ),
     "smoke entry without envs": (_drop(("smoke", 0, "envs")), "smoke[0].envs"),
     "environment not an object": (_set(("environments", 1), 7), "environments[1]"),
     "ratios as text": (_set(("workloads", 0, "ratios"), ["1.1"]), "workloads[0].ratios[0]"),
     "a ratio too large for a float": (_set(("workloads", 0, "ratios", 0), 10**400), "workloads[0].ratios[0]"),
-    "median as a boolean": (_set(("workloads", 0, "envs", "candidate", "median"), True), "workloads[0].envs.candidate.median"),
-    "negative sample": (_set(("workloads", 2, "envs", "baseline", "samples", 0), -1.0), "workloads[2].envs.baseline.samples[0]"),
+    "median as a boolean": (
+        _set(("workloads", 0, "envs", "candidate", "median"), True),
+        "workloads[0].envs.candidate.median",
+    ),
+    "negative sample": (
+        _set(("workloads", 2, "envs", "baseline", "samples", 0), -1.0),
+        "workloads[2].envs.baseline.samples[0]",
+    ),
     "count of zero": (_set(("workloads", 0, "count"), 0), "workloads[0].count"),
-    "memory as a list": (_set(("workloads", 0, "envs", "baseline", "memory"), [1]), "workloads[0].envs.baseline.memory"),
+    "memory as a list": (
+        _set(("workloads", 0, "envs", "baseline", "memory"), [1]),
+        "workloads[0].envs.baseline.memory",
+    ),
     "tags as text": (_set(("workloads", 0, "tags"), "small"), "workloads[0].tags"),
     "status as a number": (_set(("workloads", 0, "status"), 3), "workloads[0].status"),
     "hygiene changes as objects": (_set(("hygiene", "changed"), [{}]), "hygiene.changed[0]"),
     "hygiene as a list": (_set(("hygiene",), []), "hygiene"),
     "model as text": (_set(("model",), "llama"), "model"),
     "torch version as a list": (_set(("environments", 0, "torch_version"), ["2.15"]), "environments[0].torch_version"),
-    "smoke status as an object": (_set(("smoke", 0, "envs", "baseline", "status"), {}), "smoke[0].envs.baseline.status"),
+    "smoke status as an object": (
+        _set(("smoke", 0, "envs", "baseline", "status"), {}),
+        "smoke[0].envs.baseline.status",
+    ),
     "too many workloads": (_set(("workloads",), [{"name": "w"}] * (record_mod.MAX_WORKLOADS + 1)), "workloads"),
 }
 
@@ -144,8 +168,15 @@ def test_todays_records_are_accepted(tmp_path: Path):
     rec = _valid()
     rec["workloads"][0]["envs"]["candidate"] = {"status": "crash", "reason": "worker died", "stderr": "..."}
     rec["workloads"][0]["status"] = "crash"
-    rec["workloads"][1] = {"name": "linear/huge", "kind": "linear", "count": 2, "tags": [], "envs": {}, "status": "skipped",
-                           "reason": "needs 90 GiB"}
+    rec["workloads"][1] = {
+        "name": "linear/huge",
+        "kind": "linear",
+        "count": 2,
+        "tags": [],
+        "envs": {},
+        "status": "skipped",
+        "reason": "needs 90 GiB",
+    }
     rec["workloads"][2]["envs"]["baseline"].update(median=None, ci_low=None, ci_high=None)
     rec["workloads"][2]["ratios"][0] = None
     rec["model"] = {"path": "/m/llama", "format": "safetensors", "fingerprint": "abcd", "not_measured": []}
@@ -191,7 +222,9 @@ def test_cli_exit_codes_for_a_bad_record(mpsup_home: Path):
         w.pop("ratios")  # unpaired, so the text samples would be used
     path = save_record(bad, mpsup_home / "runs")
     res = run_cli("report", "--run", "20261202T110000Z-bad000")
-    assert res.returncode == 2 and "Traceback" not in res.stderr and str(path) in res.stderr  # before: TypeError traceback
+    assert (
+        res.returncode == 2 and "Traceback" not in res.stderr and str(path) in res.stderr
+    )  # before: TypeError traceback
     res = run_cli("report", "--list", "--json")
     assert res.returncode == 0 and json.loads(res.stdout) == [] and str(path) in res.stderr
 
@@ -204,8 +237,25 @@ def test_merging_a_run_without_environments_is_refused():
 
 # --- fuzz: whatever passes validation, the report takes without a traceback ----------------------
 
-VALUES: list[Any] = [None, True, 0, -1, 2**70, 10**400, 1e308, 1e-320, "", "[/x] <script>|`*_", [], {}, [1], ["a"], [None],
-                     {"status": 1}, [[[]]]]
+VALUES: list[Any] = [
+    None,
+    True,
+    0,
+    -1,
+    2**70,
+    10**400,
+    1e308,
+    1e-320,
+    "",
+    "[/x] <script>|`*_",
+    [],
+    {},
+    [1],
+    ["a"],
+    [None],
+    {"status": 1},
+    [[[]]],
+]
 
 
 def _nodes(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -32,8 +32,13 @@ def _snapshot(name: str, text: str) -> None:
 
 @pytest.fixture
 def benefit_run(mpsup_home: Path) -> dict:
-    smoke = [{"feature": "grouped_mm_bf16", "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass"}}},
-             {"feature": "fp8_cat", "envs": {"baseline": {"status": "pass"}, "candidate": {"status": "fail"}}}]
+    smoke = [
+        {
+            "feature": "grouped_mm_bf16",
+            "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass"}},
+        },
+        {"feature": "fp8_cat", "envs": {"baseline": {"status": "pass"}, "candidate": {"status": "fail"}}},
+    ]
     rec = paired_record(1.2, seed=11, run_id="20261202T100000Z-aaaaaa", smoke=smoke)
     _store(mpsup_home, rec)
     return rec
@@ -78,13 +83,25 @@ def test_html_file_renders_in_chromium(benefit_run: dict, tmp_path: Path):
     if chromium is None:
         pytest.skip("Debian's chromium is not installed here (`apt-get install chromium`)")
     shot = tmp_path / "report.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=900,1400"]
-    subprocess.run([chromium, *flags, f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120, check=False)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=900,1400",
+    ]
+    subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120, check=False
+    )
     assert shot.exists() and shot.stat().st_size > 10_000
-    dom = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120,
-                         check=False).stdout
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120, check=False
+    ).stdout
     assert dom.count('class="point"') == 24 and 'id="speedup-plot"' in dom
     print(f"screenshot: {shot}")
 
@@ -158,10 +175,13 @@ def test_pairing_two_single_runs(mpsup_home: Path):
     assert doc["mode"] == "unpaired" and doc["candidate_torch"] == "2.15.0"
 
 
-@pytest.mark.parametrize(("other", "needle"), [
-    ({"device": "cpu"}, "different devices"),
-    ({"workloads": 10}, "different workloads"),
-])
+@pytest.mark.parametrize(
+    ("other", "needle"),
+    [
+        ({"device": "cpu"}, "different devices"),
+        ({"workloads": 10}, "different workloads"),
+    ],
+)
 def test_refuses_to_pair_different_runs(mpsup_home: Path, other: dict, needle: str):
     _store(mpsup_home, _single("20261202T100000Z-s1"))
     _store(mpsup_home, _single("20261202T100100Z-s3", **other))
@@ -180,8 +200,22 @@ def test_aa_end_to_end_on_cpu(mpsup_home: Path):
 
     The threshold is the noise floor measured on this project's 2-vCPU CI machines (docs/report.md):
     per-round CPU timings there drift by 10-30%, far more than on a GPU."""
-    res = run_cli("bench", "--device", "cpu", "--aa", "--only", "small", "--tokens", "1",
-                  "--threads", "1", "--budget", "0.15", "--no-smoke", "--json")
+    res = run_cli(
+        "bench",
+        "--device",
+        "cpu",
+        "--aa",
+        "--only",
+        "small",
+        "--tokens",
+        "1",
+        "--threads",
+        "1",
+        "--budget",
+        "0.15",
+        "--no-smoke",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     rep = run_cli("report", "--json", "--threshold", "0.10")
     assert rep.returncode == 0, rep.stderr
@@ -201,8 +235,22 @@ def test_real_pair_baseline_vs_candidate_torch(mpsup_home: Path):
     cand = os.environ.get("MPSUP_TEST_CANDIDATE_PYTHON")
     if not cand:
         pytest.skip("set MPSUP_TEST_CANDIDATE_PYTHON to a Python with another torch version")
-    res = run_cli("bench", "--device", "cpu", "--candidate", cand, "--only", "small", "--tokens", "1",
-                  "--threads", "1", "--budget", "0.1", "--json")
+    res = run_cli(
+        "bench",
+        "--device",
+        "cpu",
+        "--candidate",
+        cand,
+        "--only",
+        "small",
+        "--tokens",
+        "1",
+        "--threads",
+        "1",
+        "--budget",
+        "0.1",
+        "--json",
+    )
     assert res.returncode in (0, 1), res.stderr[-2000:]
     doc = json.loads(run_cli("report", "--json", "--threshold", "0.10").stdout)
     assert doc["mode"] == "paired"

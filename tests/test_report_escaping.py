@@ -25,9 +25,18 @@ MARKUP = "models/[old] llama/[/x] [bold red]loud"
 
 def _hostile(text: str, run_id: str = "20261202T100000Z-host00") -> dict[str, Any]:
     """A valid record with `text` in every string field the report shows."""
-    smoke = [{"feature": "f" + text, "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass" + text}}}]
-    rec = paired_record(1.3, seed=7, count=4, rounds=8, run_id=run_id, smoke=smoke,
-                        hygiene={"before": {}, "after": {}, "changed": ["cond" + text]})
+    smoke = [
+        {"feature": "f" + text, "envs": {"baseline": {"status": "unsupported"}, "candidate": {"status": "pass" + text}}}
+    ]
+    rec = paired_record(
+        1.3,
+        seed=7,
+        count=4,
+        rounds=8,
+        run_id=run_id,
+        smoke=smoke,
+        hygiene={"before": {}, "after": {}, "changed": ["cond" + text]},
+    )
     rec["device"] = "mps" + text
     for env in rec["environments"]:
         env["device_name"] = "Mac" + text
@@ -53,8 +62,32 @@ class _Tags(HTMLParser):
         self.attrs |= {name for name, _ in attrs}
 
 
-PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "p", "ul", "li", "h2", "svg", "line", "text", "circle",
-             "rect", "table", "thead", "tbody", "tr", "th", "td", "div", "label", "input"}  # input, label: the CSS-only sort
+PAGE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "p",
+    "ul",
+    "li",
+    "h2",
+    "svg",
+    "line",
+    "text",
+    "circle",
+    "rect",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "div",
+    "label",
+    "input",
+}  # input, label: the CSS-only sort
 
 
 def test_html_escapes_every_record_string():
@@ -71,7 +104,11 @@ def test_html_escapes_every_record_string():
 
 def _unescaped(line: str, char: str) -> int:
     """Occurrences of char not preceded by an odd run of backslashes."""
-    return sum(1 for m in re.finditer(re.escape(char), line) if (len(line[: m.start()]) - len(line[: m.start()].rstrip("\\"))) % 2 == 0)
+    return sum(
+        1
+        for m in re.finditer(re.escape(char), line)
+        if (len(line[: m.start()]) - len(line[: m.start()].rstrip("\\"))) % 2 == 0
+    )
 
 
 def test_markdown_rows_keep_their_columns_and_inject_nothing():

@@ -34,6 +34,7 @@ def three_runs(mpsup_home: Path) -> Path:
 
 # --- item 12: --run never guesses -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("blank", ["", "  "])
 def test_an_empty_run_id_is_refused(three_runs: Path, blank: str):
     with pytest.raises(UserError, match="--run needs a run id"):
@@ -63,6 +64,7 @@ def test_cli_ambiguous_run_is_exit_2_with_a_json_error_document(three_runs: Path
 
 # --- issue 16 item 3: --json always prints one JSON document ----------------------------------------
 
+
 def test_report_json_with_no_runs_prints_an_error_document():
     res = run_cli("report", "--json")
     assert res.returncode == 2
@@ -72,6 +74,7 @@ def test_report_json_with_no_runs_prints_an_error_document():
 
 
 # --- item 13: -o writes the file the user named, as `>` would, atomically ---------------------------
+
 
 @contextmanager
 def _umask(mask: int) -> Iterator[None]:
@@ -156,7 +159,9 @@ def test_unwritable_paths_are_one_line(tmp_path: Path):
 
 def test_cli_output_refusals_are_exit_2(three_runs: Path, tmp_path: Path):
     res = run_cli("report", "--format", "markdown", "-o", str(tmp_path))
-    assert res.returncode == 2 and "is a folder" in res.stderr and "Traceback" not in res.stderr  # before: IsADirectoryError
+    assert (
+        res.returncode == 2 and "is a folder" in res.stderr and "Traceback" not in res.stderr
+    )  # before: IsADirectoryError
     res = run_cli("report", "--format", "markdown", "-o", "/proc/no/such/r.md")
     assert res.returncode == 2 and "cannot write the report there" in res.stderr and "Traceback" not in res.stderr
 

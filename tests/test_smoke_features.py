@@ -20,13 +20,35 @@ CPU = Device("cpu")
 
 def test_suite_and_worker_agree_on_features():
     assert set(SMOKE_FEATURES) == set(FEATURES)
-    for new in ("scaled_mm_fp8_rowwise", "scaled_mm_fp8_decode", "constant_pad_bf16_5d_64k", "fp8_constant_pad_5d_64k",
-                "fp8_embedding", "fp8_index", "fp8_eq_ne", "fp8_eye", "grouped_mm_uneven", "compile_small_model"):
+    for new in (
+        "scaled_mm_fp8_rowwise",
+        "scaled_mm_fp8_decode",
+        "constant_pad_bf16_5d_64k",
+        "fp8_constant_pad_5d_64k",
+        "fp8_embedding",
+        "fp8_index",
+        "fp8_eq_ne",
+        "fp8_eye",
+        "grouped_mm_uneven",
+        "compile_small_model",
+    ):
         assert new in SMOKE_FEATURES
 
 
-@pytest.mark.parametrize("feature", ["scaled_mm_fp8", "scaled_mm_fp8_rowwise", "scaled_mm_fp8_decode", "constant_pad_bf16_5d_64k",
-                                     "fp8_constant_pad_5d_64k", "fp8_embedding", "fp8_eq_ne", "fp8_eye", "grouped_mm_uneven"])
+@pytest.mark.parametrize(
+    "feature",
+    [
+        "scaled_mm_fp8",
+        "scaled_mm_fp8_rowwise",
+        "scaled_mm_fp8_decode",
+        "constant_pad_bf16_5d_64k",
+        "fp8_constant_pad_5d_64k",
+        "fp8_embedding",
+        "fp8_eq_ne",
+        "fp8_eye",
+        "grouped_mm_uneven",
+    ],
+)
 def test_features_pass_on_cpu(feature: str):
     result = run_feature(feature, CPU, [])
     assert result["status"] == "pass", result
@@ -82,10 +104,13 @@ def test_a_matmul_that_drops_its_scales_fails(monkeypatch: pytest.MonkeyPatch):
         assert run_feature(feature, CPU, [])["status"] == "fail", feature
 
 
-@pytest.mark.parametrize("text", [
-    "Trying to convert Float8_e4m3fn to the MPS backend but it does not have support for that dtype.",
-    "Undefined type Float8_e4m3fn",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Trying to convert Float8_e4m3fn to the MPS backend but it does not have support for that dtype.",
+        "Undefined type Float8_e4m3fn",
+    ],
+)
 def test_older_torch_fp8_on_mps_is_unsupported_not_fail(monkeypatch: pytest.MonkeyPatch, text: str):
     # What torch 2.14 and earlier raise for an FP8 tensor on MPS (texts from the real wheel).
     def raises(_d: Device) -> float:

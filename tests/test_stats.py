@@ -41,7 +41,9 @@ def test_power_detects_5_and_25_percent():
             classify_change(paired_ratio_ci(_rounds(truth, 0.02, 20, rng), seed=t)) == "faster" for t in range(300)
         )
         assert hits / 300 >= expected_rate, (truth, hits)
-    slower = sum(classify_change(paired_ratio_ci(_rounds(1 / 1.25, 0.02, 20, rng), seed=t)) == "slower" for t in range(100))
+    slower = sum(
+        classify_change(paired_ratio_ci(_rounds(1 / 1.25, 0.02, 20, rng), seed=t)) == "slower" for t in range(100)
+    )
     assert slower >= 99
 
 
@@ -79,7 +81,12 @@ def test_mixed_and_inconclusive():
     names = [w["name"] for w in paired_record()["workloads"]]
     truths = {n: (1.4 if i < 6 else 0.7 if i < 12 else 1.0) for i, n in enumerate(names)}
     assert analyze(paired_record(truths, seed=4)).verdict == "mixed"
-    noisy = paired_record(1.0, seed=5, noise=0.4, rounds=6,
-                          hygiene={"before": {"on_battery": True}, "after": {"on_battery": True}, "changed": []})
+    noisy = paired_record(
+        1.0,
+        seed=5,
+        noise=0.4,
+        rounds=6,
+        hygiene={"before": {"on_battery": True}, "after": {"on_battery": True}, "changed": []},
+    )
     a = analyze(noisy)
     assert a.verdict == "inconclusive" and "on battery" in a.sentence

@@ -75,8 +75,18 @@ def test_run_tables_at_80_columns(mpsup_home: Path):
     rec["device"] = "cpu"
     for w in rec["workloads"]:
         w["envs"]["baseline"]["median"] *= 1000  # a CPU: milliseconds, some GFLOP/s
-    rec["workloads"].append({"name": "metal/copy_f32", "kind": "metal", "part": "roofline", "dtype": "fp32", "count": 1,
-                             "status": "unsupported", "reason": "Unsupported: Metal kernels need the mps device", "envs": {}})
+    rec["workloads"].append(
+        {
+            "name": "metal/copy_f32",
+            "kind": "metal",
+            "part": "roofline",
+            "dtype": "fp32",
+            "count": 1,
+            "status": "unsupported",
+            "reason": "Unsupported: Metal kernels need the mps device",
+            "envs": {},
+        }
+    )
     console, buf = _console()
     render_run(rec, console)
     text = buf.getvalue()
@@ -90,15 +100,26 @@ def test_run_tables_at_80_columns(mpsup_home: Path):
 def test_rates_and_smoke_cells_read_well():
     assert fmt_rate(87.7e9, "FLOP/s") == "87.7 GFLOP/s"
     assert fmt_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s"
-    assert smoke_cell({"status": "unsupported", "message": "Unsupported: needs macOS 14"}) == "unsupported: needs macOS 14"
+    assert (
+        smoke_cell({"status": "unsupported", "message": "Unsupported: needs macOS 14"}) == "unsupported: needs macOS 14"
+    )
     assert smoke_cell({"status": "fail", "message": "max error 0.5"}) == "fail: max error 0.5"
     assert smoke_cell({"status": "pass", "message": "ignored"}) == "pass"
 
 
 def test_single_run_ends_with_meaning_and_next_step():
     rec = _single("20261203T100000Z-dddddd", device="cpu")
-    rec["workloads"].append({"name": "roofline/copy/64MiB", "kind": "copy", "part": "roofline", "dtype": "fp32", "count": 1,
-                             "status": "ok", "envs": {"baseline": {"status": "ok", "median": 0.01, "bytes_per_call": 2**27}}})
+    rec["workloads"].append(
+        {
+            "name": "roofline/copy/64MiB",
+            "kind": "copy",
+            "part": "roofline",
+            "dtype": "fp32",
+            "count": 1,
+            "status": "ok",
+            "envs": {"baseline": {"status": "ok", "median": 0.01, "bytes_per_call": 2**27}},
+        }
+    )
     text = "\n".join(meaning_lines(rec))
     assert "roofline, measured here: 13.4 GB/s copy bandwidth" in text
     assert "Where the time goes: " in text
@@ -172,12 +193,29 @@ def test_report_without_pairs_points_at_single_runs(mpsup_home: Path):
 
 def test_by_id_and_newest_paired_recover_interrupted_runs(mpsup_home: Path):
     j = Journal.create(new_run_id())
-    header = new_record("aa", "cpu", [{"label": "baseline", "torch_version": "2.13.0", "python": "/x/python"},
-                                      {"label": "baseline-2", "torch_version": "2.13.0", "python": "/x/python"}], {})
+    header = new_record(
+        "aa",
+        "cpu",
+        [
+            {"label": "baseline", "torch_version": "2.13.0", "python": "/x/python"},
+            {"label": "baseline-2", "torch_version": "2.13.0", "python": "/x/python"},
+        ],
+        {},
+    )
     header["id"] = j.run_id
     j.append("header", header)
-    j.append("workload", {"name": "w0", "kind": "linear", "part": "linear", "dtype": "fp32", "count": 1, "status": "ok",
-                          "envs": {"baseline": {"status": "ok", "median": 1.0}, "baseline-2": {"status": "ok", "median": 1.0}}})
+    j.append(
+        "workload",
+        {
+            "name": "w0",
+            "kind": "linear",
+            "part": "linear",
+            "dtype": "fp32",
+            "count": 1,
+            "status": "ok",
+            "envs": {"baseline": {"status": "ok", "median": 1.0}, "baseline-2": {"status": "ok", "median": 1.0}},
+        },
+    )
     j.close()  # what a SIGKILL leaves: an unlocked journal, no record
     warnings: list[str] = []
     rec = load.by_id(j.run_id, warnings.append)

@@ -15,10 +15,17 @@ from mpsup.worker.device import Device, event_timing
 from mpsup.worker.timing import time_block
 
 
-@pytest.mark.parametrize(("version", "want"), [
-    ("2.6.0", "cpu-callback"), ("2.14.1", "cpu-callback"), ("2.15.0", "gpu"), ("2.15.0rc2", "gpu"),
-    ("2.16.0.dev20261101", "gpu"), ("2.9.0a0+git1234", "cpu-callback"),
-])
+@pytest.mark.parametrize(
+    ("version", "want"),
+    [
+        ("2.6.0", "cpu-callback"),
+        ("2.14.1", "cpu-callback"),
+        ("2.15.0", "gpu"),
+        ("2.15.0rc2", "gpu"),
+        ("2.16.0.dev20261101", "gpu"),
+        ("2.9.0a0+git1234", "cpu-callback"),
+    ],
+)
 def test_mps_event_timing_by_release(monkeypatch: pytest.MonkeyPatch, version: str, want: str):
     monkeypatch.setattr(torch, "__version__", version)
     assert event_timing("mps") == want
@@ -90,9 +97,14 @@ def test_allocator_peak_and_driver_maximum_over_timed_blocks(monkeypatch: pytest
     assert mem["driver_allocated"] == 200 and mem["current_allocated"] == 1000
 
 
-@pytest.mark.parametrize("accelerator", [None, FakeAccelerator(peak=None), FakeAccelerator(peak=0),
-                                         FakeAccelerator(peak=7, reset_raises=True)], ids=["no-api", "no-stats", "zero", "reset-raises"])
-def test_no_peak_is_called_a_peak_without_allocator_statistics(monkeypatch: pytest.MonkeyPatch, accelerator: object | None):
+@pytest.mark.parametrize(
+    "accelerator",
+    [None, FakeAccelerator(peak=None), FakeAccelerator(peak=0), FakeAccelerator(peak=7, reset_raises=True)],
+    ids=["no-api", "no-stats", "zero", "reset-raises"],
+)
+def test_no_peak_is_called_a_peak_without_allocator_statistics(
+    monkeypatch: pytest.MonkeyPatch, accelerator: object | None
+):
     # torch before 2.13 (no MPS statistics behind torch.accelerator), or older without the API at all.
     dev, _fake = _mps(monkeypatch, [100, 800, 300], accelerator)
     dev.reset_peak()

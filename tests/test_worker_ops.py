@@ -67,7 +67,9 @@ def test_scaled_mm_falls_back_to_the_private_op(monkeypatch: pytest.MonkeyPatch)
     assert api == "torch._scaled_mm"
     a, b = _fp8_operands(16, 64, 32)
     sa, sb = scaled_mm_scales("tensorwise", 16, 32, torch.device("cpu"))
-    torch.testing.assert_close(fn(a, b.t(), sa, sb).float(), (a.float() * sa) @ (b.float() * sb).t(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(
+        fn(a, b.t(), sa, sb).float(), (a.float() * sa) @ (b.float() * sb).t(), rtol=1e-2, atol=1e-2
+    )
     monkeypatch.delattr(torch, "_scaled_mm")
     with pytest.raises(Unsupported):
         scaled_mm_op("tensorwise")
@@ -85,15 +87,38 @@ def test_routing_sizes():
         routing_sizes(4, 2, "random")
 
 
-@pytest.mark.parametrize("spec", [
-    {"kind": "scaled_mm", "dtype": "fp8", "params": {"tokens": 1, "in_features": 128, "out_features": 64, "recipe": "rowwise"}},
-    {"kind": "scaled_mm", "dtype": "fp8", "params": {"tokens": 16, "in_features": 128, "out_features": 64}},
-    {"kind": "int_mm", "dtype": "int8", "params": {"tokens": 1, "in_features": 64, "out_features": 32}},
-    {"kind": "embedding", "dtype": "fp8", "params": {"tokens": 5, "num_embeddings": 50, "embedding_dim": 16}},
-    {"kind": "conv", "dtype": "bf16", "params": {"input_shape": [1, 4, 4, 6, 6], "weight_shape": [4, 4, 3, 3, 3], "padding": 0}},
-    {"kind": "grouped_mm", "dtype": "fp16", "params": {"tokens": 8, "top_k": 2, "experts": 4, "in_features": 16,
-                                                       "out_features": 8, "method": "grouped", "routing": "skewed"}},
-], ids=["scaled_mm-rowwise-decode", "scaled_mm", "int_mm", "fp8-embedding", "conv3d", "grouped-fp16-skewed"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {
+            "kind": "scaled_mm",
+            "dtype": "fp8",
+            "params": {"tokens": 1, "in_features": 128, "out_features": 64, "recipe": "rowwise"},
+        },
+        {"kind": "scaled_mm", "dtype": "fp8", "params": {"tokens": 16, "in_features": 128, "out_features": 64}},
+        {"kind": "int_mm", "dtype": "int8", "params": {"tokens": 1, "in_features": 64, "out_features": 32}},
+        {"kind": "embedding", "dtype": "fp8", "params": {"tokens": 5, "num_embeddings": 50, "embedding_dim": 16}},
+        {
+            "kind": "conv",
+            "dtype": "bf16",
+            "params": {"input_shape": [1, 4, 4, 6, 6], "weight_shape": [4, 4, 3, 3, 3], "padding": 0},
+        },
+        {
+            "kind": "grouped_mm",
+            "dtype": "fp16",
+            "params": {
+                "tokens": 8,
+                "top_k": 2,
+                "experts": 4,
+                "in_features": 16,
+                "out_features": 8,
+                "method": "grouped",
+                "routing": "skewed",
+            },
+        },
+    ],
+    ids=["scaled_mm-rowwise-decode", "scaled_mm", "int_mm", "fp8-embedding", "conv3d", "grouped-fp16-skewed"],
+)
 def test_new_workloads_build_and_run_on_cpu(spec: dict):
     built = build(spec, CPU)
     out = built.fn()
@@ -113,7 +138,20 @@ def test_grouped_skewed_routing_reaches_the_kernel(monkeypatch: pytest.MonkeyPat
         return a.new_zeros(a.shape[0], b.shape[-1])
 
     monkeypatch.setattr(ops, "grouped_mm_fn", lambda: fake_gmm)
-    build({"kind": "grouped_mm", "dtype": "bf16", "params": {"tokens": 64, "top_k": 1, "experts": 4, "in_features": 8,
-                                                           "out_features": 8, "routing": "skewed"}}, CPU)
+    build(
+        {
+            "kind": "grouped_mm",
+            "dtype": "bf16",
+            "params": {
+                "tokens": 64,
+                "top_k": 1,
+                "experts": 4,
+                "in_features": 8,
+                "out_features": 8,
+                "routing": "skewed",
+            },
+        },
+        CPU,
+    )
     sizes = routing_sizes(64, 4, "skewed")
     assert seen["offs"] == [sum(sizes[: i + 1]) for i in range(4)] and sizes[0] > sizes[-1]

@@ -11,5 +11,6 @@ def iso_now() -> str:
 
 
 def file_stamp(*, micro: bool = False) -> str:
-    """20261203T120000Z (or with microseconds, when two files may be made in one second): sorts by time as a file name."""
+    """20261203T120000Z (or with microseconds, when two files may be made in one second): sorts by time as a file
+    name."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ" if micro else "%Y%m%dT%H%M%SZ")

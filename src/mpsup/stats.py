@@ -76,8 +76,9 @@ def order_statistic_rank(n: int, confidence: float = 0.95) -> int:
     return j
 
 
-def bootstrap_median_ci(values: Sequence[float], *, seed: int = 0, resamples: int = 2000,
-                        confidence: float = 0.95) -> Interval:
+def bootstrap_median_ci(
+    values: Sequence[float], *, seed: int = 0, resamples: int = 2000, confidence: float = 0.95
+) -> Interval:
     """Percentile bootstrap of the median; the seed makes a report reproducible."""
     xs = list(values)
     if not xs:
@@ -106,8 +107,9 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def bootstrap_geomean_ci(groups: Sequence[Sequence[float]], *, seed: int = 0, resamples: int = 1000,
-                         confidence: float = 0.95) -> Interval:
+def bootstrap_geomean_ci(
+    groups: Sequence[Sequence[float]], *, seed: int = 0, resamples: int = 1000, confidence: float = 0.95
+) -> Interval:
     """Geometric mean over workloads of each workload's median ratio. Resampling happens inside each
     workload (its rounds), so the interval reflects measurement noise, not the choice of workloads."""
     est = geometric_mean([median(g) for g in groups])
@@ -136,8 +138,12 @@ def classify_change(ci: Interval, threshold: float = 0.03) -> str:
 
 # --- Per-workload calls that hold under drift and heavy tails (issue 12) -----------------------------
 
-METHOD = ("paired rounds (ABBA blocks from 24 rounds on); exact 95% interval of their median ratio; sign test over rounds with "
-          "Benjamini-Hochberg (q=0.05) across workloads; suite: bootstrap over workloads and rounds, plus a 2% between-process floor")
+METHOD = (
+    "paired rounds (ABBA blocks from 24 rounds on); exact 95% interval of their median ratio; sign test over "
+    "rounds with "
+    "Benjamini-Hochberg (q=0.05) across workloads; suite: bootstrap over workloads and rounds, plus a 2% "
+    "between-process floor"
+)
 # Below this, pairing rounds into blocks leaves so few units that the exact interval is [min, max] of
 # a handful of blocks, and one stalled block hides a real change; rounds are then the units.
 BLOCK_MIN_ROUNDS = 24
@@ -199,8 +205,14 @@ def decide(ci: Interval, discovered: bool, threshold: float = 0.03) -> str:
 PROCESS_FLOOR = 0.02
 
 
-def suite_geomean_ci(groups: Sequence[Sequence[float]], *, seed: int = 0, resamples: int = 1000,
-                     confidence: float = 0.95, floor: float = PROCESS_FLOOR) -> Interval:
+def suite_geomean_ci(
+    groups: Sequence[Sequence[float]],
+    *,
+    seed: int = 0,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    floor: float = PROCESS_FLOOR,
+) -> Interval:
     """Geometric mean over workloads of each workload's median block ratio. Resamples workloads, then
     blocks within each: the interval carries between-workload spread (per-process placement biases
     that differ by shape) as well as measurement noise, so an A/A run's interval covers 1 unless the
@@ -229,4 +241,6 @@ def _widen(ci: Interval, floor: float) -> Interval:
         return ci
     lo = math.log(ci.estimate / ci.low)
     hi = math.log(ci.high / ci.estimate)
-    return Interval(ci.estimate, ci.estimate * math.exp(-math.hypot(lo, floor)), ci.estimate * math.exp(math.hypot(hi, floor)), ci.n)
+    return Interval(
+        ci.estimate, ci.estimate * math.exp(-math.hypot(lo, floor)), ci.estimate * math.exp(math.hypot(hi, floor)), ci.n
+    )

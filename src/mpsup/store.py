@@ -74,7 +74,9 @@ def parse_json(data: bytes | str, source: str | Path, what: str) -> Any:
     except RecursionError:
         raise UserError(f"{source}: {what} is nested too deeply to be valid") from None
     except json.JSONDecodeError as exc:
-        raise UserError(f"{source}: {what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        raise UserError(
+            f"{source}: {what} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
     except ValueError as exc:
         raise UserError(f"{source}: {what} is not valid JSON ({str(exc)[:120]})") from None
 

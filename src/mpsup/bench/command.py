@@ -80,7 +80,9 @@ def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
 
 
 def is_factory(text: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)  # never raises (a name too long)
+    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(
+        text
+    )  # never raises (a name too long)
 
 
 def prepare(req: BenchRequest) -> BenchPlan:
@@ -105,14 +107,26 @@ def _layer_plan(req: BenchRequest, device: str) -> BenchPlan:
 
     assert req.model is not None
     loaded = load_model(req.model)
-    ex = extract_model(loaded.tensors, loaded.config, tokens=parse_tokens(req.tokens) or default_tokens(device), dtype=req.dtype,
-                       components=loaded.components, resolution=parse_resolution(req.resolution))
+    ex = extract_model(
+        loaded.tensors,
+        loaded.config,
+        tokens=parse_tokens(req.tokens) or default_tokens(device),
+        dtype=req.dtype,
+        components=loaded.components,
+        resolution=parse_resolution(req.resolution),
+    )
     if not ex.workloads:
         raise UserError(f"{req.model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
     workloads = select(ex.workloads, req.only) if req.only else ex.workloads
-    doc = {**loaded.describe(), "linear_weight_bytes": ex.linear_weight_bytes,
-           "fp8_weight_bytes": ex.fp8_weight_bytes, "fp8_stored_bytes": ex.fp8_stored_bytes,
-           "fp8_upcast_bytes": ex.fp8_upcast_bytes, "notes": list(ex.notes), "not_measured": ex.not_measured}
+    doc = {
+        **loaded.describe(),
+        "linear_weight_bytes": ex.linear_weight_bytes,
+        "fp8_weight_bytes": ex.fp8_weight_bytes,
+        "fp8_stored_bytes": ex.fp8_stored_bytes,
+        "fp8_upcast_bytes": ex.fp8_upcast_bytes,
+        "notes": list(ex.notes),
+        "not_measured": ex.not_measured,
+    }
     return BenchPlan(req, device, tuple(workloads), doc, tuple(ex.not_measured))
 
 
@@ -126,11 +140,26 @@ def end_to_end_workloads(target: str, compile_too: bool) -> tuple[list[Workload]
         doc: dict[str, Any] = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
     else:
         params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
-        doc = {"path": target, "format": "module:function", "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16]}
+        doc = {
+            "path": target,
+            "format": "module:function",
+            "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16],
+        }
     doc |= {"linear_weight_bytes": 0, "fp8_weight_bytes": 0, "not_measured": []}
     variants = [(END_TO_END, False)] + ([(f"{END_TO_END}/compiled", True)] if compile_too else [])
-    workloads = [Workload(name, "end_to_end", "model", "fp32", {**params, "compile": comp}, tags=("end-to-end",),
-                          source=doc["path"], role="end-to-end") for name, comp in variants]
+    workloads = [
+        Workload(
+            name,
+            "end_to_end",
+            "model",
+            "fp32",
+            {**params, "compile": comp},
+            tags=("end-to-end",),
+            source=doc["path"],
+            role="end-to-end",
+        )
+        for name, comp in variants
+    ]
     return workloads, doc
 
 
@@ -142,9 +171,12 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
 
     req = plan.request
     envs, mode = _environments(req)
-    options = BenchOptions(device=plan.device, policy=SamplingPolicy(budget_s=req.budget), threads=req.threads, smoke=req.smoke)
-    record, path = run_bench(envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn,
-                             exiting=True)
+    options = BenchOptions(
+        device=plan.device, policy=SamplingPolicy(budget_s=req.budget), threads=req.threads, smoke=req.smoke
+    )
+    record, path = run_bench(
+        envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn, exiting=True
+    )
     return BenchResult(record, path, exit_code(record))
 
 

@@ -47,7 +47,7 @@ def _encode(kind: str, doc: Any) -> bytes:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 @dataclass
@@ -69,21 +69,29 @@ class Journal:
         made = [p for p in (d, *d.parents) if not p.exists()]
         try:
             d.mkdir(parents=True, exist_ok=True)
-            fd = os.open(hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o666)
+            fd = os.open(
+                hidden, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o666
+            )
         except OSError as exc:
-            raise UserError(f"{d}: cannot write run records there ({exc.strerror or exc}); nothing was measured. "
-                            "Free some space, fix the folder's permissions, or point MPSUP_HOME at a writable folder") from None
+            raise UserError(
+                f"{d}: cannot write run records there ({exc.strerror or exc}); nothing was measured. "
+                "Free some space, fix the folder's permissions, or point MPSUP_HOME at a writable folder"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _write_all(fd, _encode("begin", {"journal": JOURNAL_SCHEMA, "id": run_id, "pid": os.getpid(), "at": iso_now()}))
+            _write_all(
+                fd, _encode("begin", {"journal": JOURNAL_SCHEMA, "id": run_id, "pid": os.getpid(), "at": iso_now()})
+            )
             os.fsync(fd)
             final = d / f"{run_id}{SUFFIX}"
             os.rename(hidden, final)
         except OSError as exc:
             os.close(fd)
             hidden.unlink(missing_ok=True)
-            raise UserError(f"{d}: cannot write run records there ({exc.strerror or exc}); nothing was measured. "
-                            "Free some space, fix the folder's permissions, or point MPSUP_HOME at a writable folder") from None
+            raise UserError(
+                f"{d}: cannot write run records there ({exc.strerror or exc}); nothing was measured. "
+                "Free some space, fix the folder's permissions, or point MPSUP_HOME at a writable folder"
+            ) from None
         return cls(final, run_id, fd, made_dirs=made)
 
     def append(self, kind: str, doc: Any) -> None:
@@ -97,7 +105,9 @@ class Journal:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, start)
-            raise JournalWriteError(f"{self.path}: cannot append to the run's journal ({exc.strerror or exc})") from None
+            raise JournalWriteError(
+                f"{self.path}: cannot append to the run's journal ({exc.strerror or exc})"
+            ) from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, start)
@@ -212,9 +222,12 @@ def recover_one(path: Path, warn: Warn) -> Path | None:
         saved = save_record(record, path.parent)
         path.unlink(missing_ok=True)
         n = len(record["workloads"])
-        warn(f"recovered the interrupted run {record['id']} from its journal: {n} finished workload{'s' * (n != 1)}, "
-             f"{len(record['smoke'])} smoke tests, saved as {saved.name} (marked partial)"
-             if record.get("partial") else f"recovered the run {record['id']} from its journal, saved as {saved.name}")
+        warn(
+            f"recovered the interrupted run {record['id']} from its journal: {n} finished workload{'s' * (n != 1)}, "
+            f"{len(record['smoke'])} smoke tests, saved as {saved.name} (marked partial)"
+            if record.get("partial")
+            else f"recovered the run {record['id']} from its journal, saved as {saved.name}"
+        )
         return saved
     except UserError as exc:
         # Not ours to delete, and not worth a warning on every listing: set aside under a name we skip.
@@ -224,7 +237,10 @@ def recover_one(path: Path, warn: Warn) -> Path | None:
         warn(f"skipped {exc}; the journal is kept as {aside.name}")
         return None
     except OSError as exc:
-        warn(f"{path}: the run in this journal could not be saved as a record ({exc.strerror or exc}); the journal is kept")
+        warn(
+            f"{path}: the run in this journal could not be saved as a record ({exc.strerror or exc}); the journal "
+            "is kept"
+        )
         return None
     finally:
         os.close(fd)

@@ -86,8 +86,13 @@ class _Corrupt(Exception):
 
 
 def _kind(value: Any) -> str:
-    return "null" if value is None else {bool: "a boolean", str: "text", list: "a list", dict: "an object"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+    return (
+        "null"
+        if value is None
+        else {bool: "a boolean", str: "text", list: "a list", dict: "an object"}.get(
+            type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+        )
+    )
 
 
 def _check(ok: bool, where: str, expected: str, value: Any) -> None:
@@ -170,7 +175,12 @@ def _check_body(doc: dict[str, Any]) -> None:
         _text(doc.get(key), key, optional=False)
     for key in ("created_at", "mode", "mpsup_version"):
         _text(doc.get(key), key)
-    _check(doc.get("partial") is None or isinstance(doc.get("partial"), bool), "partial", "true or false", doc.get("partial"))
+    _check(
+        doc.get("partial") is None or isinstance(doc.get("partial"), bool),
+        "partial",
+        "true or false",
+        doc.get("partial"),
+    )
     for i, env in enumerate(_list(doc.get("environments"), "environments", MAX_ENVIRONMENTS)):
         env = _obj(env, f"environments[{i}]")
         _text(env.get("label"), f"environments[{i}].label", optional=False)

@@ -53,7 +53,9 @@ def compact_shape(kind: str, params: dict[str, Any]) -> str:
     if {"tokens", "num_embeddings", "embedding_dim"} <= p.keys():
         return f"{p['tokens']} of {p['num_embeddings']}x{p['embedding_dim']}"
     if "shape" in p:
-        return "x".join(str(d) for d in p["shape"]) + (f" pad {','.join(str(x) for x in p['pad'])}" if "pad" in p else "")
+        return "x".join(str(d) for d in p["shape"]) + (
+            f" pad {','.join(str(x) for x in p['pad'])}" if "pad" in p else ""
+        )
     if "input_shape" in p and "weight_shape" in p:
         return "x".join(map(str, p["input_shape"])) + " * " + "x".join(map(str, p["weight_shape"]))
     if "bytes" in p:
@@ -99,8 +101,15 @@ def fmt_bytes(n: float | None) -> str:
 
 @contextmanager
 def bench_progress(console: Console) -> Iterator[Any]:
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=console, transient=False)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=console,
+        transient=False,
+    )
     task = None
 
     def on_event(event: str, info: dict[str, Any]) -> None:
@@ -151,8 +160,10 @@ def _memory(env: dict[str, Any]) -> str:
 def render_run(record: dict[str, Any], console: Console) -> None:
     envs = record["environments"]
     env = envs[0]
-    console.print(f"[bold]torch {safe(env.get('torch_version'))}[/] on {safe(env.get('device_name'))} "
-                  f"({safe(record['device'])}, {safe(env.get('threads'))} CPU threads) · run {safe(record['id'])}")
+    console.print(
+        f"[bold]torch {safe(env.get('torch_version'))}[/] on {safe(env.get('device_name'))} "
+        f"({safe(record['device'])}, {safe(env.get('threads'))} CPU threads) · run {safe(record['id'])}"
+    )
     if record.get("smoke"):
         t = Table(title="Smoke tests (device vs CPU reference)", title_justify="left")
         t.add_column("feature")
@@ -162,7 +173,9 @@ def render_run(record: dict[str, Any], console: Console) -> None:
             cells = []
             for e in envs:
                 r = s["envs"].get(e["label"], {})
-                style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
+                style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(
+                    r.get("status"), ""
+                )
                 msg = safe(smoke_cell(r))
                 cells.append(f"[{style}]{msg}[/]" if style else msg)
             t.add_row(safe(s["feature"]), *cells)
@@ -172,8 +185,11 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         parts.setdefault(w.get("part", "other"), []).append(w)
     for part, ws in parts.items():
         console.print(_part_table(part, ws, envs, is_narrow(console)))
-    linear = [w["envs"][envs[0]["label"]]["median"] for w in record["workloads"]
-              if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")]
+    linear = [
+        w["envs"][envs[0]["label"]]["median"]
+        for w in record["workloads"]
+        if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")
+    ]
     if linear:
         console.print(f"Suite geometric mean time over {len(linear)} linear shapes: {fmt_time(geometric_mean(linear))}")
     if record.get("mode") == "single" and not record.get("model"):
@@ -188,20 +204,35 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         by_role: dict[str, float] = {}
         for w, m in timed:
             if m:
-                by_role[w.get("role") or w["kind"]] = by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
-        shares = ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])) if total else ""
+                by_role[w.get("role") or w["kind"]] = (
+                    by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
+                )
+        shares = (
+            ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1]))
+            if total
+            else ""
+        )
         span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd and fwd["low"] is not None else ""
-        console.print(f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time {fmt_time(total)}{span}, "
-                      f"summed over every token count measured; share by kind: {shares}")
-        console.print(f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
-                      f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn")
+        console.print(
+            f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time "
+            f"{fmt_time(total)}{span}, "
+            f"summed over every token count measured; share by kind: {shares}"
+        )
+        console.print(
+            f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
+            f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn"
+        )
         if model.get("not_measured"):
             console.print(f"{len(model['not_measured'])} tensors not measured (see the run record for why)")
     if record.get("interrupted"):
-        console.print(f"[yellow]Interrupted ({safe(record.get('signal', 'SIGINT'))}): this record is partial; "
-                      f"{len(record['workloads'])} finished workloads are kept.[/]")
+        console.print(
+            f"[yellow]Interrupted ({safe(record.get('signal', 'SIGINT'))}): this record is partial; "
+            f"{len(record['workloads'])} finished workloads are kept.[/]"
+        )
     elif record.get("partial"):
-        console.print(f"[yellow]Stopped early: this record is partial ({safe(record.get('failure', 'unknown reason'))}).[/]")
+        console.print(
+            f"[yellow]Stopped early: this record is partial ({safe(record.get('failure', 'unknown reason'))}).[/]"
+        )
     for change in record.get("hygiene", {}).get("changed", []):
         console.print(f"[yellow]Conditions changed during the run: {safe(change)}[/]")
 
@@ -213,7 +244,7 @@ def smoke_cell(result: dict[str, Any]) -> str:
     if status == "pass" or not message:
         return status
     if message.lower().startswith(status.lower()):
-        message = message[len(status):].lstrip(" :-")
+        message = message[len(status) :].lstrip(" :-")
     return f"{status}: {message[:70]}" if message else status
 
 
@@ -240,8 +271,13 @@ def _rate_narrow(env: dict[str, Any]) -> str:
 
 
 def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]], narrow: bool) -> Table:
-    t = Table(title=PART_TITLES.get(part, safe(part)), title_justify="left", box=None if narrow else box.HEAVY_HEAD,
-              pad_edge=not narrow, header_style="bold")
+    t = Table(
+        title=PART_TITLES.get(part, safe(part)),
+        title_justify="left",
+        box=None if narrow else box.HEAVY_HEAD,
+        pad_edge=not narrow,
+        header_style="bold",
+    )
     # The name is what --only takes: never cut (rich shrinks even no_wrap columns unless given a floor).
     t.add_column("workload", no_wrap=True, min_width=max((len(w["name"]) for w in ws), default=8))
     if not narrow:
@@ -258,10 +294,18 @@ def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]],
         source = [] if narrow else [safe(w.get("source", ""))]
         if w["status"] not in ("ok",) and not first.get("median"):
             if narrow:
-                skipped.setdefault(smoke_cell({"status": w["status"], "message": w.get("reason")}), []).append(w["name"])
+                skipped.setdefault(smoke_cell({"status": w["status"], "message": w.get("reason")}), []).append(
+                    w["name"]
+                )
                 continue
-            t.add_row(safe(w["name"]), *source, *[f"[yellow]{safe(w['status'])}[/]"] + [""] * (len(envs) - 1),
-                      safe(smoke_cell({"status": w["status"], "message": w.get("reason")})), "", "")
+            t.add_row(
+                safe(w["name"]),
+                *source,
+                *[f"[yellow]{safe(w['status'])}[/]"] + [""] * (len(envs) - 1),
+                safe(smoke_cell({"status": w["status"], "message": w.get("reason")})),
+                "",
+                "",
+            )
             continue
         meds = [fmt_time(w["envs"].get(e["label"], {}).get("median")) for e in envs]
         ci = fmt_span(first.get("ci_low"), first.get("ci_high"))
@@ -288,16 +332,22 @@ def meaning_lines(record: dict[str, Any]) -> list[str]:
     roof = [w for w in ws if w.get("part") == "roofline"]
     bw, fl = _best(roof, label, "bytes_per_call"), _best(roof, label, "flops_per_call")
     if bw or fl:
-        peaks = " and ".join(x for x in (bw and fmt_rate(bw, "B/s") + " copy bandwidth", fl and fmt_rate(fl, "FLOP/s") + " matmul") if x)
+        peaks = " and ".join(
+            x for x in (bw and fmt_rate(bw, "B/s") + " copy bandwidth", fl and fmt_rate(fl, "FLOP/s") + " matmul") if x
+        )
         lines.append(f"This machine's roofline, measured here: {peaks}.")
         decode = [w for w in ws if w.get("part") == "linear" and w.get("tokens") == 1]
         got = _best(decode, label, "bytes_per_call")
         if bw and got:
-            lines.append(f"Single-token linear layers reach up to {fmt_rate(got, 'B/s')} ({got / bw:.0%} of that bandwidth): "
-                         "decoding is bound by memory traffic.")
+            lines.append(
+                f"Single-token linear layers reach up to {fmt_rate(got, 'B/s')} ({got / bw:.0%} of that bandwidth): "
+                "decoding is bound by memory traffic."
+            )
     else:
-        lines.append("No roofline probe in this selection: add `--only 'roofline/*'` to see what the memory system and the"
-                     " arithmetic units can do.")
+        lines.append(
+            "No roofline probe in this selection: add `--only 'roofline/*'` to see what the memory system and the"
+            " arithmetic units can do."
+        )
     spent: dict[str, float] = {}
     for w in ws:
         med = w["envs"].get(label, {}).get("median")
@@ -305,11 +355,17 @@ def meaning_lines(record: dict[str, Any]) -> list[str]:
             spent[w.get("part", "other")] = spent.get(w.get("part", "other"), 0.0) + w.get("count", 1) * med
     total = sum(spent.values())
     if total and len(spent) > 1:
-        lines.append("Where the time goes: " + ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])) + ".")
-    lines += ["[bold]Next[/], to learn whether an upgrade helps this machine:",
-              "  mpsup install-rc                   # a candidate torch beside this one",
-              "  mpsup bench --candidate VERSION    # times both, same workloads",
-              "  mpsup report                       # the verdict"]
+        lines.append(
+            "Where the time goes: "
+            + ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
+            + "."
+        )
+    lines += [
+        "[bold]Next[/], to learn whether an upgrade helps this machine:",
+        "  mpsup install-rc                   # a candidate torch beside this one",
+        "  mpsup bench --candidate VERSION    # times both, same workloads",
+        "  mpsup report                       # the verdict",
+    ]
     return lines
 
 
@@ -356,9 +412,14 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
         "model_forward_s": model_forward_estimate(record, label),
         "smoke": {s["feature"]: {k: v["status"] for k, v in s["envs"].items()} for s in record.get("smoke", [])},
         "workloads": [
-            {"name": w["name"], "kind": w["kind"], "status": w["status"],
-             "median_s": w["envs"].get(label, {}).get("median"),
-             "ci_low_s": w["envs"].get(label, {}).get("ci_low"), "ci_high_s": w["envs"].get(label, {}).get("ci_high")}
+            {
+                "name": w["name"],
+                "kind": w["kind"],
+                "status": w["status"],
+                "median_s": w["envs"].get(label, {}).get("median"),
+                "ci_low_s": w["envs"].get(label, {}).get("ci_low"),
+                "ci_high_s": w["envs"].get(label, {}).get("ci_high"),
+            }
             for w in record["workloads"]
         ],
     }

@@ -91,7 +91,9 @@ class _Critical:
     def __enter__(self) -> None:
         self.stops._depth += 1
 
-    def __exit__(self, exc_type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
+    ) -> None:
         st = self.stops
         st._depth -= 1
         if not st._depth and st._pending and not st.stopping and exc_type is None:
@@ -134,8 +136,16 @@ def run_bench(
             journal.close()
 
 
-def _measure(runner: Runner, workloads: list[Workload], options: BenchOptions, mode: str, model: dict[str, Any] | None,
-             progress: Progress, journal: Journal | None, stops: StopSignals) -> dict[str, Any]:
+def _measure(
+    runner: Runner,
+    workloads: list[Workload],
+    options: BenchOptions,
+    mode: str,
+    model: dict[str, Any] | None,
+    progress: Progress,
+    journal: Journal | None,
+    stops: StopSignals,
+) -> dict[str, Any]:
     try:
         before = hygiene_now()
         facts = runner.start()
@@ -148,10 +158,17 @@ def _measure(runner: Runner, workloads: list[Workload], options: BenchOptions, m
         if journal is not None:
             journal.discard_unused()
         raise
-    record = new_record(mode, options.device, facts, {
-        "budget_s": options.policy.budget_s, "threads": options.threads, "memory_share": options.memory_share,
-        "policy": dict(asdict(options.policy).items()),
-    })
+    record = new_record(
+        mode,
+        options.device,
+        facts,
+        {
+            "budget_s": options.policy.budget_s,
+            "threads": options.threads,
+            "memory_share": options.memory_share,
+            "policy": dict(asdict(options.policy).items()),
+        },
+    )
     if journal is not None:
         record["id"] = journal.run_id
     record["model"] = model
@@ -188,8 +205,11 @@ def _measure(runner: Runner, workloads: list[Workload], options: BenchOptions, m
     except Exception as exc:
         # A bug of ours (in the statistics, say) must not cost the measurements already taken.
         stops.hold()
-        record.update(partial=True, failure=f"the run stopped on an internal error: {type(exc).__name__}: {exc}"[:500],
-                      failure_traceback=traceback.format_exc(limit=8))
+        record.update(
+            partial=True,
+            failure=f"the run stopped on an internal error: {type(exc).__name__}: {exc}"[:500],
+            failure_traceback=traceback.format_exc(limit=8),
+        )
     return record
 
 
@@ -203,14 +223,21 @@ def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> 
         record["crashes"] = {s.env.label: s.crashes for s in runner.sessions}
         if journal is None:
             return None
-        end = {k: record[k] for k in ("partial", "interrupted", "signal", "failure", "failure_traceback", "hygiene", "crashes")
-               if k in record}
+        end = {
+            k: record[k]
+            for k in ("partial", "interrupted", "signal", "failure", "failure_traceback", "hygiene", "crashes")
+            if k in record
+        }
         # The record below is what counts; without this line a recovery would only mark the run partial.
         with contextlib.suppress(JournalWriteError):
             journal.append("end", end)
         path = save_record(record)
     except Exception as exc:
-        where = f"; every finished measurement is kept in {journal.path} (`mpsup report --list` turns it into a record)" if journal else ""
+        where = (
+            f"; every finished measurement is kept in {journal.path} (`mpsup report --list` turns it into a record)"
+            if journal
+            else ""
+        )
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
         raise OperationFailed(f"could not save the run record ({why}){where}") from None
     journal.discard()

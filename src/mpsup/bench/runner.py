@@ -56,23 +56,30 @@ class EnvSession:
     def start(self) -> dict[str, Any]:
         self.worker = WorkerProcess(self.env.python, env=worker_env(self.options.threads))
         try:
-            hello = self.worker.request({"op": "hello", "device": self.options.device, "threads": self.options.threads},
-                                        timeout=300)
+            hello = self.worker.request(
+                {"op": "hello", "device": self.options.device, "threads": self.options.threads}, timeout=300
+            )
         except NoTorch as exc:
             self.close(force=True)
             if exc.missing:
-                raise UserError(f"no torch in {self.env.python} (install torch there, or pick another interpreter)") from None
+                raise UserError(
+                    f"no torch in {self.env.python} (install torch there, or pick another interpreter)"
+                ) from None
             raise UserError(f"torch cannot be imported in {self.env.python}: {last_line(str(exc))}") from None
         except WorkerDied as exc:
             self.close(force=True)
             why = last_line(exc.stderr_tail)
-            raise UserError(f"{self.env.python}: the worker could not start ({exc}{': ' + why if why else ''})") from None
+            raise UserError(
+                f"{self.env.python}: the worker could not start ({exc}{': ' + why if why else ''})"
+            ) from None
         if hello.get("type") != "hello":
             self.close(force=True)
             raise UserError(f"{self.env.python}: the worker could not start: {last_line(str(hello.get('message')))}")
         if not hello.get("available"):
             self.close(force=True)
-            raise UserError(f"--device {self.options.device}: not available in {self.env.python} ({hello.get('reason')})")
+            raise UserError(
+                f"--device {self.options.device}: not available in {self.env.python} ({hello.get('reason')})"
+            )
         self.facts = {**hello, "python": str(self.env.python), "label": self.env.label}
         self.facts.pop("type", None)
         return self.facts
@@ -99,15 +106,25 @@ def _guard(w: Workload, sessions: list[EnvSession], share: float) -> str | None:
     for s in sessions:
         limit = s.facts.get("memory_limit")
         if limit and w.memory_bytes > share * limit:
-            return (f"needs {w.memory_bytes / 2**30:.2f} GiB, over {share:.0%} of the {limit / 2**30:.1f} GiB "
-                    f"this device can safely give; skipped (overcommitting unified memory can freeze a Mac)")
+            return (
+                f"needs {w.memory_bytes / 2**30:.2f} GiB, over {share:.0%} of the {limit / 2**30:.1f} GiB "
+                f"this device can safely give; skipped (overcommitting unified memory can freeze a Mac)"
+            )
     return None
 
 
 def _env_result(ready: dict[str, Any]) -> dict[str, Any]:
-    return {"status": "ok", "calls": ready["calls"], "bytes_per_call": ready.get("bytes_per_call"),
-            "flops_per_call": ready.get("flops_per_call"), "items_per_call": ready.get("items_per_call"),
-            "warmup": [], "samples": [], "device_samples": [], "memory": {}}
+    return {
+        "status": "ok",
+        "calls": ready["calls"],
+        "bytes_per_call": ready.get("bytes_per_call"),
+        "flops_per_call": ready.get("flops_per_call"),
+        "items_per_call": ready.get("items_per_call"),
+        "warmup": [],
+        "samples": [],
+        "device_samples": [],
+        "memory": {},
+    }
 
 
 def _summarize(r: dict[str, Any]) -> None:
@@ -141,8 +158,14 @@ class Runner:
 
     def _setup(self, s: EnvSession, w: Workload, calls: int | None) -> dict[str, Any]:
         try:
-            ans = s.request({"op": "setup", "workload": w.spec(), "calls": calls,
-                             "target_sample_s": self.options.policy.target_sample_s})
+            ans = s.request(
+                {
+                    "op": "setup",
+                    "workload": w.spec(),
+                    "calls": calls,
+                    "target_sample_s": self.options.policy.target_sample_s,
+                }
+            )
         except WorkerDied as exc:
             return {"status": "crash", "reason": str(exc), "stderr": exc.stderr_tail[-1000:]}
         if ans.get("type") == "error":
@@ -213,7 +236,9 @@ class Runner:
                     continue
                 r = envs[s.env.label]
                 self._sample(s, r, 1, "warmup")
-                settled[s.env.label] = pol.warmup_settled(r["warmup"], self.options.clock() - t0) or len(r["warmup"]) >= 50
+                settled[s.env.label] = (
+                    pol.warmup_settled(r["warmup"], self.options.clock() - t0) or len(r["warmup"]) >= 50
+                )
 
     def _single(self, s: EnvSession, r: dict[str, Any]) -> None:
         pol = self.options.policy
@@ -250,7 +275,9 @@ class Runner:
             enough = len(ratios) >= pol.min_samples and round_ratio_ci(ratios).rel_half_width <= pol.target_rel_ci
             # Six rounds is the fewest for which a 95% interval of a median is bounded at all;
             # a slow workload may overrun its budget to get them, up to five-fold.
-            over = (elapsed >= 2 * pol.budget_s and len(ratios) >= 6) or (elapsed >= 10 * pol.budget_s and len(ratios) >= 3)
+            over = (elapsed >= 2 * pol.budget_s and len(ratios) >= 6) or (
+                elapsed >= 10 * pol.budget_s and len(ratios) >= 3
+            )
             if enough or over or len(ratios) >= pol.max_samples:
                 ra["stop"] = rb["stop"] = "converged" if enough else "budget" if over else "max-samples"
                 break

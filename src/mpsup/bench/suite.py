@@ -138,21 +138,36 @@ def linear_workloads(tokens: tuple[int, ...], dtype: str = "bf16") -> list[Workl
         for t in tokens:
             phase = "decode" if t == 1 else "prefill"
             mem = (t * s.in_features + s.in_features * s.out_features + t * s.out_features) * es
-            out.append(Workload(
-                name=f"linear/{s.in_features}x{s.out_features}/t{t}",
-                kind="linear", part="linear", dtype=dtype,
-                params={"tokens": t, "in_features": s.in_features, "out_features": s.out_features},
-                tags=(size_tag(s), phase, s.role), source=", ".join(s.sources), memory_bytes=mem, role=s.role,
-            ))
+            out.append(
+                Workload(
+                    name=f"linear/{s.in_features}x{s.out_features}/t{t}",
+                    kind="linear",
+                    part="linear",
+                    dtype=dtype,
+                    params={"tokens": t, "in_features": s.in_features, "out_features": s.out_features},
+                    tags=(size_tag(s), phase, s.role),
+                    source=", ".join(s.sources),
+                    memory_bytes=mem,
+                    role=s.role,
+                )
+            )
     return out
 
 
-def _moe(m: MoeDims, t: int, proj: str, k: int, n: int, method: str, dtype: str = "bf16", routing: str = "even") -> Workload:
+def _moe(
+    m: MoeDims, t: int, proj: str, k: int, n: int, method: str, dtype: str = "bf16", routing: str = "even"
+) -> Workload:
     routed = t * m.top_k
     mem = (routed * k + m.experts * n * k + routed * n) * ITEMSIZE[dtype]
     suffix = "" if (dtype, routing) == ("bf16", "even") else f"/{dtype}" if routing == "even" else f"/{routing}"
-    params: dict[str, object] = {"tokens": t, "top_k": m.top_k, "experts": m.experts, "in_features": k, "out_features": n,
-                                 "method": method}
+    params: dict[str, object] = {
+        "tokens": t,
+        "top_k": m.top_k,
+        "experts": m.experts,
+        "in_features": k,
+        "out_features": n,
+        "method": method,
+    }
     if routing != "even":
         params["routing"] = routing
     tags = [method, "decode" if t == 1 else "prefill"]
@@ -160,8 +175,17 @@ def _moe(m: MoeDims, t: int, proj: str, k: int, n: int, method: str, dtype: str 
         tags.append(dtype)
     if routing != "even":
         tags.append(f"{routing}-routing")
-    return Workload(name=f"moe/{m.model}/{proj}/t{t}/{method}{suffix}", kind="grouped_mm", part="moe", dtype=dtype,
-                    params=params, tags=tuple(tags), source=m.model, memory_bytes=mem, role="experts")
+    return Workload(
+        name=f"moe/{m.model}/{proj}/t{t}/{method}{suffix}",
+        kind="grouped_mm",
+        part="moe",
+        dtype=dtype,
+        params=params,
+        tags=tuple(tags),
+        source=m.model,
+        memory_bytes=mem,
+        role="experts",
+    )
 
 
 def moe_workloads(tokens: tuple[int, ...], device: str = "mps") -> list[Workload]:
@@ -171,8 +195,10 @@ def moe_workloads(tokens: tuple[int, ...], device: str = "mps") -> list[Workload
     out = []
     for m in MOES:
         for t in tokens:
-            for proj, (k, n) in (("gate_up", (m.hidden, m.expert_intermediate)),
-                                 ("down", (m.expert_intermediate, m.hidden))):
+            for proj, (k, n) in (
+                ("gate_up", (m.hidden, m.expert_intermediate)),
+                ("down", (m.expert_intermediate, m.hidden)),
+            ):
                 for method in ("grouped", "loop"):
                     out.append(_moe(m, t, proj, k, n, method))
             k, n = m.hidden, m.expert_intermediate
@@ -189,8 +215,16 @@ def fp8_workloads(device: str) -> list[Workload]:
     0.12x-0.95x the speed of BF16). Nothing here predicts a speedup."""
     numel = 1 << 24 if device != "cpu" else 1 << 20
     out = [
-        Workload(f"fp8/cast/{d}/{numel}", "fp8_cast", "fp8", "bf16", {"numel": numel, "direction": d},
-                 tags=("fp8",), source="storage: 1 byte vs 2", memory_bytes=numel * 3)
+        Workload(
+            f"fp8/cast/{d}/{numel}",
+            "fp8_cast",
+            "fp8",
+            "bf16",
+            {"numel": numel, "direction": d},
+            tags=("fp8",),
+            source="storage: 1 byte vs 2",
+            memory_bytes=numel * 3,
+        )
         for d in ("to_fp8", "to_bf16")
     ]
     # 1 token: 2.15's MPS decode kernels take 1-4 rows; CUDA's FP8 GEMMs want multiples of 16, so
@@ -206,26 +240,48 @@ def fp8_workloads(device: str) -> list[Workload]:
         kind = "scaled_mm" if recipe == "tensorwise" else "scaled_mm-rowwise"
         twin = f"fp8/bf16-twin/{k}x{n}/t{t}"
         saved = k * n
-        out.append(Workload(f"fp8/{kind}/{k}x{n}/t{t}", "scaled_mm", "fp8", "fp8",
-                            {"tokens": t, "in_features": k, "out_features": n, "recipe": recipe},
-                            tags=("fp8", recipe, "memory-trade", "decode" if t < 16 else "prefill"),
-                            source=f"Llama-3-8B; weights {saved >> 20} MiB vs {2 * saved >> 20} MiB in bf16 (twin: {twin})",
-                            memory_bytes=k * n + 2 * t * (k + n)))
+        out.append(
+            Workload(
+                f"fp8/{kind}/{k}x{n}/t{t}",
+                "scaled_mm",
+                "fp8",
+                "fp8",
+                {"tokens": t, "in_features": k, "out_features": n, "recipe": recipe},
+                tags=("fp8", recipe, "memory-trade", "decode" if t < 16 else "prefill"),
+                source=f"Llama-3-8B; weights {saved >> 20} MiB vs {2 * saved >> 20} MiB in bf16 (twin: {twin})",
+                memory_bytes=k * n + 2 * t * (k + n),
+            )
+        )
         if twin not in seen_twins:
             seen_twins.add(twin)
-            out.append(Workload(twin, "linear", "fp8", "bf16", {"tokens": t, "in_features": k, "out_features": n},
-                                tags=("fp8-twin", "memory-trade", "decode" if t < 16 else "prefill"),
-                                source="the bf16 layer each FP8 matmul of this shape replaces",
-                                memory_bytes=2 * (k * n + t * (k + n))))
+            out.append(
+                Workload(
+                    twin,
+                    "linear",
+                    "fp8",
+                    "bf16",
+                    {"tokens": t, "in_features": k, "out_features": n},
+                    tags=("fp8-twin", "memory-trade", "decode" if t < 16 else "prefill"),
+                    source="the bf16 layer each FP8 matmul of this shape replaces",
+                    memory_bytes=2 * (k * n + t * (k + n)),
+                )
+            )
     # An FP8 embedding table: the gather 2.15 added for float8_e4m3fn on MPS; a BF16 twin beside it.
     vocab = 128256 if device != "cpu" else 8192
     for t in (1, 512) if device != "cpu" else (1,):
         for dt in ("fp8", "bf16"):
-            out.append(Workload(f"fp8/embedding/{dt}/{vocab}x4096/t{t}", "embedding", "fp8", dt,
-                                {"tokens": t, "num_embeddings": vocab, "embedding_dim": 4096},
-                                tags=("fp8" if dt == "fp8" else "fp8-twin", "memory-trade", "gather"),
-                                source="Llama-3-8B token embedding" + ("" if device != "cpu" else " (vocab cut to 8192 on CPU)"),
-                                memory_bytes=vocab * 4096 * 2 + 4096 * t * ITEMSIZE[dt]))
+            out.append(
+                Workload(
+                    f"fp8/embedding/{dt}/{vocab}x4096/t{t}",
+                    "embedding",
+                    "fp8",
+                    dt,
+                    {"tokens": t, "num_embeddings": vocab, "embedding_dim": 4096},
+                    tags=("fp8" if dt == "fp8" else "fp8-twin", "memory-trade", "gather"),
+                    source="Llama-3-8B token embedding" + ("" if device != "cpu" else " (vocab cut to 8192 on CPU)"),
+                    memory_bytes=vocab * 4096 * 2 + 4096 * t * ITEMSIZE[dt],
+                )
+            )
     return out
 
 
@@ -236,11 +292,18 @@ def int8_workloads(tokens: tuple[int, ...], device: str) -> list[Workload]:
     toks = sorted({max(t, 32) if device == "cuda" else t for t in tokens})
     for t in toks:
         for k, n in ((4096, 4096), (4096, 14336), (3072, 12288)):
-            out.append(Workload(f"int8/int_mm/{k}x{n}/t{t}", "int_mm", "int8", "int8",
-                                {"tokens": t, "in_features": k, "out_features": n},
-                                tags=("int8", "decode" if t == 1 else "prefill"),
-                                source="Llama-3-8B" if k == 4096 else "FLUX.1-dev",
-                                memory_bytes=t * k + k * n + 4 * t * n))
+            out.append(
+                Workload(
+                    f"int8/int_mm/{k}x{n}/t{t}",
+                    "int_mm",
+                    "int8",
+                    "int8",
+                    {"tokens": t, "in_features": k, "out_features": n},
+                    tags=("int8", "decode" if t == 1 else "prefill"),
+                    source="Llama-3-8B" if k == 4096 else "FLUX.1-dev",
+                    memory_bytes=t * k + k * n + 4 * t * n,
+                )
+            )
     return out
 
 
@@ -263,9 +326,18 @@ def pad_workloads(device: str) -> list[Workload]:
     for c, t, h, w in shapes:
         shape = [1, c, t, h, w]
         mem = 2 * (c * t * h * w + c * (t + 2) * (h + 2) * (w + 2))
-        out.append(Workload(f"pad/wan-vae/{c}x{t}x{h}x{w}", "pad", "pad", "bf16",
-                            {"shape": shape, "pad": [1, 1, 1, 1, 2, 0]},
-                            tags=("pad", "wan-vae"), source="Wan2.2-TI2V-5B VAE decoder", memory_bytes=mem))
+        out.append(
+            Workload(
+                f"pad/wan-vae/{c}x{t}x{h}x{w}",
+                "pad",
+                "pad",
+                "bf16",
+                {"shape": shape, "pad": [1, 1, 1, 1, 2, 0]},
+                tags=("pad", "wan-vae"),
+                source="Wan2.2-TI2V-5B VAE decoder",
+                memory_bytes=mem,
+            )
+        )
     return out
 
 
@@ -278,9 +350,18 @@ def conv3d_workloads(device: str) -> list[Workload]:
     for c, t, h, w in shapes:
         x = [1, c, t + 2, h + 2, w + 2]  # already padded by the causal pad: the conv itself pads nothing
         mem = 2 * (c * (t + 2) * (h + 2) * (w + 2) + c * c * 27 + c * t * h * w)
-        out.append(Workload(f"conv3d/wan-vae/{c}x{t}x{h}x{w}", "conv", "conv3d", "bf16",
-                            {"input_shape": x, "weight_shape": [c, c, 3, 3, 3], "padding": 0},
-                            tags=("conv3d", "wan-vae"), source="Wan2.2-TI2V-5B VAE decoder", memory_bytes=mem))
+        out.append(
+            Workload(
+                f"conv3d/wan-vae/{c}x{t}x{h}x{w}",
+                "conv",
+                "conv3d",
+                "bf16",
+                {"input_shape": x, "weight_shape": [c, c, 3, 3, 3], "padding": 0},
+                tags=("conv3d", "wan-vae"),
+                source="Wan2.2-TI2V-5B VAE decoder",
+                memory_bytes=mem,
+            )
+        )
     return out
 
 
@@ -291,10 +372,29 @@ def roofline_workloads(device: str) -> list[Workload]:
     # fp16 matmul only on GPUs: a CPU without fp16 units takes seconds for one 1024^3 product.
     dtypes = ("bf16", "fp16", "fp32") if big else ("bf16", "fp32")
     return [
-        Workload(f"roofline/copy/{copy_bytes >> 20}MiB", "copy", "roofline", "fp32", {"bytes": copy_bytes},
-                 tags=("bandwidth",), source="device-to-device copy", memory_bytes=2 * copy_bytes),
-        *[Workload(f"roofline/matmul/{dt}/{n}", "matmul", "roofline", dt, {"n": n},
-                   tags=("compute",), source=f"square {dt} matmul", memory_bytes=3 * n * n * ITEMSIZE[dt]) for dt in dtypes],
+        Workload(
+            f"roofline/copy/{copy_bytes >> 20}MiB",
+            "copy",
+            "roofline",
+            "fp32",
+            {"bytes": copy_bytes},
+            tags=("bandwidth",),
+            source="device-to-device copy",
+            memory_bytes=2 * copy_bytes,
+        ),
+        *[
+            Workload(
+                f"roofline/matmul/{dt}/{n}",
+                "matmul",
+                "roofline",
+                dt,
+                {"n": n},
+                tags=("compute",),
+                source=f"square {dt} matmul",
+                memory_bytes=3 * n * n * ITEMSIZE[dt],
+            )
+            for dt in dtypes
+        ],
     ]
 
 
@@ -312,9 +412,18 @@ def metal_workloads() -> list[Workload]:
             continue  # reference kernels: checked in the smoke tests, not timed
         grid = int(entry["grid"])
         mem = sum(buffer_len(b, grid) * ITEMSIZE[b["dtype"]] for b in (*entry["inputs"], entry["output"]))
-        out.append(Workload(f"metal/{entry['name']}", "metal", "roofline", entry["output"]["dtype"],
-                            {"kernel": entry, "grid": grid}, tags=("metal", entry["roofline"]), source="bundled Metal kernel",
-                            memory_bytes=mem))
+        out.append(
+            Workload(
+                f"metal/{entry['name']}",
+                "metal",
+                "roofline",
+                entry["output"]["dtype"],
+                {"kernel": entry, "grid": grid},
+                tags=("metal", entry["roofline"]),
+                source="bundled Metal kernel",
+                memory_bytes=mem,
+            )
+        )
     return out
 
 
@@ -338,9 +447,25 @@ def build_suite(device: str, tokens: tuple[int, ...] | None = None) -> list[Work
 
 
 SMOKE_FEATURES: tuple[str, ...] = (
-    "fp8_cast", "fp8_copy", "fp8_cat", "fp8_constant_pad", "fp8_embedding", "fp8_index", "fp8_eq_ne", "fp8_eye",
-    "scaled_mm_fp8", "scaled_mm_fp8_rowwise", "scaled_mm_fp8_decode",
-    "grouped_mm_bf16", "grouped_mm_fp16", "grouped_mm_fp32", "grouped_mm_uneven",
-    "constant_pad_bf16_5d", "constant_pad_bf16_5d_64k", "fp8_constant_pad_5d_64k",
-    "int_mm", "compile_small_model", "metal_kernels",
+    "fp8_cast",
+    "fp8_copy",
+    "fp8_cat",
+    "fp8_constant_pad",
+    "fp8_embedding",
+    "fp8_index",
+    "fp8_eq_ne",
+    "fp8_eye",
+    "scaled_mm_fp8",
+    "scaled_mm_fp8_rowwise",
+    "scaled_mm_fp8_decode",
+    "grouped_mm_bf16",
+    "grouped_mm_fp16",
+    "grouped_mm_fp32",
+    "grouped_mm_uneven",
+    "constant_pad_bf16_5d",
+    "constant_pad_bf16_5d_64k",
+    "fp8_constant_pad_5d_64k",
+    "int_mm",
+    "compile_small_model",
+    "metal_kernels",
 )

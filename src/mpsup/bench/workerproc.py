@@ -29,7 +29,8 @@ WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
 # One answer line: a sample batch is a few tens of KiB; anything near this is not our worker talking.
 MAX_ANSWER_BYTES = 16 << 20
 
-# Points fd 1 at the log even if started by hand, checks torch first (a Python without it gets one clear answer, not a traceback), then loads the
+# Points fd 1 at the log even if started by hand, checks torch first (a Python without it gets one clear answer, not a
+# traceback), then loads the
 # worker package by file location under a private name: nothing is added to sys.path, so mpsup's
 # site-packages (and its torch) stay invisible to the measured environment.
 BOOT = (
@@ -46,7 +47,8 @@ BOOT = (
     "    sys.exit(3)\n"
     "import importlib.util\n"
     "d = sys.argv[1]\n"
-    "spec = importlib.util.spec_from_file_location('mpsup_worker', d + '/__init__.py', submodule_search_locations=[d])\n"
+    "spec = importlib.util.spec_from_file_location('mpsup_worker', d + '/__init__.py', "
+    "submodule_search_locations=[d])\n"
     "mod = importlib.util.module_from_spec(spec); sys.modules['mpsup_worker'] = mod; spec.loader.exec_module(mod)\n"
     "from mpsup_worker.main import main\n"
 )
@@ -103,7 +105,9 @@ def _kill_live_workers() -> None:
 
 
 def _finite_numbers(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+    return isinstance(v, list) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v
+    )
 
 
 def _valid(ans: dict[str, Any], expect: str) -> bool:
@@ -202,7 +206,11 @@ class WorkerProcess:
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         if not line.endswith(b"\n"):
-            raise self._malformed(f"an answer line over {MAX_ANSWER_BYTES >> 20} MiB" if len(line) >= MAX_ANSWER_BYTES else "a cut-off answer")
+            raise self._malformed(
+                f"an answer line over {MAX_ANSWER_BYTES >> 20} MiB"
+                if len(line) >= MAX_ANSWER_BYTES
+                else "a cut-off answer"
+            )
         try:
             ans = json.loads(line)
         except (ValueError, RecursionError):

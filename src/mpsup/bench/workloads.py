@@ -12,8 +12,21 @@ from mpsup.errors import UserError
 # Bytes per element, by safetensors' dtype names (model/safetensors_header.py reads headers with it)
 # and by mpsup's own workload dtype names, derived from it so the two cannot drift.
 SAFETENSORS_ITEMSIZE = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
 }
 _SAFETENSORS_NAME = {"bf16": "BF16", "fp16": "F16", "fp32": "F32", "fp8": "F8_E4M3", "int8": "I8", "uint8": "U8"}
 ITEMSIZE = {name: SAFETENSORS_ITEMSIZE[st] for name, st in _SAFETENSORS_NAME.items()}
@@ -36,9 +49,17 @@ class Workload:
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "params": self.params}
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"name": self.name, "kind": self.kind, "part": self.part, "dtype": self.dtype,
-                               **{k: v for k, v in self.params.items() if k != "kernel"}, "tags": list(self.tags),
-                               "source": self.source, "memory_bytes": self.memory_bytes, "count": self.count}
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.kind,
+            "part": self.part,
+            "dtype": self.dtype,
+            **{k: v for k, v in self.params.items() if k != "kernel"},
+            "tags": list(self.tags),
+            "source": self.source,
+            "memory_bytes": self.memory_bytes,
+            "count": self.count,
+        }
         if self.role:
             doc["role"] = self.role
         if self.kind == "metal":

@@ -75,9 +75,13 @@ def _os_name(f: HostFacts) -> str:
 def check_apple_silicon(f: HostFacts) -> Finding:
     n = "apple-silicon"
     if f.is_macos is None:
-        return _f(n, Status.UNKNOWN, "could not tell the operating system (uname gave nothing)", "run on the Mac itself")
+        return _f(
+            n, Status.UNKNOWN, "could not tell the operating system (uname gave nothing)", "run on the Mac itself"
+        )
     if not f.is_macos:
-        return _f(n, Status.FAIL, f"not a Mac ({_os_name(f)}): MPS needs an Apple-silicon Mac", NOT_A_MAC_FIX, kernel=f.kernel)
+        return _f(
+            n, Status.FAIL, f"not a Mac ({_os_name(f)}): MPS needs an Apple-silicon Mac", NOT_A_MAC_FIX, kernel=f.kernel
+        )
     arm = f.arm64_hardware
     if arm is None and "arm64" in (f.kernel_machine, (f.interpreter or {}).get("machine")):
         # Only Apple silicon runs an arm64 process (uname's or the Python's); under Rosetta both say x86_64.
@@ -95,8 +99,12 @@ def check_macos_version(f: HostFacts) -> Finding:
     if f.is_macos is False:
         return _f(n, Status.UNKNOWN, f"not a Mac ({_os_name(f)}): no macOS to check", NOT_A_MAC_FIX)
     if not f.macos_version:
-        return _f(n, Status.UNKNOWN, "macOS version not known (no SystemVersion.plist, sw_vers or kern.osproductversion)",
-                  "run `sw_vers` and check that it works")
+        return _f(
+            n,
+            Status.UNKNOWN,
+            "macOS version not known (no SystemVersion.plist, sw_vers or kern.osproductversion)",
+            "run `sw_vers` and check that it works",
+        )
     shown = f"macOS {f.macos_version}" + (f" ({f.macos_build})" if f.macos_build else "")
     note = ""
     if f.compat_version_seen:
@@ -108,11 +116,19 @@ def check_macos_version(f: HostFacts) -> Finding:
         wheel_floor = wheels.wheel_macos_floor(_version_tuple(wheels.UPGRADE_TORCH)) or (0, 0)
         if have < wheel_floor:
             since = wheels.show(wheels.WHEEL_MACOS_FLOORS[0][0])
-            where = f"and its wheel does not install here (wheels from torch {since} on are for macOS {wheels.show(wheel_floor)} and later)"
+            where = (
+                f"and its wheel does not install here (wheels from torch {since} on are for macOS "
+                f"{wheels.show(wheel_floor)} and later)"
+            )
         else:
             where = f"although its wheel installs on macOS {wheels.show(wheel_floor)}"
-        return _f(n, Status.FAIL, f"{shown}: MPS in torch {wheels.UPGRADE_TORCH} needs macOS {need} or later, {where}{note}",
-                  f"update macOS (System Settings > General > Software Update) to {need} or later", **details)
+        return _f(
+            n,
+            Status.FAIL,
+            f"{shown}: MPS in torch {wheels.UPGRADE_TORCH} needs macOS {need} or later, {where}{note}",
+            f"update macOS (System Settings > General > Software Update) to {need} or later",
+            **details,
+        )
     return _f(n, Status.OK, f"{shown}{note}", **details)
 
 
@@ -121,14 +137,20 @@ def check_python(f: HostFacts) -> Finding:
     n = "python"
     i = f.interpreter
     if not i:
-        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+        return _f(
+            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
+        )
     desc = f"{i.get('implementation', '?')} {i.get('version', '?')} ({i.get('bits', '?')}-bit)"
     details = {k: i.get(k) for k in ("executable", "version", "implementation", "bits")}
     problems: list[tuple[str, str]] = []
     version = _version_tuple(str(i.get("version") or ""))
     if len(version) >= 2 and version[:2] < wheels.MIN_PYTHON:
-        problems.append((f"torch {wheels.UPGRADE_TORCH} needs Python {wheels.show(wheels.MIN_PYTHON)} or later",
-                         "make a venv from Python 3.11+ (`uv venv -p 3.12` or python.org's installer)"))
+        problems.append(
+            (
+                f"torch {wheels.UPGRADE_TORCH} needs Python {wheels.show(wheels.MIN_PYTHON)} or later",
+                "make a venv from Python 3.11+ (`uv venv -p 3.12` or python.org's installer)",
+            )
+        )
     if i.get("implementation") not in (None, "cpython"):
         problems.append(("PyTorch wheels are built for CPython only", "use CPython 3.11+"))
     if i.get("bits") not in (None, 64):
@@ -136,11 +158,23 @@ def check_python(f: HostFacts) -> Finding:
     if problems:
         return _f(n, Status.FAIL, f"{desc}: " + "; ".join(p for p, _ in problems), problems[0][1], **details)
     # A tick only for what was read: an older or hand-written snapshot may lack some of it.
-    missing = [what for what, ok in (("version", len(version) >= 2), ("implementation", i.get("implementation")),
-                                     ("bits", i.get("bits"))) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("version", len(version) >= 2),
+            ("implementation", i.get("implementation")),
+            ("bits", i.get("bits")),
+        )
+        if not ok
+    ]
     if missing:
-        return _f(n, Status.UNKNOWN, f"{desc}: {', '.join(missing)} not known",
-                  "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)", **details)
+        return _f(
+            n,
+            Status.UNKNOWN,
+            f"{desc}: {', '.join(missing)} not known",
+            "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)",
+            **details,
+        )
     return _f(n, Status.OK, desc, **details)
 
 
@@ -149,30 +183,63 @@ def check_python_arch(f: HostFacts) -> Finding:
     n = "python-arch"
     i = f.interpreter
     if not i:
-        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+        return _f(
+            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
+        )
     machine = i.get("machine")
-    details: dict[str, Any] = {"machine": machine, "platform": i.get("platform"), "python_translated": f.python_translated,
-               "mpsup_translated": f.mpsup_translated}
+    details: dict[str, Any] = {
+        "machine": machine,
+        "platform": i.get("platform"),
+        "python_translated": f.python_translated,
+        "mpsup_translated": f.mpsup_translated,
+    }
     on_mac = i.get("platform") == "darwin" if i.get("platform") else f.is_macos
     if on_mac is False:
-        return _f(n, Status.FAIL, f"{machine or '?'} Python on {_os_name(f)}: not a Mac, so no macOS arm64 torch and no MPS",
-                  NOT_A_MAC_FIX, **details)
+        return _f(
+            n,
+            Status.FAIL,
+            f"{machine or '?'} Python on {_os_name(f)}: not a Mac, so no macOS arm64 torch and no MPS",
+            NOT_A_MAC_FIX,
+            **details,
+        )
     if on_mac is None or not machine:
-        return _f(n, Status.UNKNOWN, "the Python's platform or architecture is not known",
-                  "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)", **details)
+        return _f(
+            n,
+            Status.UNKNOWN,
+            "the Python's platform or architecture is not known",
+            "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)",
+            **details,
+        )
     if machine == "arm64":
         # A process under Rosetta is shown x86_64, so arm64 here is native whatever mpsup itself runs as.
         note = "; mpsup itself runs under Rosetta 2, which does not affect this Python" if f.mpsup_translated else ""
         return _f(n, Status.OK, f"arm64 on macOS, native{note}", **details)
-    rosetta = f.python_translated is True or (f.python_translated is None and machine == "x86_64" and f.arm64_hardware is True)
+    rosetta = f.python_translated is True or (
+        f.python_translated is None and machine == "x86_64" and f.arm64_hardware is True
+    )
     if rosetta:
-        return _f(n, Status.FAIL, f"{machine} Python under Rosetta 2: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
-                  ARM64_PYTHON_FIX, **details)
+        return _f(
+            n,
+            Status.FAIL,
+            f"{machine} Python under Rosetta 2: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+            ARM64_PYTHON_FIX,
+            **details,
+        )
     if f.arm64_hardware is False:
-        return _f(n, Status.FAIL, f"{machine} Python on an Intel Mac: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
-                  INTEL_FIX, **details)
-    return _f(n, Status.FAIL, f"{machine} Python, not arm64: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
-              ARM64_PYTHON_FIX, **details)
+        return _f(
+            n,
+            Status.FAIL,
+            f"{machine} Python on an Intel Mac: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+            INTEL_FIX,
+            **details,
+        )
+    return _f(
+        n,
+        Status.FAIL,
+        f"{machine} Python, not arm64: no torch after {wheels.LAST_X86_MACOS_TORCH} and no MPS",
+        ARM64_PYTHON_FIX,
+        **details,
+    )
 
 
 @check("torch-wheels", "PyTorch macOS arm64 wheels for this Python")
@@ -186,19 +253,40 @@ def check_torch_wheels(f: HostFacts) -> Finding:
     listed = tag in wheels.MACOS_ARM64_WHEEL_TAGS
     on_mac = i.get("platform") == "darwin" if i.get("platform") else f.is_macos
     if on_mac is False:
-        return _f(n, Status.UNKNOWN, f"not a Mac ({_os_name(f)}): macOS arm64 wheels do not install here"
-                  + (f" (they exist for {tag})" if listed else ""), NOT_A_MAC_FIX, tag=tag)
+        return _f(
+            n,
+            Status.UNKNOWN,
+            f"not a Mac ({_os_name(f)}): macOS arm64 wheels do not install here"
+            + (f" (they exist for {tag})" if listed else ""),
+            NOT_A_MAC_FIX,
+            tag=tag,
+        )
     if not listed:
-        return _f(n, Status.FAIL, f"no macOS arm64 torch wheel for {tag} (published: {have})",
-                  "use one of those Pythons, e.g. `uv venv -p 3.12`", tag=tag)
+        return _f(
+            n,
+            Status.FAIL,
+            f"no macOS arm64 torch wheel for {tag} (published: {have})",
+            "use one of those Pythons, e.g. `uv venv -p 3.12`",
+            tag=tag,
+        )
     machine = i.get("machine")
     if machine not in (None, "arm64"):
-        return _f(n, Status.FAIL, f"wheels exist for {tag} on arm64, but this Python is {machine}: "
-                  f"it takes macOS x86_64 wheels, last published for torch {wheels.LAST_X86_MACOS_TORCH}",
-                  ARM64_PYTHON_FIX, tag=tag)
+        return _f(
+            n,
+            Status.FAIL,
+            f"wheels exist for {tag} on arm64, but this Python is {machine}: "
+            f"it takes macOS x86_64 wheels, last published for torch {wheels.LAST_X86_MACOS_TORCH}",
+            ARM64_PYTHON_FIX,
+            tag=tag,
+        )
     if on_mac is None or machine is None:
-        return _f(n, Status.UNKNOWN, f"macOS arm64 wheels are published for {tag}; whether this Python is a macOS arm64 one is not known",
-                  "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)", tag=tag)
+        return _f(
+            n,
+            Status.UNKNOWN,
+            f"macOS arm64 wheels are published for {tag}; whether this Python is a macOS arm64 one is not known",
+            "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)",
+            tag=tag,
+        )
     return _f(n, Status.OK, f"macOS arm64 wheels are published for {tag}", tag=tag)
 
 
@@ -207,13 +295,20 @@ def check_environment(f: HostFacts) -> Finding:
     n = "environment"
     i = f.interpreter
     if not i:
-        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+        return _f(
+            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
+        )
     kind = "venv" if i.get("in_venv") else "conda" if i.get("conda") else "system Python"
     parts = [kind, "pip present" if i.get("pip") else "no pip", "uv present" if i.get("uv") else "no uv (optional)"]
     details = {"kind": kind, "pip": i.get("pip"), "uv": i.get("uv"), "externally_managed": i.get("externally_managed")}
     if i.get("externally_managed") and kind == "system Python":
-        return _f(n, Status.WARN, ", ".join([*parts, "externally managed (PEP 668)"]),
-                  "installs need a venv: `python3 -m venv ~/.venvs/torch` (mpsup install-rc makes one for you)", **details)
+        return _f(
+            n,
+            Status.WARN,
+            ", ".join([*parts, "externally managed (PEP 668)"]),
+            "installs need a venv: `python3 -m venv ~/.venvs/torch` (mpsup install-rc makes one for you)",
+            **details,
+        )
     if not i.get("pip") and not i.get("uv"):
         return _f(n, Status.WARN, ", ".join(parts), "install pip (`python -m ensurepip`) or uv", **details)
     return _f(n, Status.OK, ", ".join(parts), **details)
@@ -222,8 +317,10 @@ def check_environment(f: HostFacts) -> Finding:
 # torch 2.15's message when the process sees no Metal device; older builds blamed the macOS version.
 _NO_METAL_GPU = re.compile(r"no supported Metal GPU|virtual machine, sandbox or container", re.IGNORECASE)
 _SAYS_MACOS_FLOOR = re.compile(r"supported on mac ?os (\d+(?:\.\d+)*)\+", re.IGNORECASE)
-NO_METAL_FIX = ("run this Python directly on the Mac, outside any virtual machine, sandbox or container "
-                "(a sandboxed agent, IDE task or Docker/Lima VM sees no Metal GPU)")
+NO_METAL_FIX = (
+    "run this Python directly on the Mac, outside any virtual machine, sandbox or container "
+    "(a sandboxed agent, IDE task or Docker/Lima VM sees no Metal GPU)"
+)
 
 
 def _mps_cause(f: HostFacts, ver: tuple[int, ...], floor: tuple[int, int] | None) -> tuple[str, str]:
@@ -241,24 +338,37 @@ def _mps_cause(f: HostFacts, ver: tuple[int, ...], floor: tuple[int, int] | None
         keep = ""
         if older:
             pin = f"torch<{older[0]}.{older[1] + 1}"
-            keep = f"; to keep MPS on macOS {f.macos_version} today, stay on torch {wheels.show(older)} (`pip install '{pin}'`)"
+            keep = (
+                f"; to keep MPS on macOS {f.macos_version} today, stay on torch {wheels.show(older)} (`pip install "
+                f"'{pin}'`)"
+            )
         cause = f"torch {wheels.show(ver[:2])}'s MPS needs macOS {need}; this Mac runs {f.macos_version}"
         wheel_floor = wheels.wheel_macos_floor(ver)
         if wheel_floor and macos >= wheel_floor:
             # pip judges the wheel's tag, not MPS's floor: from 2.15 it installs a torch whose MPS cannot run here.
-            cause += f"; its wheel is tagged for macOS {wheels.show(wheel_floor)} and later, so pip installs it here anyway"
+            cause += (
+                f"; its wheel is tagged for macOS {wheels.show(wheel_floor)} and later, so pip installs it here anyway"
+            )
         return cause, f"update macOS to {need} or later{keep}"
     said = _SAYS_MACOS_FLOOR.search(reason)
     if said and macos and floor:
         # 2.9-2.14 say "supported on macOS 14.0+" also on macOS 15 and 26 when the process has no Metal device.
-        return (f"torch says \"supported on macOS {said.group(1)}+\", yet macOS {f.macos_version} meets this build's floor "
-                f"({wheels.show(floor)}): builds before 2.15 say so when the process sees no Metal GPU", NO_METAL_FIX)
+        return (
+            f'torch says "supported on macOS {said.group(1)}+", yet macOS {f.macos_version} meets this build\'s floor '
+            f"({wheels.show(floor)}): builds before 2.15 say so when the process sees no Metal GPU",
+            NO_METAL_FIX,
+        )
     if not macos and floor:
-        return f"macOS version not known; this build's MPS needs macOS {wheels.show(floor)}", "run `sw_vers` and check that it works"
+        return (
+            f"macOS version not known; this build's MPS needs macOS {wheels.show(floor)}",
+            "run `sw_vers` and check that it works",
+        )
     told = f"; torch says: {reason}" if reason else ""
-    return (f"unknown cause{told}",
-            "run `python -c \"import torch; torch.ones(1, device='mps')\"` for torch's own message; "
-            "report it with `mpsup doctor --save-snapshot FILE`")
+    return (
+        f"unknown cause{told}",
+        "run `python -c \"import torch; torch.ones(1, device='mps')\"` for torch's own message; "
+        "report it with `mpsup doctor --save-snapshot FILE`",
+    )
 
 
 @check("torch-mps", "torch and MPS (today)")
@@ -266,29 +376,50 @@ def check_torch_mps(f: HostFacts) -> Finding:
     n = "torch-mps"
     i = f.interpreter
     if not i:
-        return _f(n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH")
+        return _f(
+            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
+        )
     t = f.torch
     if t is None:
         why = i.get("torch_error", "not installed")
-        return _f(n, Status.WARN, f"torch is not importable ({why})",
-                  "`pip install torch` in this environment, or `mpsup install-rc` for a side-by-side one")
+        return _f(
+            n,
+            Status.WARN,
+            f"torch is not importable ({why})",
+            "`pip install torch` in this environment, or `mpsup install-rc` for a side-by-side one",
+        )
     ver_text = str(t.get("version") or "?")
     ver = _version_tuple(ver_text)
     floor = wheels.mps_macos_floor(ver)
     details = {k: t.get(k) for k in ("version", "mps_built", "mps_available", "mps_op_ok", "mps_unavailable_reason")}
     details["mps_macos_floor"] = wheels.show(floor) if floor else None
     if f.is_macos is False:
-        return _f(n, Status.UNKNOWN, f"torch {ver_text} imports; not a Mac ({_os_name(f)}), so no MPS", NOT_A_MAC_FIX, **details)
+        return _f(
+            n,
+            Status.UNKNOWN,
+            f"torch {ver_text} imports; not a Mac ({_os_name(f)}), so no MPS",
+            NOT_A_MAC_FIX,
+            **details,
+        )
     if not t.get("mps_built"):
         cause = "an x86_64 build" if i.get("machine") == "x86_64" else "a build without MPS"
-        fix = INTEL_FIX if f.arm64_hardware is False else f"{ARM64_PYTHON_FIX}, and install torch's arm64 macOS wheel there"
+        fix = (
+            INTEL_FIX
+            if f.arm64_hardware is False
+            else f"{ARM64_PYTHON_FIX}, and install torch's arm64 macOS wheel there"
+        )
         return _f(n, Status.FAIL, f"torch {ver_text} has no MPS support compiled in ({cause})", fix, **details)
     if not t.get("mps_available"):
         cause, fix = _mps_cause(f, ver, floor)
         return _f(n, Status.FAIL, f"torch {ver_text}: MPS built but not available ({cause})", fix, **details)
     if t.get("mps_op_ok") is False:
-        return _f(n, Status.FAIL, f"torch {ver_text}: a tensor op on mps failed: {t.get('mps_error', '?')}",
-                  "reinstall torch; if it persists, report it with `mpsup doctor --save-snapshot`", **details)
+        return _f(
+            n,
+            Status.FAIL,
+            f"torch {ver_text}: a tensor op on mps failed: {t.get('mps_error', '?')}",
+            "reinstall torch; if it persists, report it with `mpsup doctor --save-snapshot`",
+            **details,
+        )
     if t.get("mps_op_ok") is None:
         return _f(n, Status.OK, f"torch {ver_text}, MPS built and available (no test op recorded)", **details)
     return _f(n, Status.OK, f"torch {ver_text}, MPS built and available, a test op ran", **details)
@@ -306,22 +437,47 @@ def check_gpu_memory(f: HostFacts) -> Finding:
     cores = t.get("mps_core_count") or f.gpu.gpu_cores
     memory = f.memory_bytes or (f.gpu.memory_gb * 2**30 if f.gpu.memory_gb else None)
     rec = t.get("recommended_max_memory")
-    details: dict[str, Any] = {"chip": chip, "gpu_cores": cores, "metal": f.gpu.metal, "memory_bytes": memory,
-               "recommended_max_memory": rec}
+    details: dict[str, Any] = {
+        "chip": chip,
+        "gpu_cores": cores,
+        "metal": f.gpu.metal,
+        "memory_bytes": memory,
+        "recommended_max_memory": rec,
+    }
     if f.is_macos is False:
         return _f(n, Status.UNKNOWN, f"not a Mac ({_os_name(f)}): no Apple GPU here", NOT_A_MAC_FIX, **details)
     if not f.is_macos:
-        return _f(n, Status.UNKNOWN, "could not tell the operating system, so not the GPU either", "run on the Mac itself", **details)
+        return _f(
+            n,
+            Status.UNKNOWN,
+            "could not tell the operating system, so not the GPU either",
+            "run on the Mac itself",
+            **details,
+        )
     if chip is None and memory is None:
-        return _f(n, Status.UNKNOWN, "GPU and memory not known (system_profiler and sysctl gave nothing)",
-                  "check `system_profiler SPDisplaysDataType`", **details)
-    parts = [chip or "GPU ?", f"{cores} GPU cores" if cores else "GPU cores ?", f.gpu.metal or "Metal ?",
-             f"{_gib(memory)} unified memory"]
+        return _f(
+            n,
+            Status.UNKNOWN,
+            "GPU and memory not known (system_profiler and sysctl gave nothing)",
+            "check `system_profiler SPDisplaysDataType`",
+            **details,
+        )
+    parts = [
+        chip or "GPU ?",
+        f"{cores} GPU cores" if cores else "GPU cores ?",
+        f.gpu.metal or "Metal ?",
+        f"{_gib(memory)} unified memory",
+    ]
     if rec:
         parts.append(f"MPS working set up to {_gib(rec)}")
     if memory is not None and memory < 12 * 2**30:
-        return _f(n, Status.WARN, ", ".join(parts) + ": large models will not fit",
-                  "bench with --model on smaller checkpoints or fewer tokens", **details)
+        return _f(
+            n,
+            Status.WARN,
+            ", ".join(parts) + ": large models will not fit",
+            "bench with --model on smaller checkpoints or fewer tokens",
+            **details,
+        )
     return _f(n, Status.OK, ", ".join(parts), **details)
 
 
@@ -341,8 +497,10 @@ def check_hygiene(f: HostFacts) -> Finding:
         else:
             known.append("Low Power Mode off")
     if f.thermal is not None and f.thermal.known:
-        if f.thermal.thermal_warning or f.thermal.performance_warning or (
-            f.thermal.cpu_speed_limit is not None and f.thermal.cpu_speed_limit < 100
+        if (
+            f.thermal.thermal_warning
+            or f.thermal.performance_warning
+            or (f.thermal.cpu_speed_limit is not None and f.thermal.cpu_speed_limit < 100)
         ):
             warnings.append(("thermal or performance warning recorded", "let the Mac cool down and retry"))
         else:
@@ -351,7 +509,9 @@ def check_hygiene(f: HostFacts) -> Finding:
     cpus = (f.interpreter or {}).get("cpu_count") or 1
     if load:
         if load[0] > max(1.0, 0.5 * cpus):
-            warnings.append((f"load average {load[0]:.1f} on {cpus} CPUs", "close other busy programs before benchmarking"))
+            warnings.append(
+                (f"load average {load[0]:.1f} on {cpus} CPUs", "close other busy programs before benchmarking")
+            )
         else:
             known.append(f"load {load[0]:.1f}")
     details: dict[str, Any] = {
@@ -363,13 +523,16 @@ def check_hygiene(f: HostFacts) -> Finding:
     if warnings:
         return _f(n, Status.WARN, "; ".join(w for w, _ in warnings), "; ".join(x for _, x in warnings), **details)
     if not known:
-        return _f(n, Status.UNKNOWN, "power, thermal state and load not known", "run `pmset -g batt` on the Mac", **details)
+        return _f(
+            n, Status.UNKNOWN, "power, thermal state and load not known", "run `pmset -g batt` on the Mac", **details
+        )
     return _f(n, Status.OK, ", ".join(known), **details)
 
 
 MPS_ENV_EFFECTS: dict[str, str] = {
     "PYTORCH_ENABLE_MPS_FALLBACK": "unsupported ops silently run on the CPU, so timings mix CPU and GPU",
-    "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "caps MPS memory as a share of the recommended size; 0.0 removes the cap and can freeze the Mac",
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "caps MPS memory as a share of the recommended size; 0.0 removes the cap "
+    "and can freeze the Mac",
     "PYTORCH_MPS_LOW_WATERMARK_RATIO": "sets when the allocator starts freeing cached memory",
     "PYTORCH_MPS_FAST_MATH": "enables Metal fast math: faster, less precise results",
     "PYTORCH_MPS_PREFER_METAL": "prefers Metal kernels over MPSGraph for matmul",
@@ -409,6 +572,13 @@ def run_checks(facts: HostFacts) -> list[Finding]:
         try:
             findings.append(fn(facts))
         except Exception as exc:  # a broken check must not hide the others
-            findings.append(Finding(name, title, Status.UNKNOWN, f"check crashed: {type(exc).__name__}: {exc}",
-                                    "report this with `mpsup doctor --save-snapshot`"))
+            findings.append(
+                Finding(
+                    name,
+                    title,
+                    Status.UNKNOWN,
+                    f"check crashed: {type(exc).__name__}: {exc}",
+                    "report this with `mpsup doctor --save-snapshot`",
+                )
+            )
     return findings

@@ -25,7 +25,9 @@ class DoctorResult:
     exit_code: int
 
 
-def run(req: DoctorRequest, busy: Callable[[str], AbstractContextManager[object]] = lambda _msg: nullcontext()) -> DoctorResult:
+def run(
+    req: DoctorRequest, busy: Callable[[str], AbstractContextManager[object]] = lambda _msg: nullcontext()
+) -> DoctorResult:
     """`busy(message)` wraps the slow part (reading the machine), e.g. a spinner."""
     from mpsup.host.snapshot import capture, load_snapshot, save_snapshot
 

@@ -55,6 +55,8 @@ def _render_environments(environments: list[dict[str, Any]] | None, console: Con
     if not environments:
         console.print(Text(f"Candidate environments: {INSTALL_RC_HINT}"))
         return
-    console.print(Text("Candidate environments (mpsup install-rc; `mpsup bench --candidate NAME` measures one):", style="bold"))
+    console.print(
+        Text("Candidate environments (mpsup install-rc; `mpsup bench --candidate NAME` measures one):", style="bold")
+    )
     for env in environments:
         console.print(Text(f"  {_environment_line(env)}"))

@@ -1,4 +1,5 @@
-"""Which Python builds get PyTorch wheels for macOS arm64, and which macOS each build needs. The one place this is kept."""
+"""Which Python builds get PyTorch wheels for macOS arm64, and which macOS each build needs. The one place this is
+kept."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ WHEEL_MACOS_FLOORS: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = (
 )
 
 
-def _floor(table: tuple[tuple[tuple[int, int], tuple[int, int]], ...], torch_version: tuple[int, ...]) -> tuple[int, int] | None:
+def _floor(
+    table: tuple[tuple[tuple[int, int], tuple[int, int]], ...], torch_version: tuple[int, ...]
+) -> tuple[int, int] | None:
     if len(torch_version) < 2:
         return None
     return next((floor for since, floor in table if torch_version[:2] >= since), None)

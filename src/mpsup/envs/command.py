@@ -39,7 +39,11 @@ class RemoveResult:
 
 def action(req: InstallRcRequest) -> Action:
     """Which one thing the options ask for; contradictions and root on macOS are refused here."""
-    chosen = [flag for flag, on in (("--list", req.list_envs), ("--remove", req.remove is not None), ("--rollback", req.rollback)) if on]
+    chosen = [
+        flag
+        for flag, on in (("--list", req.list_envs), ("--remove", req.remove is not None), ("--rollback", req.rollback))
+        if on
+    ]
     if len(chosen) > 1:
         raise UserError(f"{' and '.join(chosen)} cannot be combined")
     if req.install.in_place and req.install.clone:
@@ -49,7 +53,10 @@ def action(req: InstallRcRequest) -> Action:
     if req.remove is not None:
         return "remove"
     if is_root_refused(sys.platform, current_euid(), req.install.allow_root):
-        raise UserError("running as root on macOS would leave root-owned files in your environments; run as yourself, or pass --allow-root")
+        raise UserError(
+            "running as root on macOS would leave root-owned files in your environments; run as yourself, or pass "
+            "--allow-root"
+        )
     return "rollback" if req.rollback else "install"
 
 

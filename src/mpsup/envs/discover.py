@@ -66,7 +66,8 @@ _MACOS_TAG = re.compile(r"macosx_(\d+)_(\d+)_(\w+)")
 
 
 def macos_floor(wheels: list[Wheel], target: Target) -> tuple[int, int] | None:
-    """The oldest macOS that the wheels for the target's interpreter and architecture need, when it is newer than the target's."""
+    """The oldest macOS that the wheels for the target's interpreter and architecture need, when it is newer than
+    the target's."""
     if target.platform != "darwin" or target.macos is None:
         return None
     interpreter = "cp{}{}".format(*target.python_version)
@@ -137,7 +138,9 @@ def pick_wheel(
     by_version: dict[Version, list[Wheel]] = defaultdict(list)
     for w in wheels:
         by_version[w.version].append(w)
-    by_version = defaultdict(list, {v: ws for v, ws in by_version.items() if not (v.local and _for_other_platforms(ws, target))})
+    by_version = defaultdict(
+        list, {v: ws for v, ws in by_version.items() if not (v.local and _for_other_platforms(ws, target))}
+    )
     if not by_version:
         return Pick(None, f"{where} lists {project} wheels only for other platforms than {target.describe()}")
     if version is not None:
@@ -165,17 +168,28 @@ def pick_wheel(
     if version is not None:
         floor = macos_floor(by_version[versions[0]], target)
         if floor is not None:
-            return Pick(None, f"no {project} {version} wheel for {target.describe()}: {project} {version} needs macOS "
-                              f"{_macos_text(floor)} or newer{_mac_runs(target)}")
+            return Pick(
+                None,
+                f"no {project} {version} wheel for {target.describe()}: {project} {version} needs macOS "
+                f"{_macos_text(floor)} or newer{_mac_runs(target)}",
+            )
         has = _interpreters_summary(by_version[versions[0]], target)
         return Pick(None, f"no {project} {version} wheel for {target.describe()}; this release has {has}")
     latest = versions[0]
     floor = macos_floor(by_version[latest], target)
     if floor is not None:
-        return Pick(None, f"no {project} wheel on {where} fits {target.describe()}: the newest release, {latest}, needs macOS "
-                          f"{_macos_text(floor)} or newer{_mac_runs(target)}", tuple(notes[:1]))
-    return Pick(None, f"no {project} wheel on {where} fits {target.describe()}; the newest release, {latest}, has "
-                      f"{_interpreters_summary(by_version[latest], target)}", tuple(notes[:1]))
+        return Pick(
+            None,
+            f"no {project} wheel on {where} fits {target.describe()}: the newest release, {latest}, needs macOS "
+            f"{_macos_text(floor)} or newer{_mac_runs(target)}",
+            tuple(notes[:1]),
+        )
+    return Pick(
+        None,
+        f"no {project} wheel on {where} fits {target.describe()}; the newest release, {latest}, has "
+        f"{_interpreters_summary(by_version[latest], target)}",
+        tuple(notes[:1]),
+    )
 
 
 def _mac_runs(target: Target) -> str:
@@ -186,5 +200,8 @@ def _mac_runs(target: Target) -> str:
 def _no_wheel_note(project: str, v: Version, wheels: list[Wheel], target: Target) -> str:
     floor = macos_floor(wheels, target)
     if floor is not None:
-        return f"{project} {v} needs macOS {_macos_text(floor)} or newer; this Mac runs macOS {_macos_text(target.macos or (0, 0))}"
+        return (
+            f"{project} {v} needs macOS {_macos_text(floor)} or newer; this Mac runs macOS "
+            f"{_macos_text(target.macos or (0, 0))}"
+        )
     return f"{project} {v} has no wheel for {target.describe()} (it has {_interpreters_summary(wheels, target)})"

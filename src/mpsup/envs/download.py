@@ -87,8 +87,18 @@ def _verified_cached(dest: Path, sha256: str | None) -> bool:
     return sha256 is not None and dest.is_file() and not dest.is_symlink() and sha256_of(dest) == sha256.lower()
 
 
-def fetch_wheel(url: str, filename: str, sha256: str | None, folder: Path, *, project: str = "torch", cafile: str | None = None,
-                progress: ProgressFn | None = None, allow_unhashed: bool = False, size: int | None = None) -> FetchedWheel:
+def fetch_wheel(
+    url: str,
+    filename: str,
+    sha256: str | None,
+    folder: Path,
+    *,
+    project: str = "torch",
+    cafile: str | None = None,
+    progress: ProgressFn | None = None,
+    allow_unhashed: bool = False,
+    size: int | None = None,
+) -> FetchedWheel:
     """A verified local wheel: a `file://` wheel is checked where it lies, others are downloaded.
 
     The download goes to a temp name in the folder and is renamed only once its hash matches, so a
@@ -96,7 +106,9 @@ def fetch_wheel(url: str, filename: str, sha256: str | None, folder: Path, *, pr
     from the index the wheel is refused unless `allow_unhashed`; its hash is then computed here.
     """
     if sha256 is None and not allow_unhashed:
-        raise UserError(f"the index gives no sha256 for {url}; refusing an unchecked wheel (--allow-unhashed accepts it)")
+        raise UserError(
+            f"the index gives no sha256 for {url}; refusing an unchecked wheel (--allow-unhashed accepts it)"
+        )
     name = wheel_file_name(filename, project)
     path = local_path(url)
     if path is not None:
@@ -132,7 +144,9 @@ def _stream(url: str, fd: int, cafile: str | None, progress: ProgressFn | None, 
         while chunk := resp.read(_CHUNK):
             done += len(chunk)
             if size is not None and done > size:
-                raise OperationFailed(f"{url}: the download is larger than the {size} bytes the index gives; the file was not installed")
+                raise OperationFailed(
+                    f"{url}: the download is larger than the {size} bytes the index gives; the file was not installed"
+                )
             out.write(chunk)
             digest.update(chunk)
             if progress:

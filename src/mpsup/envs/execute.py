@@ -27,7 +27,16 @@ from packaging.version import Version
 from mpsup.envs import installer as inst
 from mpsup.envs.download import FetchedWheel, fetch_wheel
 from mpsup.envs.plan import InstallPlan
-from mpsup.envs.records import ENV_RECORD, EnvRecord, env_slug, latest_rollback, now_iso, read_rollback, save_rollback, write_record
+from mpsup.envs.records import (
+    ENV_RECORD,
+    EnvRecord,
+    env_slug,
+    latest_rollback,
+    now_iso,
+    read_rollback,
+    save_rollback,
+    write_record,
+)
 from mpsup.envs.venvs import commit_move, create_venv, is_ours, mark_as_ours, point_at, remove_tree, venv_python
 from mpsup.errors import OperationFailed, UserError
 from mpsup.paths import downloads_dir, envs_dir, tmp_dir
@@ -71,26 +80,34 @@ def check_space(plan: InstallPlan, free_bytes: Callable[[Path], int] | None = No
     where = _existing_parent(plan.prefix)
     free, needed = free_bytes(where), space_needed(plan)
     if free < needed:
-        raise OperationFailed(f"{where}: {free / 2**30:.1f} GiB free, the install needs about {needed / 2**30:.1f} GiB; nothing was changed")
+        raise OperationFailed(
+            f"{where}: {free / 2**30:.1f} GiB free, the install needs about {needed / 2**30:.1f} GiB; nothing was "
+            "changed"
+        )
 
 
 def _run_installer(argv: list[str], what: str) -> None:
     res = run_command(argv, timeout=inst.INSTALL_TIMEOUT_S)
     if not res.ok:
         lines = [ln for ln in (res.stderr + "\n" + res.stdout).splitlines() if ln.strip()]
-        reason = next((ln.strip() for ln in reversed(lines) if ln.lstrip().startswith("ERROR")), lines[-1].strip() if lines else "")
+        reason = next(
+            (ln.strip() for ln in reversed(lines) if ln.lstrip().startswith("ERROR")),
+            lines[-1].strip() if lines else "",
+        )
         raise OperationFailed(f"{what} failed: {reason or 'exit ' + str(res.returncode)}")
 
 
 def _package_versions(python: Path, names: tuple[str, ...]) -> dict[str, str]:
     if not names:
         return {}
-    code = ("import importlib.metadata as m, json, sys\n"
-            "out = {}\n"
-            "for n in sys.argv[1:]:\n"
-            "    try: out[n] = m.version(n)\n"
-            "    except m.PackageNotFoundError: out[n] = None\n"
-            "print(json.dumps(out))")
+    code = (
+        "import importlib.metadata as m, json, sys\n"
+        "out = {}\n"
+        "for n in sys.argv[1:]:\n"
+        "    try: out[n] = m.version(n)\n"
+        "    except m.PackageNotFoundError: out[n] = None\n"
+        "print(json.dumps(out))"
+    )
     res = run_command([python, "-c", code, *names], timeout=60)
     try:
         return json.loads(res.stdout) if res.ok else {}
@@ -105,14 +122,18 @@ def verify(plan: InstallPlan, python: Path, probe: Callable[[Path], dict[str, An
         raise OperationFailed(f"{python}: the new environment's Python does not run")
     torch_facts = facts.get("torch")
     if not torch_facts:
-        raise OperationFailed(f"torch does not import in the new environment: {facts.get('torch_error', 'unknown error')}")
+        raise OperationFailed(
+            f"torch does not import in the new environment: {facts.get('torch_error', 'unknown error')}"
+        )
     if Version(torch_facts["version"]).public != Version(plan.to_version).public:
         raise OperationFailed(f"the new environment has torch {torch_facts['version']}, not {plan.to_version}")
     if plan.target_platform == "darwin":
         if not torch_facts.get("mps_built"):
             raise OperationFailed(f"torch {plan.to_version} in the new environment was built without MPS")
         if not torch_facts.get("mps_available"):
-            raise OperationFailed(f"torch {plan.to_version} imports but MPS is not available (run `mpsup doctor --python {python}`)")
+            raise OperationFailed(
+                f"torch {plan.to_version} imports but MPS is not available (run `mpsup doctor --python {python}`)"
+            )
     versions = _package_versions(python, plan.companions)
     missing = [n for n in plan.companions if not versions.get(n)]
     if missing:
@@ -136,8 +157,15 @@ def _record(plan: InstallPlan, facts: dict[str, Any], fetched: FetchedWheel, pre
         created_at=now_iso(),
         baseline_python=str(plan.baseline_python),
         baseline_torch=plan.baseline_torch,
-        wheel={"filename": plan.wheel.filename, "url": plan.wheel.url, "sha256": fetched.sha256, "sha256_from": fetched.sha256_from,
-               "size": plan.wheel.size, "upload_time": plan.wheel.upload_time, "seen_at": plan.wheel.seen_at},
+        wheel={
+            "filename": plan.wheel.filename,
+            "url": plan.wheel.url,
+            "sha256": fetched.sha256,
+            "sha256_from": fetched.sha256_from,
+            "size": plan.wheel.size,
+            "upload_time": plan.wheel.upload_time,
+            "seen_at": plan.wheel.seen_at,
+        },
         companions=dict(facts.get("companions") or {}),
         mps_built=bool(torch_facts.get("mps_built")),
         mps_available=bool(torch_facts.get("mps_available")),
@@ -156,8 +184,16 @@ def _install(plan: InstallPlan, python: Path, wheel: Path, clone_file: Path | No
 
 def _fetch(plan: InstallPlan, progress: Progress) -> FetchedWheel:
     progress.step(f"Fetching {plan.wheel.filename}")
-    return fetch_wheel(plan.wheel.url, plan.wheel.filename, plan.wheel.sha256, downloads_dir(), cafile=plan.cafile,
-                       progress=progress.download, allow_unhashed=plan.allow_unhashed, size=plan.wheel.size)
+    return fetch_wheel(
+        plan.wheel.url,
+        plan.wheel.filename,
+        plan.wheel.sha256,
+        downloads_dir(),
+        cafile=plan.cafile,
+        progress=progress.download,
+        allow_unhashed=plan.allow_unhashed,
+        size=plan.wheel.size,
+    )
 
 
 def _clear_leftover(prefix: Path) -> None:
@@ -199,13 +235,22 @@ class InstallResult:
     rollback_path: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": "installed", "environment": self.record.to_json(), "record": str(self.record_path),
-                "elapsed_s": round(self.elapsed_s, 1), "rollback": str(self.rollback_path) if self.rollback_path else None}
+        return {
+            "status": "installed",
+            "environment": self.record.to_json(),
+            "record": str(self.record_path),
+            "elapsed_s": round(self.elapsed_s, 1),
+            "rollback": str(self.rollback_path) if self.rollback_path else None,
+        }
 
 
-def install_side_by_side(plan: InstallPlan, *, progress: Progress | None = None,
-                         probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
-                         free_bytes: Callable[[Path], int] | None = None) -> InstallResult:
+def install_side_by_side(
+    plan: InstallPlan,
+    *,
+    progress: Progress | None = None,
+    probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
+    free_bytes: Callable[[Path], int] | None = None,
+) -> InstallResult:
     progress = progress or _Silent()
     started = time.monotonic()
     _clear_leftover(plan.prefix)
@@ -223,8 +268,10 @@ def install_side_by_side(plan: InstallPlan, *, progress: Progress | None = None,
         tmp_python = venv_python(building)
         if plan.clone_lines:
             clone_file = _write_temp_lines(plan.clone_lines)
-        progress.step(f"Installing torch {plan.to_version} with {plan.installer}"
-                      + (f" and {len(plan.clone_lines)} packages from your environment" if plan.clone_lines else ""))
+        progress.step(
+            f"Installing torch {plan.to_version} with {plan.installer}"
+            + (f" and {len(plan.clone_lines)} packages from your environment" if plan.clone_lines else "")
+        )
         _install(plan, tmp_python, fetched.path, clone_file)
         progress.step("Verifying the new environment")
         facts = verify(plan, tmp_python, probe)
@@ -257,15 +304,21 @@ def _write_temp_lines(lines: tuple[str, ...] | list[str]) -> Path:
     return Path(name)
 
 
-def install_in_place(plan: InstallPlan, *, progress: Progress | None = None,
-                     probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
-                     free_bytes: Callable[[Path], int] | None = None) -> InstallResult:
+def install_in_place(
+    plan: InstallPlan,
+    *,
+    progress: Progress | None = None,
+    probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
+    free_bytes: Callable[[Path], int] | None = None,
+) -> InstallResult:
     progress = progress or _Silent()
     started = time.monotonic()
     check_space(plan, free_bytes)
     frozen = inst.freeze(plan.python)
     if frozen is None:
-        raise OperationFailed(f"{plan.python}: pip freeze failed, so the environment could not be saved; nothing was changed")
+        raise OperationFailed(
+            f"{plan.python}: pip freeze failed, so the environment could not be saved; nothing was changed"
+        )
     fetched = _fetch(plan, progress)
     saved = save_rollback(plan.python, frozen, plan.baseline_torch, plan.index_url)
     progress.step(f"Saved {len(frozen)} packages to {saved}")
@@ -280,8 +333,10 @@ def install_in_place(plan: InstallPlan, *, progress: Progress | None = None,
             restore(plan.python, saved)
             _mark_restored(saved)
         except OperationFailed as restore_exc:
-            raise OperationFailed(f"{exc}; restoring the saved set also failed ({restore_exc}); "
-                                  f"run `mpsup install-rc --rollback --python {plan.python}`") from None
+            raise OperationFailed(
+                f"{exc}; restoring the saved set also failed ({restore_exc}); "
+                f"run `mpsup install-rc --rollback --python {plan.python}`"
+            ) from None
         raise
     record = _record(plan, facts, fetched, plan.prefix, plan.python)
     folder = envs_dir() / record.name
@@ -297,8 +352,13 @@ class RollbackResult:
     removed: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": "rolled-back", "python": str(self.python), "saved": str(self.saved),
-                "reinstalled": list(self.reinstalled), "removed": list(self.removed)}
+        return {
+            "status": "rolled-back",
+            "python": str(self.python),
+            "saved": str(self.saved),
+            "reinstalled": list(self.reinstalled),
+            "removed": list(self.removed),
+        }
 
 
 def restore(python: Path, saved_path: Path) -> RollbackResult:

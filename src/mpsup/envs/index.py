@@ -142,7 +142,11 @@ def _str_or_none(value: Any) -> str | None:
 
 def _json_entry(entry: Any, page_url: str) -> IndexFile | None:
     """One PEP 691 file entry; None for entries too malformed to use. Mistyped optional fields count as absent."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or not isinstance(entry.get("url"), str):
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("filename"), str)
+        or not isinstance(entry.get("url"), str)
+    ):
         return None
     if not entry["filename"] or not entry["url"]:
         return None
@@ -153,8 +157,15 @@ def _json_entry(entry: Any, page_url: str) -> IndexFile | None:
     size = entry.get("size")
     size = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
     yanked = entry.get("yanked")
-    return IndexFile(entry["filename"], url, sha, size, _str_or_none(entry.get("requires-python")),
-                     bool(yanked) if isinstance(yanked, (bool, str)) else False, _str_or_none(entry.get("upload-time")))
+    return IndexFile(
+        entry["filename"],
+        url,
+        sha,
+        size,
+        _str_or_none(entry.get("requires-python")),
+        bool(yanked) if isinstance(yanked, (bool, str)) else False,
+        _str_or_none(entry.get("upload-time")),
+    )
 
 
 def parse_json_page(text: str, page_url: str) -> list[IndexFile]:
@@ -194,15 +205,24 @@ class _PolicyRedirects(urllib.request.HTTPRedirectHandler):
         try:
             check_index_url(target, f"{req.full_url} redirects to")
             if urllib.parse.urlsplit(target).scheme == "file":
-                raise UserError(f"{req.full_url} redirects to {target}: a redirect may not lead to files on this machine")
+                raise UserError(
+                    f"{req.full_url} redirects to {target}: a redirect may not lead to files on this machine"
+                )
         except UserError:
             fp.close()
             raise
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-def open_url(url: str, *, cafile: str | None = None, timeout: float = 30.0, accept: str = _ACCEPT, method: str = "GET",
-             what: str = "the URL"):  # type: ignore[no-untyped-def]
+def open_url(
+    url: str,
+    *,
+    cafile: str | None = None,
+    timeout: float = 30.0,
+    accept: str = _ACCEPT,
+    method: str = "GET",
+    what: str = "the URL",
+):  # type: ignore[no-untyped-def]
     """urlopen with the user's CA bundle and the address policy on the URL and on every redirect hop.
 
     Proxies come from the usual *_proxy variables.
@@ -222,7 +242,9 @@ def _charset(name: str | None) -> str:
 
 def read_capped(resp: Any, url: str, max_bytes: int = MAX_INDEX_PAGE_BYTES) -> bytes:
     """The body, streamed, refused as soon as it passes `max_bytes` (Content-Length is checked first)."""
-    too_big = UserError(f"{url}: the index page is larger than {max_bytes >> 20} MiB; refusing to read it (is this a package index?)")
+    too_big = UserError(
+        f"{url}: the index page is larger than {max_bytes >> 20} MiB; refusing to read it (is this a package index?)"
+    )
     length = resp.headers.get("Content-Length")
     if length and length.isdigit() and int(length) > max_bytes:
         raise too_big
@@ -243,7 +265,9 @@ def default_fetcher(cafile: str | None = None, timeout: float = 30.0, max_bytes:
                 path = path / "index.html"
             if not path.exists():
                 raise ProjectNotFound(f"{path}: No such file")
-            return Fetched(read_bytes_bounded(path, "index page", max_bytes).decode("utf-8", errors="replace"), url, "text/html")
+            return Fetched(
+                read_bytes_bounded(path, "index page", max_bytes).decode("utf-8", errors="replace"), url, "text/html"
+            )
         try:
             with open_url(url, cafile=cafile, timeout=timeout, what="the index page") as resp:
                 body = read_capped(resp, url, max_bytes)

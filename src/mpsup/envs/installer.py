@@ -20,10 +20,21 @@ from mpsup.syscmd import pip_command, run_command
 
 INSTALL_TIMEOUT_S = 3600.0
 # Never carried into a clone: a pinned torchvision built for the baseline torch would drag it back.
-TORCH_FAMILY = frozenset({
-    "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchao", "torchcodec",
-    "triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu",
-})
+TORCH_FAMILY = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "torchdata",
+        "torchao",
+        "torchcodec",
+        "triton",
+        "pytorch-triton",
+        "pytorch-triton-rocm",
+        "pytorch-triton-xpu",
+    }
+)
 
 
 def is_torch_family(name: str) -> bool:
@@ -54,7 +65,10 @@ def choose_installer(requested: str, probe: dict, pip_settings: dict[str, str]) 
         return "pip", None
     pip_indexes = [o for o in _PIP_INDEX_OPTIONS if pip_settings.get(o)]
     if pip_indexes and probe.get("pip") and not uv_configured():
-        return "pip", f"pip chosen over uv: your pip configuration sets {', '.join(pip_indexes)}, which uv does not read"
+        return (
+            "pip",
+            f"pip chosen over uv: your pip configuration sets {', '.join(pip_indexes)}, which uv does not read",
+        )
     return "uv", None
 
 
@@ -87,7 +101,14 @@ def install_commands(installer: str, python: Path, args: InstallArgs, uv: str = 
     Installing the wheel by name from a folder (not by path) keeps `pip freeze` saying
     `torch==X` rather than `torch @ file:///...cache...`, so freezes and clones stay portable.
     """
-    wheel_only = [*_base(installer, python, uv), "--no-index", "--no-deps", "--find-links", str(args.wheel_dir), args.pin]
+    wheel_only = [
+        *_base(installer, python, uv),
+        "--no-index",
+        "--no-deps",
+        "--find-links",
+        str(args.wheel_dir),
+        args.pin,
+    ]
     rest = [*_base(installer, python, uv), args.pin, *args.requirements]
     if args.requirements_file is not None:
         rest += ["-r", str(args.requirements_file)]
@@ -144,7 +165,9 @@ def parse_pip_report(text: str) -> list[PipPick]:
         meta = item.get("metadata") or {}
         info = item.get("download_info") or {}
         hashes = (info.get("archive_info") or {}).get("hashes") or {}
-        sha = hashes.get("sha256") or ((info.get("archive_info") or {}).get("hash") or "").removeprefix("sha256=") or None
+        sha = (
+            hashes.get("sha256") or ((info.get("archive_info") or {}).get("hash") or "").removeprefix("sha256=") or None
+        )
         if meta.get("name") and meta.get("version") and info.get("url"):
             picks.append(PipPick(meta["name"], meta["version"], info["url"], sha))
     return picks

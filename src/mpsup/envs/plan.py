@@ -20,7 +20,15 @@ from packaging.version import InvalidVersion, Version
 from mpsup.envs import installer as inst
 from mpsup.envs.discover import pick_wheel
 from mpsup.envs.download import head_size, wheel_file_name
-from mpsup.envs.index import Fetcher, IndexUnreachable, check_index_url, check_link, default_fetcher, list_project_files, local_path
+from mpsup.envs.index import (
+    Fetcher,
+    IndexUnreachable,
+    check_index_url,
+    check_link,
+    default_fetcher,
+    list_project_files,
+    local_path,
+)
 from mpsup.envs.records import ENV_RECORD, now_iso, read_env_record
 from mpsup.envs.tags import Target, target_from_probe
 from mpsup.envs.venvs import is_ours, venv_python
@@ -69,8 +77,13 @@ class InstallRequest:
         if self.installer != "auto":
             parts += ["--installer", self.installer]
         parts += ["--python", str(self.python)]
-        flags = (("--allow-unhashed", self.allow_unhashed), ("--allow-root", self.allow_root), ("--dry-run", self.dry_run),
-                 ("--json", self.as_json), ("--yes", self.yes))
+        flags = (
+            ("--allow-unhashed", self.allow_unhashed),
+            ("--allow-root", self.allow_root),
+            ("--dry-run", self.dry_run),
+            ("--json", self.as_json),
+            ("--yes", self.yes),
+        )
         return shlex.join([*parts, *(flag for flag, on in flags if on)])
 
 
@@ -129,9 +142,14 @@ class InstallPlan:
         """Exactly what will run (side-by-side builds under a temporary name, then moves here)."""
         cmds = []
         if self.mode == "side-by-side":
-            cmds.append([str(self.baseline_python), "-m", "venv", str(self.prefix)] + (["--without-pip"] if self.installer == "uv" else []))
+            cmds.append(
+                [str(self.baseline_python), "-m", "venv", str(self.prefix)]
+                + (["--without-pip"] if self.installer == "uv" else [])
+            )
         clone_file = Path("<clone-requirements.txt>") if self.clone_lines else None
-        cmds += inst.install_commands(self.installer, self.python, self.install_args(Path("<folder-with-the-checked-wheel>"), clone_file), self.uv)
+        cmds += inst.install_commands(
+            self.installer, self.python, self.install_args(Path("<folder-with-the-checked-wheel>"), clone_file), self.uv
+        )
         return cmds
 
     def to_json(self) -> dict[str, Any]:
@@ -152,7 +170,12 @@ class NothingToDo:
     newest: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": "nothing-to-do", "message": self.message, "baseline_torch": self.baseline_torch, "newest": self.newest}
+        return {
+            "status": "nothing-to-do",
+            "message": self.message,
+            "baseline_torch": self.baseline_torch,
+            "newest": self.newest,
+        }
 
 
 def _version(text: str | None) -> Version | None:
@@ -174,8 +197,12 @@ def probe_baseline(python: Path, probe: ProbeFn) -> dict[str, Any]:
 def _stable_pick(python: Path, version: str | None) -> tuple[str, PlannedWheel]:
     """Ask the user's own pip, with the user's own configuration, what it would install."""
     requirement = f"torch=={version}" if version else "torch"
-    res = run_command(pip_command(python, "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet", "--report", "-", requirement),
-                      timeout=300)
+    res = run_command(
+        pip_command(
+            python, "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet", "--report", "-", requirement
+        ),
+        timeout=300,
+    )
     if res.returncode is None and "not found" not in res.stderr:
         raise IndexUnreachable(f"pip did not answer: {res.stderr.strip()}")
     if not res.ok:
@@ -183,28 +210,43 @@ def _stable_pick(python: Path, version: str | None) -> tuple[str, PlannedWheel]:
         if any("No module named pip" in ln for ln in tail):
             raise UserError(f"{python} has no pip to ask which stable torch it would pick; pass --index-url")
         reason = next((ln for ln in tail if "ERROR" in ln), tail[-1] if tail else f"exit {res.returncode}")
-        if any(s in res.stderr for s in ("NewConnectionError", "Failed to establish", "Temporary failure in name resolution")):
+        if any(
+            s in res.stderr
+            for s in ("NewConnectionError", "Failed to establish", "Temporary failure in name resolution")
+        ):
             raise IndexUnreachable(f"pip could not reach its index: {reason}")
         raise OperationFailed(f"pip found no installable {requirement} for {python}: {reason.removeprefix('ERROR: ')}")
     try:
         picks = [p for p in inst.parse_pip_report(res.stdout) if p.name.lower() == "torch"]
     except (json.JSONDecodeError, AttributeError):
-        raise OperationFailed(f"{python}: pip is too old for --report (needs pip 22.2+); upgrade pip or pass --index-url") from None
+        raise OperationFailed(
+            f"{python}: pip is too old for --report (needs pip 22.2+); upgrade pip or pass --index-url"
+        ) from None
     if not picks:
         raise OperationFailed(f"pip would install no torch for {python}")
     pick = picks[0]
     filename = urllib.parse.unquote(urllib.parse.urlsplit(pick.url).path.rsplit("/", 1)[-1])
-    return pick.version, PlannedWheel(wheel_file_name(filename, "torch", "pip's pick"), pick.url, pick.sha256, None, None, now_iso())
+    return pick.version, PlannedWheel(
+        wheel_file_name(filename, "torch", "pip's pick"), pick.url, pick.sha256, None, None, now_iso()
+    )
 
 
-def _index_pick(request: InstallRequest, index: str, target: Target, fetch: Fetcher) -> tuple[str, PlannedWheel, tuple[str, ...]]:
+def _index_pick(
+    request: InstallRequest, index: str, target: Target, fetch: Fetcher
+) -> tuple[str, PlannedWheel, tuple[str, ...]]:
     files = list_project_files(index, "torch", fetch)
     seen_at = now_iso()
-    result = pick_wheel(files, target, version=request.version, allow_prereleases=request.channel != "stable", where=index)
+    result = pick_wheel(
+        files, target, version=request.version, allow_prereleases=request.channel != "stable", where=index
+    )
     if result.wheel is None:
         raise OperationFailed(result.message or "no wheel fits")
     f = result.wheel.file
-    return str(result.wheel.version), PlannedWheel(f.filename, f.url, f.sha256, f.size, f.upload_time, seen_at), result.notes
+    return (
+        str(result.wheel.version),
+        PlannedWheel(f.filename, f.url, f.sha256, f.size, f.upload_time, seen_at),
+        result.notes,
+    )
 
 
 def read_host_macos(run: Callable[..., Any] = run_command) -> str | None:
@@ -234,23 +276,35 @@ def _listed(wheel: dict[str, Any]) -> str:
     return f", listed {str(when)[:10]}" if isinstance(when, str) and when else ""
 
 
-def _supersede_note(rec: dict[str, Any], version: str, wheel: PlannedWheel, label: str, channel: str, prefix: Path) -> str:
+def _supersede_note(
+    rec: dict[str, Any], version: str, wheel: PlannedWheel, label: str, channel: str, prefix: Path
+) -> str:
     """Same version, another build: a release candidate carries the final version, so only the hash tells them apart."""
     old = rec.get("wheel") or {}
     old_channel = str(rec.get("channel") or "unknown")
-    was = (f"the installed torch {version} ({rec['name']}: {old_channel} channel, sha256 {str(old.get('sha256'))[:12]}...{_listed(old)})")
+    was = (
+        f"the installed torch {version} ({rec['name']}: {old_channel} channel, sha256 "
+        f"{str(old.get('sha256'))[:12]}...{_listed(old)})"
+    )
     sha = f"sha256 {str(wheel.sha256)[:12]}..."
     if old_channel == "test" and channel != "test":
         what = f"{was} was a release candidate: {label} now lists {version} as another build ({sha}), the final release"
     elif old_channel == "test":
-        what = f"{was} was an earlier candidate: {label} now lists another build of {version} ({sha}), a later candidate or the final"
+        what = (
+            f"{was} was an earlier candidate: {label} now lists another build of {version} ({sha}), a later "
+            "candidate or the final"
+        )
     else:
         what = f"{was} is not the build {label} lists now ({sha})"
-    return f"{what}. This plan installs it beside the old one as {prefix.name}; remove the old one with: mpsup install-rc --remove {rec['name']}"
+    return (
+        f"{what}. This plan installs it beside the old one as {prefix.name}; remove the old one with: mpsup "
+        f"install-rc --remove {rec['name']}"
+    )
 
 
-def _side_by_side_prefix(version: str, wheel: PlannedWheel, target: Target, label: str, channel: str,
-                         baseline_torch: str | None) -> tuple[Path, tuple[str, ...], bool, dict[str, Any] | None] | NothingToDo:
+def _side_by_side_prefix(
+    version: str, wheel: PlannedWheel, target: Target, label: str, channel: str, baseline_torch: str | None
+) -> tuple[Path, tuple[str, ...], bool, dict[str, Any] | None] | NothingToDo:
     """Where the new environment goes: (prefix, notes, replaces a leftover, superseded record), or why nothing is to do.
 
     Only a folder with its record is an installed environment: the record is written last, so a
@@ -263,24 +317,39 @@ def _side_by_side_prefix(version: str, wheel: PlannedWheel, target: Target, labe
         rec = read_env_record(prefix / ENV_RECORD)
         old_sha = (rec.get("wheel") or {}).get("sha256")
         if not old_sha or not wheel.sha256 or str(old_sha).lower() == wheel.sha256.lower():
-            return NothingToDo(f"torch {version} is already installed beside your environment in {prefix}; "
-                               f"compare with: mpsup bench --candidate {prefix.name}", baseline_torch, version)
+            return NothingToDo(
+                f"torch {version} is already installed beside your environment in {prefix}; "
+                f"compare with: mpsup bench --candidate {prefix.name}",
+                baseline_torch,
+                version,
+            )
         superseded = {"name": rec["name"], "prefix": str(prefix), "channel": rec.get("channel"), "sha256": old_sha}
         prefix = prefix.with_name(f"{prefix.name}-{wheel.sha256[:8].lower()}")
         if (prefix / ENV_RECORD).is_file():
-            return NothingToDo(f"torch {version} (sha256 {wheel.sha256[:12]}...) is already installed beside your environment in "
-                               f"{prefix}; compare with: mpsup bench --candidate {prefix.name}", baseline_torch, version)
+            return NothingToDo(
+                f"torch {version} (sha256 {wheel.sha256[:12]}...) is already installed beside your environment in "
+                f"{prefix}; compare with: mpsup bench --candidate {prefix.name}",
+                baseline_torch,
+                version,
+            )
         notes.append(_supersede_note(rec, version, wheel, label, channel, prefix))
     leftover = prefix.exists() or prefix.is_symlink()
     if leftover:
         if prefix.is_symlink() or not is_ours(prefix):
             raise UserError(f"{prefix} exists but holds no mpsup record; move it away or remove it first")
-        notes.append(f"an interrupted install left {prefix} without its record (not a usable environment); it will be replaced")
+        notes.append(
+            f"an interrupted install left {prefix} without its record (not a usable environment); it will be replaced"
+        )
     return prefix, tuple(notes), leftover, superseded
 
 
-def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe: ProbeFn = run_interpreter_probe,
-                 host_macos: HostMacosFn = read_host_macos) -> InstallPlan | NothingToDo:
+def plan_install(
+    request: InstallRequest,
+    *,
+    fetch: Fetcher | None = None,
+    probe: ProbeFn = run_interpreter_probe,
+    host_macos: HostMacosFn = read_host_macos,
+) -> InstallPlan | NothingToDo:
     if request.index_url:
         check_index_url(request.index_url)
     if request.version is not None and _version(request.version) is None:
@@ -290,8 +359,10 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
     torch_facts = facts.get("torch") or {}
     baseline_torch = torch_facts.get("version")
     if request.in_place and facts.get("externally_managed"):
-        raise UserError(f"{request.python}: this Python is managed by the system (PEP 668); --in-place would modify it. "
-                        "Install side by side instead (drop --in-place)")
+        raise UserError(
+            f"{request.python}: this Python is managed by the system (PEP 668); --in-place would modify it. "
+            "Install side by side instead (drop --in-place)"
+        )
     settings = inst.pip_settings(request.python) if facts.get("pip") else {}
     installer, why_installer = inst.choose_installer(request.installer, facts, settings)
     if installer == "pip" and not facts.get("pip"):
@@ -302,29 +373,44 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
     try:
         if index is None:
             version, wheel = _stable_pick(request.python, request.version)
-            configured = [settings.get("index-url") or "https://pypi.org/simple", *settings.get("extra-index-url", "").split()]
+            configured = [
+                settings.get("index-url") or "https://pypi.org/simple",
+                *settings.get("extra-index-url", "").split(),
+            ]
             label = f"the installer's configured index ({' + '.join(configured)})"
         else:
             version, wheel, notes = _index_pick(request, index, target, fetch or default_fetcher(cafile))
             label = index
     except IndexUnreachable as exc:
-        raise OperationFailed(f"cannot read the package index ({exc}); nothing was changed. When online, run: {request.retry_command()}") from None
+        raise OperationFailed(
+            f"cannot read the package index ({exc}); nothing was changed. When online, run: {request.retry_command()}"
+        ) from None
     if index is not None:
         # An https page may still link a wheel over plain http: the same rule applies to the file itself
         # (and to every redirect on the way, in open_url).
         check_link(wheel.url, index)
     wheel_file_name(wheel.filename, "torch", label)
     if wheel.sha256 is None and not request.allow_unhashed:
-        raise UserError(f"{label} gives no sha256 for {wheel.url}; refusing to install an unchecked wheel "
-                        "(--allow-unhashed accepts it: its sha256 is then computed from the download and recorded)")
+        raise UserError(
+            f"{label} gives no sha256 for {wheel.url}; refusing to install an unchecked wheel "
+            "(--allow-unhashed accepts it: its sha256 is then computed from the download and recorded)"
+        )
     if target.macos_note():
         notes = (*notes, str(target.macos_note()))
     newest, installed = _version(version), _version(baseline_torch)
     # Compared as versions: `.public` is a string, and "2.12.0" <= "2.7.1" as strings.
-    if request.version is None and installed is not None and newest is not None and Version(newest.public) <= Version(installed.public):
+    if (
+        request.version is None
+        and installed is not None
+        and newest is not None
+        and Version(newest.public) <= Version(installed.public)
+    ):
         kind = {"test": "release candidate", "nightly": "nightly build"}.get(request.channel, "stable release")
-        return NothingToDo(f"no {kind} newer than {baseline_torch} is published on {label}; the newest there is {version}",
-                           baseline_torch, version)
+        return NothingToDo(
+            f"no {kind} newer than {baseline_torch} is published on {label}; the newest there is {version}",
+            baseline_torch,
+            version,
+        )
     if request.in_place and installed is not None and newest is not None and newest.public == installed.public:
         return NothingToDo(f"torch {baseline_torch} is already installed in {request.python}", baseline_torch, version)
     leftover, superseded = False, None
@@ -347,8 +433,11 @@ def plan_install(request: InstallRequest, *, fetch: Fetcher | None = None, probe
     size = wheel.size if wheel.size is not None else head_size(wheel.url, cafile)
     wheel = PlannedWheel(wheel.filename, wheel.url, wheel.sha256, size, wheel.upload_time, wheel.seen_at)
     if wheel.sha256 is None:
-        notes = (*notes, "the index gives no sha256 for this wheel; accepted by --allow-unhashed: its sha256 is computed "
-                         "from the download and recorded")
+        notes = (
+            *notes,
+            "the index gives no sha256 for this wheel; accepted by --allow-unhashed: its sha256 is computed "
+            "from the download and recorded",
+        )
     wheel_path = local_path(wheel.url) or (downloads_dir() / wheel.filename)
     return InstallPlan(
         mode="in-place" if request.in_place else "side-by-side",

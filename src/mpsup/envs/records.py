@@ -24,8 +24,16 @@ _MAX_RECORD_BYTES = 1 << 20
 # Keys a record must carry with these types to be usable (older records carry these too).
 _REQUIRED: dict[str, type] = {"python": str}
 _OPTIONAL: dict[str, type | tuple[type, ...]] = {
-    "name": str, "mode": str, "prefix": str, "torch_version": str, "channel": str, "created_at": str,
-    "python_version": str, "index_url": (str, type(None)), "wheel": dict, "companions": dict,
+    "name": str,
+    "mode": str,
+    "prefix": str,
+    "torch_version": str,
+    "channel": str,
+    "created_at": str,
+    "python_version": str,
+    "index_url": (str, type(None)),
+    "wheel": dict,
+    "companions": dict,
 }
 
 ENV_RECORD = "mpsup-env.json"
@@ -152,8 +160,17 @@ def remove_environment(key: str) -> list[dict[str, Any]]:
 def save_rollback(python: Path, frozen: list[str], torch_version: str | None, index_url: str | None) -> Path:
     stamp = file_stamp(micro=True)
     path = rollback_dir() / env_slug(python) / f"{stamp}.json"
-    atomic_write_json(path, {"schema": 1, "python": str(python.absolute()), "created_at": now_iso(),
-                             "torch_version": torch_version, "index_url": index_url, "freeze": frozen})
+    atomic_write_json(
+        path,
+        {
+            "schema": 1,
+            "python": str(python.absolute()),
+            "created_at": now_iso(),
+            "torch_version": torch_version,
+            "index_url": index_url,
+            "freeze": frozen,
+        },
+    )
     return path
 
 

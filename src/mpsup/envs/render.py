@@ -48,14 +48,22 @@ def _sha_text(plan: InstallPlan) -> str:
 
 
 def render_plan(plan: InstallPlan, console: Console) -> None:
-    t = Table(title=f"Plan: torch {safe(plan.baseline_torch or '(none)')} -> {safe(plan.to_version)} ({plan.mode})", show_header=False,
-              title_justify="left")
+    t = Table(
+        title=f"Plan: torch {safe(plan.baseline_torch or '(none)')} -> {safe(plan.to_version)} ({plan.mode})",
+        show_header=False,
+        title_justify="left",
+    )
     t.add_column(style="bold")
     t.add_column(overflow="fold")
     t.add_row("from", safe(f"{plan.baseline_python}  (torch {plan.baseline_torch or 'not installed'})"))
-    t.add_row("to", safe(f"torch {plan.to_version}" + (f" with {', '.join(plan.companions)}" if plan.companions else "")))
-    where = str(plan.prefix) + ("  (a new environment; yours is not touched)" if plan.mode == "side-by-side"
-                                else "  (upgraded in place; its package list is saved first for --rollback)")
+    t.add_row(
+        "to", safe(f"torch {plan.to_version}" + (f" with {', '.join(plan.companions)}" if plan.companions else ""))
+    )
+    where = str(plan.prefix) + (
+        "  (a new environment; yours is not touched)"
+        if plan.mode == "side-by-side"
+        else "  (upgraded in place; its package list is saved first for --rollback)"
+    )
     t.add_row("into", safe(where))
     t.add_row("channel", safe(plan.channel))
     t.add_row("index", safe(plan.index_label))
@@ -72,19 +80,39 @@ def render_plan(plan: InstallPlan, console: Console) -> None:
 
 def render_installed(result: Any, console: Console) -> None:
     rec = result.record
-    console.print(f"[green]✓[/] torch {safe(rec.torch_version)} is installed and verified in {safe(rec.prefix)} "
-                  f"({result.elapsed_s:.0f} s; MPS built: {'yes' if rec.mps_built else 'no'}, available: {'yes' if rec.mps_available else 'no'})",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"[green]✓[/] torch {safe(rec.torch_version)} is installed and verified in {safe(rec.prefix)} "
+        f"({result.elapsed_s:.0f} s; MPS built: {'yes' if rec.mps_built else 'no'}, available: "
+        f"{'yes' if rec.mps_available else 'no'})",
+        highlight=False,
+        soft_wrap=True,
+    )
     if rec.wheel.get("sha256_from") == "download":
-        console.print(f"The index gave no sha256; the wheel's, computed from the download, is recorded: {safe(rec.wheel.get('sha256'))}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            "The index gave no sha256; the wheel's, computed from the download, is recorded: "
+            f"{safe(rec.wheel.get('sha256'))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if rec.mode == "side-by-side":
         # bench's baseline defaults to mpsup's own Python: name the user's when it is another one.
-        baseline = "" if Path(rec.baseline_python).absolute() == Path(sys.executable).absolute() else f"--baseline {rec.baseline_python} "
-        console.print(f"Compare it with your environment: [bold]{safe(f'mpsup bench {baseline}--candidate {rec.name}')}[/] then [bold]mpsup report[/]",
-                      highlight=False, soft_wrap=True)
+        baseline = (
+            ""
+            if Path(rec.baseline_python).absolute() == Path(sys.executable).absolute()
+            else f"--baseline {rec.baseline_python} "
+        )
+        console.print(
+            f"Compare it with your environment: [bold]{safe(f'mpsup bench {baseline}--candidate {rec.name}')}[/] "
+            "then [bold]mpsup report[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
-        console.print(f"Undo with: [bold]{safe(f'mpsup install-rc --rollback --python {rec.python}')}[/]", highlight=False, soft_wrap=True)
+        console.print(
+            f"Undo with: [bold]{safe(f'mpsup install-rc --rollback --python {rec.python}')}[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _listed(wheel: Any) -> str:
@@ -107,8 +135,17 @@ def render_environments(docs: list[dict[str, Any]], console: Console) -> None:
         t.add_column(col, overflow="fold")
     for d in docs:
         wheel = d.get("wheel")
-        cells = (d.get("name"), d.get("torch_version"), d.get("python_version", ""), d.get("channel", ""), _sha_short(wheel), _listed(wheel),
-                 d.get("mode"), str(d.get("created_at", ""))[:16].replace("T", " "), d.get("prefix", d.get("python")))
+        cells = (
+            d.get("name"),
+            d.get("torch_version"),
+            d.get("python_version", ""),
+            d.get("channel", ""),
+            _sha_short(wheel),
+            _listed(wheel),
+            d.get("mode"),
+            str(d.get("created_at", ""))[:16].replace("T", " "),
+            d.get("prefix", d.get("python")),
+        )
         t.add_row(*(safe(c if c is not None else "") for c in cells))
     console.print(t)
 
@@ -150,7 +187,12 @@ class RichInstallProgress:
 @contextmanager
 def install_progress(console: Console) -> Iterator[RichInstallProgress]:
     download_only = (_DownloadOnly(c) for c in (BarColumn(), DownloadColumn(), TransferSpeedColumn()))
-    columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("{task.description}"), *download_only, TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(finished_text="[green]✓[/]"),
+        TextColumn("{task.description}"),
+        *download_only,
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         reporter = RichInstallProgress(progress)
         yield reporter

@@ -27,6 +27,7 @@ def python_tag(version: str, free_threaded: bool) -> str:
     major, minor = version.split(".")[:2]
     return f"cp{major}{minor}{'t' if free_threaded else ''}"
 
+
 @dataclass(frozen=True)
 class Target:
     python_version: tuple[int, int]
@@ -44,7 +45,9 @@ class Target:
         return python_tag(".".join(map(str, self.python_version)), self.free_threaded)
 
     def describe(self) -> str:
-        where = {"darwin": f"macOS {'.'.join(map(str, self.macos or ()))}", "linux": "Linux"}.get(self.platform, self.platform)
+        where = {"darwin": f"macOS {'.'.join(map(str, self.macos or ()))}", "linux": "Linux"}.get(
+            self.platform, self.platform
+        )
         return f"{self.python_tag} on {where} {self.machine}".replace("  ", " ")
 
     def macos_note(self) -> str | None:
@@ -53,9 +56,15 @@ class Target:
             return None
         used = ".".join(map(str, self.macos))
         if self.macos_assumed:
-            return (f"this Python reports macOS {self.macos_reported}, a compatibility alias, and the real version could not be read; "
-                    f"wheel tags assume macOS {used}, the oldest it stands for")
-        return f"this Python reports macOS {self.macos_reported}, a compatibility alias; wheel tags are computed for macOS {used}"
+            return (
+                f"this Python reports macOS {self.macos_reported}, a compatibility alias, and the real version "
+                "could not be read; "
+                f"wheel tags assume macOS {used}, the oldest it stands for"
+            )
+        return (
+            f"this Python reports macOS {self.macos_reported}, a compatibility alias; wheel tags are computed for "
+            f"macOS {used}"
+        )
 
 
 def _pair(text: str | None) -> tuple[int, int] | None:
@@ -127,5 +136,9 @@ def supported_tags(target: Target) -> list[tags.Tag]:
     if target.free_threaded:
         # abi3 is not stable across the free-threaded build: such wheels cannot load there.
         out = [t for t in out if t.abi != "abi3"]
-    out += list(tags.compatible_tags(target.python_version, f"cp{target.python_version[0]}{target.python_version[1]}", platforms))
+    out += list(
+        tags.compatible_tags(
+            target.python_version, f"cp{target.python_version[0]}{target.python_version[1]}", platforms
+        )
+    )
     return out

@@ -35,7 +35,9 @@ def create_venv(base_python: Path, prefix: Path, *, with_pip: bool) -> None:
     res = run_command(argv, timeout=300)
     if not res.ok:
         detail = (res.stderr or res.stdout).strip().splitlines()
-        raise OperationFailed(f"{base_python} -m venv failed: {detail[-1] if detail else 'exit ' + str(res.returncode)}")
+        raise OperationFailed(
+            f"{base_python} -m venv failed: {detail[-1] if detail else 'exit ' + str(res.returncode)}"
+        )
 
 
 BUILD_MARKER = ".mpsup-build"
@@ -52,7 +54,8 @@ def is_ours(prefix: Path) -> bool:
 
 
 def point_at(folder: Path, final: Path) -> int:
-    """Rewrite the paths of `folder` in pyvenv.cfg and bin/ to name `final`, where it is about to move; files rewritten."""
+    """Rewrite the paths of `folder` in pyvenv.cfg and bin/ to name `final`, where it is about to move; files
+    rewritten."""
     old_bytes, new_bytes = str(folder).encode(), str(final).encode()
     rewritten = 0
     candidates = [folder / "pyvenv.cfg"]
@@ -79,7 +82,9 @@ def commit_move(folder: Path, final: Path) -> None:
     """The one step that makes the environment appear under its name. rename(2) would replace an
     empty folder there, so an existing one is refused first."""
     if final.exists() or final.is_symlink():
-        raise OperationFailed(f"{final} appeared while the environment was being built; the new one was not moved there")
+        raise OperationFailed(
+            f"{final} appeared while the environment was being built; the new one was not moved there"
+        )
     folder.rename(final)
 
 

@@ -73,9 +73,7 @@ def _macos_version(s: snap.Snapshot, sysctl: dict[str, str]) -> tuple[str | None
     if sw:
         candidates.append(("sw_vers", parsers.parse_sw_vers(sw)))
     if sysctl.get("kern.osproductversion"):
-        candidates.append(
-            ("kern.osproductversion", parsers.OsVersion("macOS", sysctl["kern.osproductversion"], None))
-        )
+        candidates.append(("kern.osproductversion", parsers.OsVersion("macOS", sysctl["kern.osproductversion"], None)))
     build = next((c.build for _, c in candidates if c.build), None) or sysctl.get("kern.osversion")
     # Prefer a source that is not a compatibility alias: a process can be shown 10.16 by all of them.
     for source, c in candidates:
@@ -120,7 +118,9 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
     return HostFacts(
         kernel=uname.system,
         kernel_machine=uname.machine,
-        arm64_hardware=_arm64_hardware(sysctl, translated == 1 or bool(interp and interp.get("proc_translated") is True)),
+        arm64_hardware=_arm64_hardware(
+            sysctl, translated == 1 or bool(interp and interp.get("proc_translated") is True)
+        ),
         mpsup_translated=None if translated is None else translated == 1,
         macos_version=version,
         macos_build=build,

@@ -50,23 +50,54 @@ MAX_SNAPSHOT_BYTES = 64 << 20
 # What the probe writes, by key, and the JSON types each may take (null is always allowed).
 # Checked on load so that a hand-edited or hostile snapshot fails as one line, not deep in a check.
 _INTERPRETER_TYPES: dict[str, tuple[type, ...]] = {
-    "executable": (str,), "version": (str,), "implementation": (str,), "machine": (str,),
-    "bits": (int,), "free_threaded": (bool,), "in_venv": (bool,), "conda": (bool,),
-    "externally_managed": (bool,), "pip": (bool,), "uv": (str,), "platform": (str,), "mac_ver": (str,),
-    "proc_translated": (bool,), "libc": (str,), "loadavg": (list,), "cpu_count": (int,), "torch_error": (str,),
+    "executable": (str,),
+    "version": (str,),
+    "implementation": (str,),
+    "machine": (str,),
+    "bits": (int,),
+    "free_threaded": (bool,),
+    "in_venv": (bool,),
+    "conda": (bool,),
+    "externally_managed": (bool,),
+    "pip": (bool,),
+    "uv": (str,),
+    "platform": (str,),
+    "mac_ver": (str,),
+    "proc_translated": (bool,),
+    "libc": (str,),
+    "loadavg": (list,),
+    "cpu_count": (int,),
+    "torch_error": (str,),
 }
 _TORCH_TYPES: dict[str, tuple[type, ...]] = {
-    "version": (str,), "version_full": (str,), "mps_built": (bool,), "mps_available": (bool,),
-    "mps_unavailable_reason": (str,), "cuda_available": (bool,), "has_compile_shader": (bool,),
-    "has_grouped_mm": (bool,), "has_float8_e4m3fn": (bool,), "mps_op_ok": (bool,), "mps_error": (str,),
-    "mps_name": (str,), "mps_core_count": (int,), "recommended_max_memory": (int, float),
+    "version": (str,),
+    "version_full": (str,),
+    "mps_built": (bool,),
+    "mps_available": (bool,),
+    "mps_unavailable_reason": (str,),
+    "cuda_available": (bool,),
+    "has_compile_shader": (bool,),
+    "has_grouped_mm": (bool,),
+    "has_float8_e4m3fn": (bool,),
+    "mps_op_ok": (bool,),
+    "mps_error": (str,),
+    "mps_name": (str,),
+    "mps_core_count": (int,),
+    "recommended_max_memory": (int, float),
 }
 # The parts of an install-rc record a snapshot keeps: enough to list it, never its index URL
 # (which may carry a mirror's credentials) or its wheel details.
 ENVIRONMENT_KEYS: dict[str, tuple[type, ...]] = {
-    "name": (str,), "mode": (str,), "torch_version": (str,), "torch_version_full": (str,),
-    "python_version": (str,), "channel": (str,), "created_at": (str,), "python": (str,),
-    "mps_available": (bool,), "python_present": (bool,),
+    "name": (str,),
+    "mode": (str,),
+    "torch_version": (str,),
+    "torch_version_full": (str,),
+    "python_version": (str,),
+    "channel": (str,),
+    "created_at": (str,),
+    "python": (str,),
+    "mps_available": (bool,),
+    "python_present": (bool,),
 }
 
 

@@ -21,7 +21,9 @@ DIFFUSION_PREFIXES = ("model.diffusion_model.", "model.model.", "net.")
 MIN_DIFFUSION_KEYS = 6  # ComfyUI takes a prefix only when more than five keys carry it
 VAE_PREFIXES = ("first_stage_model.", "vae.")
 TEXT_PREFIX = re.compile(r"^(cond_stage_model\.|conditioner\.embedders\.(\d+)\.|text_encoders\.|text_encoder\.)")
-ARCHITECTURE_KEY = "_mpsup_architecture"  # set in a component's synthesized config; underscore keys are metadata, as in Diffusers
+ARCHITECTURE_KEY = (
+    "_mpsup_architecture"  # set in a component's synthesized config; underscore keys are metadata, as in Diffusers
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ def diffusion_prefix(names: list[str]) -> str | None:
 
 def architecture(names: set[str], prefix: str = "") -> str | None:
     """The diffusion model's architecture from ComfyUI's markers, or None when none matches."""
+
     def has(key: str) -> bool:
         return prefix + key in names
 
@@ -58,7 +61,7 @@ def is_ldm_vae(names: set[str], prefix: str = "") -> bool:
 
 
 def _strip(tensors: dict[str, TensorInfo], prefix: str) -> dict[str, TensorInfo]:
-    return {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
+    return {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
 
 
 def split(tensors: dict[str, TensorInfo]) -> list[Component] | None:
@@ -75,30 +78,42 @@ def split(tensors: dict[str, TensorInfo]) -> list[Component] | None:
     parts: dict[str, dict[str, TensorInfo]] = {}
     for name, t in tensors.items():
         if name.startswith(prefix):
-            component, short = "diffusion_model", name[len(prefix):]
+            component, short = "diffusion_model", name[len(prefix) :]
         elif vae := next((p for p in VAE_PREFIXES if name.startswith(p)), None):
-            component, short = "vae", name[len(vae):]
+            component, short = "vae", name[len(vae) :]
         elif m := TEXT_PREFIX.match(name):
             component = f"text_encoder_{m.group(2)}" if m.group(2) is not None else "text_encoder"
-            short = name[m.end():]
+            short = name[m.end() :]
         else:
             component, short = "other", name
         parts.setdefault(component, {})[short] = t
     arch = architecture(set(parts["diffusion_model"]))
     if prefix != DIFFUSION_PREFIXES[0] and arch is None and set(parts) <= {"diffusion_model", "other"}:
         return None  # `net.` or `model.model.` alone, with nothing else of a checkpoint: some other model's names
-    return [Component(c, ts, arch if c == "diffusion_model" else ("ldm-vae" if c == "vae" and is_ldm_vae(set(ts)) else None))
-            for c, ts in sorted(parts.items())]
+    return [
+        Component(
+            c, ts, arch if c == "diffusion_model" else ("ldm-vae" if c == "vae" and is_ldm_vae(set(ts)) else None)
+        )
+        for c, ts in sorted(parts.items())
+    ]
 
 
 def component_for(kind: str, tensors: dict[str, TensorInfo]) -> Component:
     """One file of a repackaged layout (diffusion_models/, vae/, text_encoders/), its architecture told by names."""
     names = set(tensors)
-    arch = architecture(names) if kind == "diffusion_model" else "ldm-vae" if kind == "vae" and is_ldm_vae(names) else None
+    arch = (
+        architecture(names) if kind == "diffusion_model" else "ldm-vae" if kind == "vae" and is_ldm_vae(names) else None
+    )
     return Component(kind, tensors, arch)
 
 
 def repackaged_kind(folder_name: str) -> str | None:
     """ComfyUI's models/ folders (and Comfy-Org's `split_files/` repackagings) name what each file is."""
-    return {"diffusion_models": "diffusion_model", "unet": "diffusion_model", "vae": "vae", "text_encoders": "text_encoder",
-            "clip": "text_encoder", "checkpoints": None}.get(folder_name)
+    return {
+        "diffusion_models": "diffusion_model",
+        "unet": "diffusion_model",
+        "vae": "vae",
+        "text_encoders": "text_encoder",
+        "clip": "text_encoder",
+        "checkpoints": None,
+    }.get(folder_name)

@@ -30,12 +30,38 @@ class ModelConfig:
 
 
 # Architectures whose class ends in a head over the vocabulary (which a tied word embedding doubles as).
-LM_HEAD_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForMaskedLM", "ForSeq2SeqLM", "WithLMHead",
-                    "ForPreTraining")
+LM_HEAD_SUFFIXES = (
+    "ForCausalLM",
+    "LMHeadModel",
+    "ForConditionalGeneration",
+    "ForMaskedLM",
+    "ForSeq2SeqLM",
+    "WithLMHead",
+    "ForPreTraining",
+)
 # model_type values of encoders that Transformers builds without a head unless `architectures` names one.
-ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "albert", "deberta", "deberta-v2",
-                           "camembert", "nomic_bert", "modernbert", "clip_text_model", "clip_vision_model", "t5encoder", "umt5encoder"})
+ENCODER_TYPES = frozenset(
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "distilbert",
+        "mpnet",
+        "electra",
+        "albert",
+        "deberta",
+        "deberta-v2",
+        "camembert",
+        "nomic_bert",
+        "modernbert",
+        "clip_text_model",
+        "clip_vision_model",
+        "t5encoder",
+        "umt5encoder",
+    }
+)
 MAX_ARCHITECTURES = 64
+
 
 def _bad(source: str, key: str, value: object, expected: str) -> ModelFormatError:
     return ModelFormatError(f"{source}: {key!r} must be {expected}, found {shown(value)}")
@@ -129,6 +155,11 @@ def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
         return ModelConfig()
     if not isinstance(doc, Mapping):
         raise ModelFormatError(f"{source}: a model config must be a JSON object, found {shown(doc)}")
-    return ModelConfig(top_k=_top_k(doc, source), tie_word_embeddings=_tie(doc, source),
-                       sample_size=_sample_size(doc, source), levels=_levels(doc, source),
-                       frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES), lm_head=_lm_head(doc, source))
+    return ModelConfig(
+        top_k=_top_k(doc, source),
+        tie_word_embeddings=_tie(doc, source),
+        sample_size=_sample_size(doc, source),
+        levels=_levels(doc, source),
+        frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES),
+        lm_head=_lm_head(doc, source),
+    )

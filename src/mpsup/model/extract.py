@@ -18,7 +18,9 @@ from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
 
 DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
-EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|token_embd|\bwte|embeddings?\.weight$|(^|\.)shared\.weight$)")
+EMBEDDING = re.compile(
+    r"(embed_tokens|word_embeddings|tok_embeddings|token_embd|\bwte|embeddings?\.weight$|(^|\.)shared\.weight$)"
+)
 OUTPUT_HEAD = re.compile(r"(^|\.)(lm_head|output)\.weight$")
 ROUTER = re.compile(r"(block_sparse_moe\.gate|mlp\.gate|\.router|ffn_gate_inp)\.weight$")
 DIGITS = re.compile(r"\d+")
@@ -68,9 +70,14 @@ def per_expert(name: str) -> tuple[str, int, str] | None:
     return parts[0], int(expert), proj
 
 
-def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig | None = None, *,
-            tokens: tuple[int, ...] = (1, 512), dtype: str | None = None,
-            token_rule: Callable[[str], int] | None = None) -> Extraction:
+def extract(
+    tensors: dict[str, TensorInfo],
+    config: dict[str, Any] | ModelConfig | None = None,
+    *,
+    tokens: tuple[int, ...] = (1, 512),
+    dtype: str | None = None,
+    token_rule: Callable[[str], int] | None = None,
+) -> Extraction:
     """token_rule, where given, names the one token count each linear weight runs over (a DiT's image or text
     stream) in place of `tokens`."""
     cfg = config if isinstance(config, ModelConfig) else model_config(config, "the model config")
@@ -88,14 +95,18 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
     tied_head = cfg.tie_word_embeddings and not has_head and _lm_head(tensors, cfg)
     for name, t in tensors.items():
         if t.dtype in GGML_QUANTIZED:  # a GGUF block-quantized weight: dequantized, then a bf16 matmul
-            not_measured.append({"tensor": name, "reason": f"{t.dtype} dequantization not measured; its matmul is, in bf16"})
+            not_measured.append(
+                {"tensor": name, "reason": f"{t.dtype} dequantization not measured; its matmul is, in bf16"}
+            )
             t = TensorInfo(name, "BF16", t.shape, t.nbytes)  # nbytes: as stored
         if QUANT_HINT.search(name) or (t.dtype in ("I8", "U8", "I32", "U32", "I16") and len(t.shape) >= 2):
             not_measured.append({"tensor": name, "reason": f"quantized or packed ({t.dtype}): not measured"})
             continue
         if t.dtype not in DTYPES:
             if len(t.shape) >= 2:
-                not_measured.append({"tensor": name, "reason": f"dtype {t.dtype} is not a compute dtype mpsup measures"})
+                not_measured.append(
+                    {"tensor": name, "reason": f"dtype {t.dtype} is not a compute dtype mpsup measures"}
+                )
             continue
         dt = dtype or DTYPES[t.dtype]
         stored_fp8 = dt == "fp8"
@@ -115,7 +126,9 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
             continue
         if len(t.shape) == 3 and ("experts" in name or "_exps." in name):
             key = (_layerless(name), "stacked")
-            g = experts.setdefault(key, {"ids": set(range(t.shape[0])), "shape": t.shape[1:], "dtype": dt, "layers": set()})
+            g = experts.setdefault(
+                key, {"ids": set(range(t.shape[0])), "shape": t.shape[1:], "dtype": dt, "layers": set()}
+            )
             g["layers"].add(name)
             weight_bytes += t.nbytes
             weight_elements += _numel(t.shape)
@@ -126,11 +139,20 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
             if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
                 embeddings[(out_f, in_f, dt, toks)] += 1
                 if tied_head and WORD_EMBEDDING.search(name):
-                    linear[(in_f, out_f, "output-head", "bf16" if dt == "fp8" else dt, toks)] += 1  # tied: the embedding doubles as the head
+                    linear[(in_f, out_f, "output-head", "bf16" if dt == "fp8" else dt, toks)] += (
+                        1  # tied: the embedding doubles as the head
+                    )
                     tied_head = False  # one head, however many aliases of the embedding (T5's shared + embed_tokens)
                 continue
-            role = ("output-head" if OUTPUT_HEAD.search(name) else "router" if ROUTER.search(name)
-                    else "attention" if ATTENTION.search(name) else "mlp")
+            role = (
+                "output-head"
+                if OUTPUT_HEAD.search(name)
+                else "router"
+                if ROUTER.search(name)
+                else "attention"
+                if ATTENTION.search(name)
+                else "mlp"
+            )
             linear[(in_f, out_f, role, dt, toks)] += 1
             if stored_fp8:
                 fp8_linear[(in_f, out_f, role, toks)] += 1
@@ -145,26 +167,58 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
     workloads: list[Workload] = []
     for (in_f, out_f, role, dt, toks), count in linear.items():
         for tok in toks:
-            workloads.append(Workload(
-                f"model/linear/{in_f}x{out_f}/t{tok}", "linear", "model", dt,
-                {"tokens": tok, "in_features": in_f, "out_features": out_f}, tags=(role,), count=count, role=role,
-                memory_bytes=(tok * in_f + in_f * out_f + tok * out_f) * ITEMSIZE[dt]))
+            workloads.append(
+                Workload(
+                    f"model/linear/{in_f}x{out_f}/t{tok}",
+                    "linear",
+                    "model",
+                    dt,
+                    {"tokens": tok, "in_features": in_f, "out_features": out_f},
+                    tags=(role,),
+                    count=count,
+                    role=role,
+                    memory_bytes=(tok * in_f + in_f * out_f + tok * out_f) * ITEMSIZE[dt],
+                )
+            )
     for (vocab, dim, dt, toks), count in embeddings.items():
         for tok in toks:
-            workloads.append(Workload(
-                f"model/embedding/{vocab}x{dim}/t{tok}", "embedding", "model", dt,
-                {"tokens": tok, "num_embeddings": vocab, "embedding_dim": dim}, tags=("embedding",), count=count,
-                role="embedding", memory_bytes=vocab * dim * ITEMSIZE[dt]))
+            workloads.append(
+                Workload(
+                    f"model/embedding/{vocab}x{dim}/t{tok}",
+                    "embedding",
+                    "model",
+                    dt,
+                    {"tokens": tok, "num_embeddings": vocab, "embedding_dim": dim},
+                    tags=("embedding",),
+                    count=count,
+                    role="embedding",
+                    memory_bytes=vocab * dim * ITEMSIZE[dt],
+                )
+            )
     for (_prefix, proj), g in sorted(experts.items()):
         out_f, in_f = g["shape"]
         n_exp = len(g["ids"])
         for tok in tokens:
-            workloads.append(Workload(
-                f"model/experts/{proj}/{n_exp}x{in_f}x{out_f}/t{tok}", "grouped_mm", "model", g["dtype"],
-                {"tokens": tok, "top_k": min(top_k, n_exp), "experts": n_exp, "in_features": in_f,
-                 "out_features": out_f, "method": "grouped"},
-                tags=("experts",), count=len(g["layers"]), role="experts",
-                memory_bytes=n_exp * in_f * out_f * ITEMSIZE[g["dtype"]]))
+            workloads.append(
+                Workload(
+                    f"model/experts/{proj}/{n_exp}x{in_f}x{out_f}/t{tok}",
+                    "grouped_mm",
+                    "model",
+                    g["dtype"],
+                    {
+                        "tokens": tok,
+                        "top_k": min(top_k, n_exp),
+                        "experts": n_exp,
+                        "in_features": in_f,
+                        "out_features": out_f,
+                        "method": "grouped",
+                    },
+                    tags=("experts",),
+                    count=len(g["layers"]),
+                    role="experts",
+                    memory_bytes=n_exp * in_f * out_f * ITEMSIZE[g["dtype"]],
+                )
+            )
     for (shape, res, dt), count in convs.items():
         out_c, in_c, *kernel = shape
         pad = kernel[-1] // 2
@@ -172,20 +226,37 @@ def extract(tensors: dict[str, TensorInfo], config: dict[str, Any] | ModelConfig
             frames = cfg.frames or DEFAULT_FRAMES
             x_shape = [1, in_c, frames, res, res]
             # Causal 3D convs (Wan-style VAEs) pad time on one side only, then convolve unpadded.
-            workloads.append(Workload(
-                f"model/pad3d/{in_c}x{frames}x{res}x{res}", "pad", "model", dt,
-                {"shape": x_shape, "pad": [pad, pad, pad, pad, 2 * pad, 0]}, tags=("pad", "causal-conv"),
-                count=count, role="pad", memory_bytes=2 * _numel(x_shape) * ITEMSIZE[dt]))
+            workloads.append(
+                Workload(
+                    f"model/pad3d/{in_c}x{frames}x{res}x{res}",
+                    "pad",
+                    "model",
+                    dt,
+                    {"shape": x_shape, "pad": [pad, pad, pad, pad, 2 * pad, 0]},
+                    tags=("pad", "causal-conv"),
+                    count=count,
+                    role="pad",
+                    memory_bytes=2 * _numel(x_shape) * ITEMSIZE[dt],
+                )
+            )
             x_shape = [1, in_c, frames + 2 * pad, res + 2 * pad, res + 2 * pad]
             conv_pad = 0
         else:
             x_shape = [1, in_c, res, res]
             conv_pad = pad
-        workloads.append(Workload(
-            f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{res}px", "conv", "model", dt,
-            {"weight_shape": list(shape), "input_shape": x_shape, "padding": conv_pad},
-            tags=("conv",), count=count, role="conv",
-            memory_bytes=(_numel(x_shape) * 2 + _numel(shape)) * ITEMSIZE[dt]))
+        workloads.append(
+            Workload(
+                f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{res}px",
+                "conv",
+                "model",
+                dt,
+                {"weight_shape": list(shape), "input_shape": x_shape, "padding": conv_pad},
+                tags=("conv",),
+                count=count,
+                role="conv",
+                memory_bytes=(_numel(x_shape) * 2 + _numel(shape)) * ITEMSIZE[dt],
+            )
+        )
     workloads += _fp8_workloads(fp8_linear)
     return Extraction(workloads, not_measured, weight_bytes, weight_elements, fp8_stored_bytes=fp8_bytes)
 
@@ -199,18 +270,35 @@ def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -
     for (in_f, out_f, role, toks), count in fp8_linear.items():
         casts[(in_f, out_f)] += count
         for tok in toks:
-            out.append(Workload(
-                f"model/scaled_mm/{in_f}x{out_f}/t{tok}", "scaled_mm", "model", "fp8",
-                {"tokens": tok, "in_features": in_f, "out_features": out_f, "recipe": "tensorwise"},
-                tags=("fp8", "tensorwise", "alternative", role), count=count, role=role,
-                source="the FP8 path of the F8_E4M3 weight, in place of its upcast + bf16 linear of this shape",
-                memory_bytes=in_f * out_f + 2 * tok * (in_f + out_f)))
+            out.append(
+                Workload(
+                    f"model/scaled_mm/{in_f}x{out_f}/t{tok}",
+                    "scaled_mm",
+                    "model",
+                    "fp8",
+                    {"tokens": tok, "in_features": in_f, "out_features": out_f, "recipe": "tensorwise"},
+                    tags=("fp8", "tensorwise", "alternative", role),
+                    count=count,
+                    role=role,
+                    source="the FP8 path of the F8_E4M3 weight, in place of its upcast + bf16 linear of this shape",
+                    memory_bytes=in_f * out_f + 2 * tok * (in_f + out_f),
+                )
+            )
     for (in_f, out_f), count in casts.items():
-        out.append(Workload(
-            f"model/fp8-upcast/{in_f}x{out_f}", "fp8_cast", "model", "bf16", {"numel": in_f * out_f, "direction": "to_bf16"},
-            tags=("fp8", "upcast"), count=count, role="fp8-upcast",
-            source="the cast to bf16 each call of an F8_E4M3 weight pays on the upcast path",
-            memory_bytes=3 * in_f * out_f))
+        out.append(
+            Workload(
+                f"model/fp8-upcast/{in_f}x{out_f}",
+                "fp8_cast",
+                "model",
+                "bf16",
+                {"numel": in_f * out_f, "direction": "to_bf16"},
+                tags=("fp8", "upcast"),
+                count=count,
+                role="fp8-upcast",
+                source="the cast to bf16 each call of an F8_E4M3 weight pays on the upcast path",
+                memory_bytes=3 * in_f * out_f,
+            )
+        )
     return out
 
 
@@ -242,7 +330,9 @@ def _numel(shape: Any) -> int:
 # blocks and a downsample), output_blocks three to a level from the lowest up; a VAE's encoder.down.N and
 # decoder.up.N are both indexed by level, the decoder starting from the lowest (its conv_in and the quant convs).
 LDM_LEVEL = re.compile(r"^(input_blocks|output_blocks|encoder\.down|decoder\.up)\.(\d+)\.")
-LDM_LOWEST = re.compile(r"^(middle_block\.|decoder\.conv_in\.|decoder\.mid\.|encoder\.mid\.|quant_conv\.|post_quant_conv\.)")
+LDM_LOWEST = re.compile(
+    r"^(middle_block\.|decoder\.conv_in\.|decoder\.mid\.|encoder\.mid\.|quant_conv\.|post_quant_conv\.)"
+)
 
 
 def _ldm_level(name: str, levels: int) -> int | None:
@@ -277,6 +367,7 @@ LDM_CONTEXT = re.compile(r"\.attn2\.(to_k|to_v)\.")
 def _unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
     """An LDM UNet's linears: the timestep MLPs on one vector, cross-attention keys/values on the prompt, and
     the rest (projections, self-attention, feed-forward) on every latent pixel of their level."""
+
     def rule(name: str) -> int:
         if LDM_VECTOR.search(name):
             return 1
@@ -284,6 +375,7 @@ def _unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
             return LDM_TEXT_TOKENS
         side = max(1, latent >> max(0, min(_ldm_level(name, levels) or 0, levels - 1)))
         return side * side
+
     return rule
 
 
@@ -296,8 +388,9 @@ def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
     return max(found) // 3 + 1 if arch == "ldm-unet" else max(found) + 1
 
 
-def _component_plan(part: dict[str, TensorInfo], config: dict[str, Any], resolution: int | tuple[int, int] | None,
-                    component: str) -> tuple[dict[str, Any] | ModelConfig, Callable[[str], int] | None, str | None]:
+def _component_plan(
+    part: dict[str, TensorInfo], config: dict[str, Any], resolution: int | tuple[int, int] | None, component: str
+) -> tuple[dict[str, Any] | ModelConfig, Callable[[str], int] | None, str | None]:
     """A ComfyUI component (its config synthesized with the architecture at load) -> the config extraction
     uses at this resolution, the DiT token rule, and the statement of what was assumed."""
     arch = config.get(ARCHITECTURE_KEY) if isinstance(config, dict) else None
@@ -317,9 +410,15 @@ def _component_plan(part: dict[str, TensorInfo], config: dict[str, Any], resolut
     return cfg, token_rule(g), f"{component}: {g.describe()}"
 
 
-def extract_model(tensors: dict[str, TensorInfo], config: dict[str, Any] | None, *, tokens: tuple[int, ...],
-                  dtype: str | None = None, components: dict[str, dict[str, Any]] | None = None,
-                  resolution: int | tuple[int, int] | None = None) -> Extraction:
+def extract_model(
+    tensors: dict[str, TensorInfo],
+    config: dict[str, Any] | None,
+    *,
+    tokens: tuple[int, ...],
+    dtype: str | None = None,
+    components: dict[str, dict[str, Any]] | None = None,
+    resolution: int | tuple[int, int] | None = None,
+) -> Extraction:
     """Like `extract`, but a Diffusers pipeline's or ComfyUI file's components (given: their configs by name)
     are extracted one by one and their workloads named and tagged by component, so each is reported apart.
     resolution (pixels, a side or (width, height)) sizes a diffusion model's activations; None: the
@@ -335,9 +434,20 @@ def extract_model(tensors: dict[str, TensorInfo], config: dict[str, Any] | None,
             total.notes.append(note)
         ex = extract(part, cfg, tokens=tokens, dtype=dtype, token_rule=rule)
         for w in ex.workloads:
-            total.workloads.append(Workload(
-                w.name.replace("model/", f"model/{component}/", 1), w.kind, w.part, w.dtype, w.params,
-                (*w.tags, component), w.source or component, w.memory_bytes, w.count, w.role))
+            total.workloads.append(
+                Workload(
+                    w.name.replace("model/", f"model/{component}/", 1),
+                    w.kind,
+                    w.part,
+                    w.dtype,
+                    w.params,
+                    (*w.tags, component),
+                    w.source or component,
+                    w.memory_bytes,
+                    w.count,
+                    w.role,
+                )
+            )
         total.not_measured += [{**n, "tensor": f"{component}/{n['tensor']}"} for n in ex.not_measured]
         total.linear_weight_bytes += ex.linear_weight_bytes
         total.linear_weight_elements += ex.linear_weight_elements

@@ -63,6 +63,8 @@ class ModelFolder:
         changes between the check and the open is not a threat this guards against)."""
         target = resolved(path)
         if not self.contains(target):
-            raise ModelFormatError(f"{path}: this {what} is a link to {target}, outside the model folder {self.root}; "
-                                   "mpsup opens only files inside the folder it was given")
+            raise ModelFormatError(
+                f"{path}: this {what} is a link to {target}, outside the model folder {self.root}; "
+                "mpsup opens only files inside the folder it was given"
+            )
         return path

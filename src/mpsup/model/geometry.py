@@ -21,8 +21,13 @@ from dataclasses import dataclass
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo
 
 # Default (width, height, frames) per architecture: what each is usually run at.
-DEFAULTS = {"flux": (1024, 1024, 1), "sd3": (1024, 1024, 1), "wan": (832, 480, 81), "ldm-unet": (512, 512, 1),
-            "ldm-vae": (512, 512, 1)}
+DEFAULTS = {
+    "flux": (1024, 1024, 1),
+    "sd3": (1024, 1024, 1),
+    "wan": (832, 480, 81),
+    "ldm-unet": (512, 512, 1),
+    "ldm-vae": (512, 512, 1),
+}
 TEXT_TOKENS = {"flux": 512, "sd3": 333, "wan": 512}
 CLIP_IMAGE_TOKENS = 257
 MAX_PIXELS = 16384
@@ -43,15 +48,19 @@ class Geometry:
 
     def describe(self) -> str:
         video = f"x{self.frames} frames" if self.frames > 1 else ""
-        return (f"{self.architecture} at {self.width}x{self.height}{video}: {self.image_tokens} image tokens, "
-                f"{self.text_tokens} text tokens")
+        return (
+            f"{self.architecture} at {self.width}x{self.height}{video}: {self.image_tokens} image tokens, "
+            f"{self.text_tokens} text tokens"
+        )
 
 
 def check_resolution(resolution: int | tuple[int, int] | None) -> tuple[int, int] | None:
     if resolution is None:
         return None
     w, h = (resolution, resolution) if isinstance(resolution, int) else resolution
-    if not all(isinstance(x, int) and not isinstance(x, bool) and 16 <= x <= MAX_PIXELS and x % 16 == 0 for x in (w, h)):
+    if not all(
+        isinstance(x, int) and not isinstance(x, bool) and 16 <= x <= MAX_PIXELS and x % 16 == 0 for x in (w, h)
+    ):
         raise ModelFormatError(f"resolution {resolution!r}: expected pixels, a multiple of 16 from 16 to {MAX_PIXELS}")
     return w, h
 
@@ -62,8 +71,9 @@ def _wan_spatial_factor(tensors: dict[str, TensorInfo]) -> int:
     return 16 if in_dim == WAN22_VAE_CHANNELS else VAE_FACTOR
 
 
-def geometry(arch: str, tensors: dict[str, TensorInfo], resolution: int | tuple[int, int] | None,
-             frames: int | None = None) -> Geometry:
+def geometry(
+    arch: str, tensors: dict[str, TensorInfo], resolution: int | tuple[int, int] | None, frames: int | None = None
+) -> Geometry:
     dw, dh, dframes = DEFAULTS.get(arch, (1024, 1024, 1))
     w, h = check_resolution(resolution) or (dw, dh)
     n_frames = frames or dframes
@@ -88,10 +98,27 @@ def token_rule(g: Geometry) -> Callable[[str], int] | None:
     """name -> the tokens that weight's matmul runs over, for the DiTs named above; None for the rest."""
     img, txt = g.image_tokens, g.text_tokens
     if g.architecture == "flux":
-        return lambda n: 1 if FLUX_VECTOR.search(n) else txt if FLUX_TEXT.search(n) else img + txt if n.startswith("single_blocks.") else img
+        return lambda n: (
+            1
+            if FLUX_VECTOR.search(n)
+            else txt
+            if FLUX_TEXT.search(n)
+            else img + txt
+            if n.startswith("single_blocks.")
+            else img
+        )
     if g.architecture == "sd3":
-        return lambda n: 1 if SD3_VECTOR.search(n) else txt if (".context_block." in n or n.startswith("context_embedder.")) else img
+        return lambda n: (
+            1 if SD3_VECTOR.search(n) else txt if (".context_block." in n or n.startswith("context_embedder.")) else img
+        )
     if g.architecture == "wan":
-        return lambda n: (1 if WAN_VECTOR.search(n) else txt if WAN_TEXT.search(n)
-                          else CLIP_IMAGE_TOKENS if WAN_IMAGE_CONTEXT.search(n) else img)
+        return lambda n: (
+            1
+            if WAN_VECTOR.search(n)
+            else txt
+            if WAN_TEXT.search(n)
+            else CLIP_IMAGE_TOKENS
+            if WAN_IMAGE_CONTEXT.search(n)
+            else img
+        )
     return None

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from mpsup.model.safetensors_header import MAX_DIM, MAX_NAME_CHARS, MAX_RANK, ModelFormatError, TensorInfo, check_name, shown
+from mpsup.model.safetensors_header import (
+    MAX_DIM,
+    MAX_NAME_CHARS,
+    MAX_RANK,
+    ModelFormatError,
+    TensorInfo,
+    check_name,
+    shown,
+)
 from mpsup.store import open_regular
 
 MAGIC = b"GGUF"
@@ -24,10 +32,28 @@ MAX_STRING = 1 << 20
 MAX_ARRAY = 1 << 22  # items; a tokenizer's vocabulary and merges stay under a million
 MAX_HEADER_BYTES = 512 << 20  # llama.cpp tokenizers put ~10 MB of vocabulary in the header
 # ggml type id -> (name, elements per block, bytes per block)
-GGML_TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
-              7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
-              12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
-              24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 30: ("BF16", 1, 2)}
+GGML_TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    30: ("BF16", 1, 2),
+}
 QUANTIZED = frozenset(name for name, block, _ in GGML_TYPES.values() if block > 1)
 # value type id -> struct format of a scalar; 8 is a string, 9 an array
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -126,5 +152,7 @@ def _tensor(r: _Reader, header: GGUFHeader, size: int) -> None:
     dtype, block, block_bytes = GGML_TYPES[type_id]
     nbytes = -(-numel // block) * block_bytes
     if offset + nbytes > size:
-        raise ModelFormatError(f"{r.path}: tensor {shown(name)} lies past the end of the file ({offset} + {nbytes} > {size})")
+        raise ModelFormatError(
+            f"{r.path}: tensor {shown(name)} lies past the end of the file ({offset} + {nbytes} > {size})"
+        )
     header.tensors[name] = TensorInfo(name, dtype, shape, nbytes)

@@ -38,12 +38,16 @@ def resolve(repo_id: str) -> Path:
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     ref = repo / "refs" / "main"
     if not os.path.isfile(ref):
-        raise ModelFormatError(f"{repo_id}: no such file or folder, and not in the Hugging Face cache (looked for {ref}); "
-                               "mpsup reads models offline: download it first (huggingface-cli download)")
+        raise ModelFormatError(
+            f"{repo_id}: no such file or folder, and not in the Hugging Face cache (looked for {ref}); "
+            "mpsup reads models offline: download it first (huggingface-cli download)"
+        )
     commit = read_bytes_bounded(ref, "Hugging Face cache ref", 256).decode("ascii", "replace").strip()
     if not REVISION.match(commit):
         raise ModelFormatError(f"{ref}: holds {shown(commit)}, not a commit hash")
     snapshot = repo / "snapshots" / commit
     if not os.path.isdir(snapshot):
-        raise ModelFormatError(f"{repo_id}: refs/main points at {commit}, but {snapshot} is missing (an interrupted download?)")
+        raise ModelFormatError(
+            f"{repo_id}: refs/main points at {commit}, but {snapshot} is missing (an interrupted download?)"
+        )
     return snapshot

@@ -24,9 +24,19 @@ from mpsup.store import open_regular, read_json_object
 
 NOT_YET = {".ckpt": "checkpoint"}
 STATE_DICT_SUFFIXES = (".pt", ".pth", ".bin")
-TORCH_DTYPES = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.float8_e4m3fn": "F8_E4M3",
-                "torch.int8": "I8", "torch.uint8": "U8", "torch.int32": "I32", "torch.int64": "I64", "torch.float64": "F64",
-                "torch.bool": "BOOL", "torch.int16": "I16"}
+TORCH_DTYPES = {
+    "torch.bfloat16": "BF16",
+    "torch.float16": "F16",
+    "torch.float32": "F32",
+    "torch.float8_e4m3fn": "F8_E4M3",
+    "torch.int8": "I8",
+    "torch.uint8": "U8",
+    "torch.int32": "I32",
+    "torch.int64": "I64",
+    "torch.float64": "F64",
+    "torch.bool": "BOOL",
+    "torch.int16": "I16",
+}
 # Real configs are a few kilobytes and real sharded indexes a few megabytes (a 90,000-tensor index is ~9 MB).
 CONFIG_MAX_BYTES = 16 << 20
 INDEX_MAX_BYTES = 64 << 20
@@ -43,8 +53,12 @@ class LoadedModel:
     components: dict[str, dict[str, Any]] | None = None  # a Diffusers pipeline: each component's config
 
     def describe(self) -> dict[str, Any]:
-        return {"path": str(self.path), "format": self.format, "fingerprint": self.fingerprint,
-                "tensors": len(self.tensors)}
+        return {
+            "path": str(self.path),
+            "format": self.format,
+            "fingerprint": self.fingerprint,
+            "tensors": len(self.tensors),
+        }
 
 
 def _config(path: Path, folder: ModelFolder) -> dict[str, Any]:
@@ -64,7 +78,9 @@ def _sharded(index_path: Path) -> dict[str, TensorInfo]:
     for name, shard_name in weight_map.items():
         check_name(index_path, name)
         if not isinstance(shard_name, str):
-            raise ModelFormatError(f"{index_path}: tensor {shown(name)} maps to {shown(shard_name)}, not a shard file name")
+            raise ModelFormatError(
+                f"{index_path}: tensor {shown(name)} maps to {shown(shard_name)}, not a shard file name"
+            )
     tensors: dict[str, TensorInfo] = {}
     for shard_name in sorted(set(weight_map.values())):
         shard = folder.named(shard_name, index_path, "shard")
@@ -73,7 +89,9 @@ def _sharded(index_path: Path) -> dict[str, TensorInfo]:
         tensors.update(read_header(shard).tensors)
     missing = [name for name in weight_map if name not in tensors]
     if missing:
-        raise ModelFormatError(f"{index_path}: {len(missing)} tensors named in the index are in no shard (e.g. {shown(missing[0])})")
+        raise ModelFormatError(
+            f"{index_path}: {len(missing)} tensors named in the index are in no shard (e.g. {shown(missing[0])})"
+        )
     return tensors
 
 
@@ -153,7 +171,11 @@ def _component_tensors(sub: Path) -> dict[str, TensorInfo]:
     indexes = sorted(sub.glob("*.safetensors.index.json"))
     if indexes:
         return _sharded(folder.member(indexes[0], "sharded index"))
-    return {k: v for f in sorted(sub.glob("*.safetensors")) for k, v in read_header(folder.member(f, "checkpoint")).tensors.items()}
+    return {
+        k: v
+        for f in sorted(sub.glob("*.safetensors"))
+        for k, v in read_header(folder.member(f, "checkpoint")).tensors.items()
+    }
 
 
 def _components(path: Path, fmt: str, parts: list[comfy.Component]) -> LoadedModel:
@@ -200,7 +222,9 @@ def _gguf(path: Path) -> LoadedModel:
         return loaded
     arch = header.metadata.get("general.architecture")
     top_k = header.metadata.get(f"{arch}.expert_used_count") if isinstance(arch, str) else None
-    config: dict[str, Any] = {"num_experts_per_tok": top_k} if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else {}
+    config: dict[str, Any] = (
+        {"num_experts_per_tok": top_k} if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else {}
+    )
     model_config(config, str(path))
     return LoadedModel(path, "gguf", header.tensors, config, _fingerprint(header.tensors))
 
@@ -288,7 +312,9 @@ def load_model(path: Path) -> LoadedModel:
     elif path.suffix in NOT_YET:
         raise ModelFormatError(f"{path}: {NOT_YET[path.suffix]} files are not supported yet")
     else:
-        raise ModelFormatError(f"{path}: unknown model format (expected .safetensors, a sharded index or a model folder)")
+        raise ModelFormatError(
+            f"{path}: unknown model format (expected .safetensors, a sharded index or a model folder)"
+        )
     if not tensors:
         raise ModelFormatError(f"{path}: holds no tensors")
     return LoadedModel(path, fmt, tensors, config, _fingerprint(tensors))

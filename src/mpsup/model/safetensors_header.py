@@ -67,8 +67,11 @@ def shown(value: object, limit: int = 80) -> str:
 
 def check_name(path: Path, name: str) -> None:
     if len(name) > MAX_NAME_CHARS:
-        raise _fail(path, f"tensor name of {len(name):,} characters (over {MAX_NAME_CHARS:,}): "
-                          f"{shown(name)}; not a checkpoint mpsup reads")
+        raise _fail(
+            path,
+            f"tensor name of {len(name):,} characters (over {MAX_NAME_CHARS:,}): "
+            f"{shown(name)}; not a checkpoint mpsup reads",
+        )
 
 
 def read_header(path: Path) -> SafetensorsHeader:
@@ -80,10 +83,16 @@ def read_header(path: Path) -> SafetensorsHeader:
                 raise _fail(path, f"truncated: {size} bytes, too short for a safetensors header")
             (n,) = struct.unpack("<Q", prefix)
             if n > MAX_HEADER_BYTES:
-                raise _fail(path, f"not a safetensors file (its header length field is over the {MAX_HEADER_BYTES >> 20} MiB limit)")
+                raise _fail(
+                    path,
+                    f"not a safetensors file (its header length field is over the {MAX_HEADER_BYTES >> 20} MiB limit)",
+                )
             if 8 + n > size:
-                raise _fail(path, f"not a safetensors file, or truncated (its header length field runs past the end of "
-                                  f"the file's {size} bytes)")
+                raise _fail(
+                    path,
+                    f"not a safetensors file, or truncated (its header length field runs past the end of "
+                    f"the file's {size} bytes)",
+                )
             raw = fh.read(n)
         except OSError as exc:
             raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
@@ -117,16 +126,26 @@ def _tensor(path: Path, name: str, entry: Any, data_size: int) -> tuple[TensorIn
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise _fail(path, f"tensor {shown(name)}: shape must be a list of integers")
     if len(shape) > MAX_RANK or any(d < 0 or d > MAX_DIM for d in shape):
-        raise _fail(path, f"tensor {shown(name)}: negative or absurd dimension, or over {MAX_RANK} of them, in {shown(shape)}")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
+        raise _fail(
+            path, f"tensor {shown(name)}: negative or absurd dimension, or over {MAX_RANK} of them, in {shown(shape)}"
+        )
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
         raise _fail(path, f"tensor {shown(name)}: data_offsets must be two integers")
     begin, end = offsets
     if not 0 <= begin <= end <= data_size:
-        raise _fail(path, f"tensor {shown(name)}: offsets {shown(offsets)} lie outside the file's {data_size} data bytes")
+        raise _fail(
+            path, f"tensor {shown(name)}: offsets {shown(offsets)} lie outside the file's {data_size} data bytes"
+        )
     nbytes = math.prod(shape) * ITEMSIZE[dtype]
     if end - begin != nbytes:
-        raise _fail(path, f"tensor {shown(name)}: shape {shown(shape)} of {dtype} needs {nbytes} bytes, offsets give {end - begin}")
+        raise _fail(
+            path,
+            f"tensor {shown(name)}: shape {shown(shape)} of {dtype} needs {nbytes} bytes, offsets give {end - begin}",
+        )
     return TensorInfo(name, dtype, tuple(shape), nbytes), begin, end
 
 
@@ -136,8 +155,17 @@ def _check_layout(path: Path, spans: list[tuple[int, int, str]], data_size: int)
     expected = 0
     for begin, end, name in sorted(spans):
         if begin != expected:
-            how = "overlaps the tensor before it" if begin < expected else f"leaves a gap of {begin - expected} bytes before it"
-            raise _fail(path, f"tensor {shown(name)}: data_offsets [{begin}, {end}] {how}; not a valid safetensors file")
+            how = (
+                "overlaps the tensor before it"
+                if begin < expected
+                else f"leaves a gap of {begin - expected} bytes before it"
+            )
+            raise _fail(
+                path, f"tensor {shown(name)}: data_offsets [{begin}, {end}] {how}; not a valid safetensors file"
+            )
         expected = end
     if expected != data_size:
-        raise _fail(path, f"the tensors cover {expected} data bytes but the file holds {data_size}; not a valid safetensors file")
+        raise _fail(
+            path,
+            f"the tensors cover {expected} data bytes but the file holds {data_size}; not a valid safetensors file",
+        )

@@ -112,7 +112,9 @@ def _proc_translated(platform_name=None, load=_load_libsystem):
             return None
         value = ctypes.c_int(0)
         size = ctypes.c_size_t(ctypes.sizeof(value))
-        rc = libc.sysctlbyname(b"sysctl.proc_translated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0))
+        rc = libc.sysctlbyname(
+            b"sysctl.proc_translated", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0)
+        )
         if rc != 0:
             # ENOENT: a macOS without Rosetta (an Intel Mac), so nothing can be translated.
             return False if ctypes.get_errno() == errno.ENOENT else None

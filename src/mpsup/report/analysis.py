@@ -52,18 +52,29 @@ class WorkloadChange:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "part": self.part, "tags": self.tags, "count": self.count,
-            "baseline_s": self.baseline_s, "candidate_s": self.candidate_s,
+            "name": self.name,
+            "part": self.part,
+            "tags": self.tags,
+            "count": self.count,
+            "baseline_s": self.baseline_s,
+            "candidate_s": self.candidate_s,
             "speedup": self.speedup.estimate if self.speedup else None,
             "low": finite_or_none(self.speedup.low) if self.speedup else None,
             "high": finite_or_none(self.speedup.high) if self.speedup else None,
-            "significant": self.significant, "change": self.change, "share": self.share,
-            "memory_ratio": self.memory_ratio, "status": self.status,
-            "p_value": self.p_value, "units": self.units, "rounds": len(self.ratios),
+            "significant": self.significant,
+            "change": self.change,
+            "share": self.share,
+            "memory_ratio": self.memory_ratio,
+            "status": self.status,
+            "p_value": self.p_value,
+            "units": self.units,
+            "rounds": len(self.ratios),
             "bounded": bool(self.speedup and math.isfinite(self.speedup.low) and math.isfinite(self.speedup.high)),
             "candidate_measured_s": self.candidate_measured_s,
-            "time_note": ("baseline_s: the baseline's median over all samples; candidate_s: baseline_s / speedup (paired) "
-                          "so the row agrees; candidate_measured_s: the candidate's own median over all samples"),
+            "time_note": (
+                "baseline_s: the baseline's median over all samples; candidate_s: baseline_s / speedup (paired) "
+                "so the row agrees; candidate_measured_s: the candidate's own median over all samples"
+            ),
         }
 
 
@@ -153,8 +164,10 @@ def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval
 def _labels(record: dict[str, Any]) -> tuple[str, str]:
     labels = [e["label"] for e in record["environments"]]
     if len(labels) < 2:
-        raise UserError(f"run {record['id']} measured one environment; pair it with another "
-                        "(`mpsup report --baseline ID --candidate ID`) or run `mpsup bench --candidate ...`")
+        raise UserError(
+            f"run {record['id']} measured one environment; pair it with another "
+            "(`mpsup report --baseline ID --candidate ID`) or run `mpsup bench --candidate ...`"
+        )
     return labels[0], labels[1]
 
 
@@ -165,8 +178,10 @@ def merge_single_runs(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, A
             raise UserError(f"run {rec['id']} records no environment: nothing to pair")
     for key in ("device",):
         if base.get(key) != cand.get(key):
-            raise UserError(f"runs {base['id']} and {cand['id']} were on different devices "
-                            f"({base.get(key)} vs {cand.get(key)}): not comparable")
+            raise UserError(
+                f"runs {base['id']} and {cand['id']} were on different devices "
+                f"({base.get(key)} vs {cand.get(key)}): not comparable"
+            )
     bm, cm = base.get("model") or {}, cand.get("model") or {}
     if bm.get("fingerprint") != cm.get("fingerprint"):
         raise UserError(f"runs {base['id']} and {cand['id']} measured different models: not comparable")
@@ -174,26 +189,46 @@ def merge_single_runs(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, A
     names_c = {w["name"] for w in cand["workloads"]}
     if names_b != names_c:
         diff = sorted(names_b ^ names_c)
-        raise UserError(f"runs {base['id']} and {cand['id']} measured different workloads "
-                        f"({len(diff)} differ, e.g. {diff[0]}): not paired")
+        raise UserError(
+            f"runs {base['id']} and {cand['id']} measured different workloads "
+            f"({len(diff)} differ, e.g. {diff[0]}): not paired"
+        )
     by_name = {w["name"]: w for w in cand["workloads"]}
     workloads = []
     for w in base["workloads"]:
         merged = dict(w)
-        merged["envs"] = {"baseline": _envs(w).get(base["environments"][0]["label"], {}),
-                          "candidate": _envs(by_name[w["name"]]).get(cand["environments"][0]["label"], {})}
+        merged["envs"] = {
+            "baseline": _envs(w).get(base["environments"][0]["label"], {}),
+            "candidate": _envs(by_name[w["name"]]).get(cand["environments"][0]["label"], {}),
+        }
         workloads.append(merged)
     smoke = []
     cand_smoke = {s["feature"]: s for s in cand.get("smoke") or []}
     for s in base.get("smoke") or []:
         other = cand_smoke.get(s["feature"], {"envs": {}})
-        smoke.append({"feature": s["feature"], "envs": {
-            "baseline": next(iter(s["envs"].values()), {}), "candidate": next(iter(other["envs"].values()), {})}})
+        smoke.append(
+            {
+                "feature": s["feature"],
+                "envs": {
+                    "baseline": next(iter(s["envs"].values()), {}),
+                    "candidate": next(iter(other["envs"].values()), {}),
+                },
+            }
+        )
     envs = [{**base["environments"][0], "label": "baseline"}, {**cand["environments"][0], "label": "candidate"}]
-    return {**base, "id": f"{base['id']}+{cand['id']}", "mode": "unpaired", "environments": envs,
-            "workloads": workloads, "smoke": smoke,
-            "hygiene": {"before": _hygiene(base)["before"], "after": _hygiene(cand)["after"],
-                        "changed": [*_hygiene(base)["changed"], *_hygiene(cand)["changed"]]}}
+    return {
+        **base,
+        "id": f"{base['id']}+{cand['id']}",
+        "mode": "unpaired",
+        "environments": envs,
+        "workloads": workloads,
+        "smoke": smoke,
+        "hygiene": {
+            "before": _hygiene(base)["before"],
+            "after": _hygiene(cand)["after"],
+            "changed": [*_hygiene(base)["changed"], *_hygiene(cand)["changed"]],
+        },
+    }
 
 
 def _envs(w: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +239,11 @@ def _envs(w: dict[str, Any]) -> dict[str, Any]:
 def _hygiene(record: dict[str, Any]) -> dict[str, Any]:
     """The record's machine conditions, with absent (or null) parts as empty ones."""
     hyg = record.get("hygiene") or {}
-    return {"before": hyg.get("before") or {}, "after": hyg.get("after") or {}, "changed": list(hyg.get("changed") or [])}
+    return {
+        "before": hyg.get("before") or {},
+        "after": hyg.get("after") or {},
+        "changed": list(hyg.get("changed") or []),
+    }
 
 
 def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str]]:
@@ -230,7 +269,9 @@ def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str
 
 def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
     # (workload, its baseline time per forward, its speedup)
-    usable = [(c, c.count * c.baseline_s, c.speedup.estimate) for c in changes if c.speedup and c.baseline_s and c.ratios]
+    usable = [
+        (c, c.count * c.baseline_s, c.speedup.estimate) for c in changes if c.speedup and c.baseline_s and c.ratios
+    ]
     if not usable:
         return None
     total_base = sum(t for _, t, _ in usable)
@@ -255,8 +296,16 @@ def _apply_fdr(changes: list[WorkloadChange], threshold: float, floors: dict[str
         c.change = decide(c.speedup, hit, t)  # type: ignore[arg-type]
 
 
-def _verdict(main: Interval | None, changes: list[WorkloadChange], noise: list[str], threshold: float,
-             memory_ratio: float | None, what: str, baseline_torch: str, candidate_torch: str) -> tuple[str, str]:
+def _verdict(
+    main: Interval | None,
+    changes: list[WorkloadChange],
+    noise: list[str],
+    threshold: float,
+    memory_ratio: float | None,
+    what: str,
+    baseline_torch: str,
+    candidate_torch: str,
+) -> tuple[str, str]:
     # A handful of "significant" workloads is what noise alone produces (5% of them by design), so a
     # direction only counts when its workloads carry a real share of the time.
     floor = max(1, math.ceil(0.05 * len(changes)))
@@ -284,21 +333,29 @@ def _verdict(main: Interval | None, changes: list[WorkloadChange], noise: list[s
     where = f"; the gain comes mostly from {top[0].name}" if top else ""
     if cls == "faster":
         if slower:
-            return "mixed", (f"Mixed: {what} is {span} faster with {vs}{mem}, but {len(slower)} workload(s) got "
-                             f"slower (e.g. {slower[0].name}).")
+            return "mixed", (
+                f"Mixed: {what} is {span} faster with {vs}{mem}, but {len(slower)} workload(s) got "
+                f"slower (e.g. {slower[0].name})."
+            )
         return "benefit", f"Upgrade: {what} is estimated {span} faster with {vs}{mem}{where}."
     if cls == "slower":
         return "regression", f"Regression: {what} is {span} with {vs} (slower){mem}."
     if faster and slower:
-        return "mixed", (f"Mixed: no overall change in {what}, {span}; but {len(faster)} workload(s) got faster "
-                         f"and {len(slower)} slower with {vs}.")
+        return "mixed", (
+            f"Mixed: no overall change in {what}, {span}; but {len(faster)} workload(s) got faster "
+            f"and {len(slower)} slower with {vs}."
+        )
     return "no-change", f"No measurable benefit for {what}: {span}, with {vs}{mem}."
 
 
 def _fingerprint(record: dict[str, Any]) -> tuple[str, str, str, str]:
     envs = record.get("environments") or [{}]
-    return (str(record.get("device")), str(envs[0].get("device_name")), str(envs[0].get("torch_version")),
-            str(envs[-1].get("torch_version")))
+    return (
+        str(record.get("device")),
+        str(envs[0].get("device_name")),
+        str(envs[0].get("torch_version")),
+        str(envs[-1].get("torch_version")),
+    )
 
 
 def matching_aa(record: dict[str, Any], stored: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -330,8 +387,9 @@ def aa_floors(aa: dict[str, Any]) -> dict[str, float]:
     return floors
 
 
-def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0,
-            aa_reference: dict[str, Any] | None = None) -> Analysis:
+def analyze(
+    record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0, aa_reference: dict[str, Any] | None = None
+) -> Analysis:
     """`aa_reference`: an A/A run of the same setup (see `matching_aa`); its per-workload spread becomes
     a floor under the practical threshold."""
     a, b = _labels(record)
@@ -350,16 +408,26 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0,
             speedup, ratios = _unpaired_ratio(_timed(ea), _timed(eb), seed + i)
         status = (w.get("status") or "ok") if speedup is None else "ok"
         pa, pb = _peak(ea), _peak(eb)
-        changes.append(WorkloadChange(
-            name=w["name"], part=w.get("part") or "", tags=list(w.get("tags") or []), count=int(w.get("count", 1)),
-            baseline_s=base_s, candidate_s=cand_s, speedup=speedup,
-            change=classify_change(speedup, threshold) if speedup else "n/a",
-            # The test counts rounds, not blocks: twice the units, and an order effect only makes it
-            # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
-            p_value=sign_test_p(ratios) if w.get("ratios") and ratios else None,
-            units=len(block_ratios(ratios)) if w.get("ratios") else 0,
-            size=_size(w, ea or eb), memory_ratio=(pb / pa) if pa and pb else None, ratios=ratios, status=status,
-        ))
+        changes.append(
+            WorkloadChange(
+                name=w["name"],
+                part=w.get("part") or "",
+                tags=list(w.get("tags") or []),
+                count=int(w.get("count", 1)),
+                baseline_s=base_s,
+                candidate_s=cand_s,
+                speedup=speedup,
+                change=classify_change(speedup, threshold) if speedup else "n/a",
+                # The test counts rounds, not blocks: twice the units, and an order effect only makes it
+                # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
+                p_value=sign_test_p(ratios) if w.get("ratios") and ratios else None,
+                units=len(block_ratios(ratios)) if w.get("ratios") else 0,
+                size=_size(w, ea or eb),
+                memory_ratio=(pb / pa) if pa and pb else None,
+                ratios=ratios,
+                status=status,
+            )
+        )
     _apply_fdr(changes, threshold, floors)
     for c in changes:
         # A paired speedup is the median of per-round ratios, not the ratio of pooled medians: show a
@@ -393,19 +461,34 @@ def analyze(record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0,
         main = suite_geomean_ci(rs, seed=seed) if rs else None
         what = "the geometric mean of the measured workloads"
     envs = record["environments"]
-    verdict, sentence = _verdict(main, changes, noise, threshold, mem, what,
-                                 str(envs[0].get("torch_version")), str(envs[1].get("torch_version")))
+    verdict, sentence = _verdict(
+        main, changes, noise, threshold, mem, what, str(envs[0].get("torch_version")), str(envs[1].get("torch_version"))
+    )
     changes.sort(key=lambda c: -c.share)
     notes = []
     if floors and aa_reference:
         raised = sum(1 for c in changes if math.expm1(floors.get(c.name, 0.0)) > threshold)
-        notes.append(f"A/A floor from run {aa_reference.get('id')}: a workload's threshold is the larger of {threshold:.0%} "
-                     f"and how far that A/A run landed from 1x ({raised} of {len(floors)} raised).")
+        notes.append(
+            f"A/A floor from run {aa_reference.get('id')}: a workload's threshold is the larger of {threshold:.0%} "
+            f"and how far that A/A run landed from 1x ({raised} of {len(floors)} raised)."
+        )
     return Analysis(
-        run_ids=[record["id"]], machine=str(envs[0].get("device_name") or record["device"]),
-        baseline_torch=str(envs[0].get("torch_version")), candidate_torch=str(envs[1].get("torch_version")),
-        device=record["device"], mode=record.get("mode") or "", workloads=changes, suite_geomean=suite,
-        suite_split=split, model_speedup=model, peak_memory_ratio=mem, smoke_changes=_smoke_changes(record, a, b),
-        noise=noise, verdict=verdict, sentence=sentence, threshold=threshold,
-        device_time=device_time_semantics(envs[0], envs[1]), notes=notes,
+        run_ids=[record["id"]],
+        machine=str(envs[0].get("device_name") or record["device"]),
+        baseline_torch=str(envs[0].get("torch_version")),
+        candidate_torch=str(envs[1].get("torch_version")),
+        device=record["device"],
+        mode=record.get("mode") or "",
+        workloads=changes,
+        suite_geomean=suite,
+        suite_split=split,
+        model_speedup=model,
+        peak_memory_ratio=mem,
+        smoke_changes=_smoke_changes(record, a, b),
+        noise=noise,
+        verdict=verdict,
+        sentence=sentence,
+        threshold=threshold,
+        device_time=device_time_semantics(envs[0], envs[1]),
+        notes=notes,
     )

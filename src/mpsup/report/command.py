@@ -48,6 +48,7 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
         return 0
     if req.output is not None and req.fmt == "terminal":
         raise UserError("-o needs --format markdown, json or html")
+
     def note(msg: str) -> None:
         # stderr: stdout stays the report alone (a JSON document, a page), and the choice still shows on a terminal.
         err.print(safe(msg), highlight=False, soft_wrap=True)
@@ -56,7 +57,9 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
     # An A/A run of the same machine, device and torch shows how far two workers of one build drift
     # apart; its spread becomes each workload's floor, so that drift is never called a torch change.
     aa_runs = load.stored_aa_runs(warn)
-    analyses = [analyze(r, threshold=req.threshold, seed=req.seed, aa_reference=matching_aa(r, aa_runs)) for r in records]
+    analyses = [
+        analyze(r, threshold=req.threshold, seed=req.seed, aa_reference=matching_aa(r, aa_runs)) for r in records
+    ]
     if req.fmt == "terminal":
         if len(analyses) > 1:
             render_multi_terminal(analyses, out)
@@ -111,20 +114,33 @@ def _list_runs(rows: list[dict[str, Any]], fmt: str, out: Console) -> None:
         emit_json(rows)
         return
     if not rows:
-        out.print("No stored runs yet: `mpsup bench` records one (add --candidate VERSION or --aa to pair two torches).",
-                  highlight=False)
+        out.print(
+            "No stored runs yet: `mpsup bench` records one (add --candidate VERSION or --aa to pair two torches).",
+            highlight=False,
+        )
         return
     narrow = out.width < NARROW
-    t = Table(title=f"{len(rows)} stored run{'s' * (len(rows) != 1)}", title_justify="left", box=None if narrow else box.HEAVY_HEAD,
-              pad_edge=not narrow, header_style="bold")
+    t = Table(
+        title=f"{len(rows)} stored run{'s' * (len(rows) != 1)}",
+        title_justify="left",
+        box=None if narrow else box.HEAVY_HEAD,
+        pad_edge=not narrow,
+        header_style="bold",
+    )
     t.add_column("id", no_wrap=True)  # what --run, --baseline and --candidate take: never cut
     for c in ("created", "mode", "device", "torch", "n"):
         t.add_column(c, no_wrap=c != "torch", justify="right" if c == "n" else "left")
     if not narrow:
         t.add_column("model", overflow="fold")
     for r in rows:
-        cells = [safe(r["id"]), safe(_when(r["created_at"])), safe(r["mode"]) + (" (partial)" if r["partial"] else ""),
-                 safe(r["device"]), safe(_torches(r["torch"])), str(r["workloads"])]
+        cells = [
+            safe(r["id"]),
+            safe(_when(r["created_at"])),
+            safe(r["mode"]) + (" (partial)" if r["partial"] else ""),
+            safe(r["device"]),
+            safe(_torches(r["torch"])),
+            str(r["workloads"]),
+        ]
         t.add_row(*cells, *([] if narrow else [safe(r["model"] or "")]))
     out.print(t)
     if narrow and any(r["model"] for r in rows):

@@ -71,8 +71,14 @@ def newest_paired(warn: Warn, note: Warn | None = None) -> dict[str, Any]:
         if rec is not None:
             newer_single.append(rec)
     unreadable = f" ({skipped} unreadable record(s) skipped, see the warnings)" if skipped else ""
-    singles = f"; {len(newer_single)} single run(s) stored: pair two with --baseline ID --candidate ID" if newer_single else ""
-    raise UserError(f"no paired run stored yet{unreadable}{singles}: run `mpsup bench --candidate PATH` (or `--aa`) first")
+    singles = (
+        f"; {len(newer_single)} single run(s) stored: pair two with --baseline ID --candidate ID"
+        if newer_single
+        else ""
+    )
+    raise UserError(
+        f"no paired run stored yet{unreadable}{singles}: run `mpsup bench --candidate PATH` (or `--aa`) first"
+    )
 
 
 def _describe(rec: dict[str, Any]) -> str:
@@ -90,7 +96,11 @@ def choice_lines(chosen: dict[str, Any], newer_single: list[dict[str, Any]]) -> 
     lines += [f"  {_describe(r)}" for r in newer_single[:5]]
     if len(newer_single) > 5:
         lines.append(f"  ... {len(newer_single) - 5} more (mpsup report --list)")
-    older, newer = (newer_single[1]["id"], newer_single[0]["id"]) if len(newer_single) > 1 else ("BASELINE_ID", newer_single[0]["id"])
+    older, newer = (
+        (newer_single[1]["id"], newer_single[0]["id"])
+        if len(newer_single) > 1
+        else ("BASELINE_ID", newer_single[0]["id"])
+    )
     lines.append(f"To compare two of them: mpsup report --baseline {older} --candidate {newer}")
     lines.append("Or measure both torches in one run: mpsup bench --candidate VERSION")
     return lines
@@ -119,8 +129,17 @@ def stored_runs(warn: Warn) -> list[dict[str, Any]]:
         if rec is None:
             continue
         envs = rec["environments"]
-        rows.append({"id": rec["id"], "created_at": rec.get("created_at"), "mode": rec.get("mode"),
-                     "device": rec["device"], "torch": [e.get("torch_version") for e in envs],
-                     "workloads": len(rec["workloads"]), "partial": rec.get("partial", False),
-                     "model": (rec.get("model") or {}).get("path"), "path": str(path)})
+        rows.append(
+            {
+                "id": rec["id"],
+                "created_at": rec.get("created_at"),
+                "mode": rec.get("mode"),
+                "device": rec["device"],
+                "torch": [e.get("torch_version") for e in envs],
+                "workloads": len(rec["workloads"]),
+                "partial": rec.get("partial", False),
+                "model": (rec.get("model") or {}).get("path"),
+                "path": str(path),
+            }
+        )
     return rows

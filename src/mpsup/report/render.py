@@ -56,7 +56,12 @@ def _bar(speedup: float | None, width: int = 10) -> str:
 
 def claim_comparable(a: Analysis) -> bool:
     """The published 2.15 figure was measured on MPS against 2.15: citing it beside a CPU or A/A run misleads."""
-    return a.device == "mps" and a.mode != "aa" and a.candidate_torch.startswith("2.15") and a.baseline_torch != a.candidate_torch
+    return (
+        a.device == "mps"
+        and a.mode != "aa"
+        and a.candidate_torch.startswith("2.15")
+        and a.baseline_torch != a.candidate_torch
+    )
 
 
 def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str]:
@@ -64,8 +69,13 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str
     lines = []
     if a.suite_geomean:
         split = ", ".join(f"{k} {v.estimate:.3f}x" for k, v in a.suite_split.items())
-        claim = f"; the torch 2.15 release notes claim {PUBLISHED_SUITE_CLAIM}x on their Mac" if claim_comparable(a) else ""
-        lines.append(f"Suite geometric mean over BF16 linear shapes: {_iv(a.suite_geomean)}{'; ' + split if split else ''}{claim}.")
+        claim = (
+            f"; the torch 2.15 release notes claim {PUBLISHED_SUITE_CLAIM}x on their Mac" if claim_comparable(a) else ""
+        )
+        lines.append(
+            "Suite geometric mean over BF16 linear shapes: "
+            f"{_iv(a.suite_geomean)}{'; ' + split if split else ''}{claim}."
+        )
     if a.model_speedup:
         lines.append(f"Model forward (estimated from its layers): {_iv(a.model_speedup)}")
     if a.peak_memory_ratio:
@@ -81,13 +91,17 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str
 def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
     style = {"benefit": "green", "regression": "red", "mixed": "yellow", "inconclusive": "yellow"}.get(a.verdict, "")
     console.print(Text(a.sentence, style=f"bold {style}"))
-    console.print(f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
-                  f" · run {safe(', '.join(a.run_ids))}")
+    console.print(
+        f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
+        f" · run {safe(', '.join(a.run_ids))}"
+    )
     t = _terminal_table(a, limit, narrow=console.width < NARROW)
     console.print(t)
     if len(a.workloads) > limit:
         console.print(f"... {len(a.workloads) - limit} more workloads (use --format json or html for all)")
-    console.print(f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; · no measurable change")
+    console.print(
+        f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; · no measurable change"
+    )
     for line in summary_lines(a, safe):
         console.print(line)
 
@@ -104,8 +118,11 @@ def _terminal_table(a: Analysis, limit: int, *, narrow: bool) -> Table:
     # Names are never cut (they are what --only takes); below NARROW columns the times and bars give way.
     t = Table(box=None if narrow else box.HEAVY_HEAD, pad_edge=not narrow, header_style="bold")
     t.add_column("workload", no_wrap=True, min_width=max((len(w.name) for w in a.workloads[:limit]), default=8))
-    cols = ("share", "speedup", "95% CI", "") if narrow else \
-        ("count", "share", "baseline", "candidate", "speedup (95% CI)", "", "")
+    cols = (
+        ("share", "speedup", "95% CI", "")
+        if narrow
+        else ("count", "share", "baseline", "candidate", "speedup (95% CI)", "", "")
+    )
     for col in cols:
         t.add_column(col, justify="left" if col == "" and not narrow else "right", no_wrap=True)
     for w in a.workloads[:limit]:
@@ -114,31 +131,61 @@ def _terminal_table(a: Analysis, limit: int, *, narrow: bool) -> Table:
             ci = _ci_short(w.speedup)
             t.add_row(safe(w.name), f"{w.share:.1%}", sp, ci, MARK[w.change])
             continue
-        t.add_row(safe(w.name), str(w.count), f"{w.share:.1%}", fmt_time(w.baseline_s), fmt_time(w.candidate_s),
-                  _iv(w.speedup) if w.speedup else safe(w.status), _bar(w.speedup.estimate if w.speedup else None),
-                  MARK[w.change])
+        t.add_row(
+            safe(w.name),
+            str(w.count),
+            f"{w.share:.1%}",
+            fmt_time(w.baseline_s),
+            fmt_time(w.candidate_s),
+            _iv(w.speedup) if w.speedup else safe(w.status),
+            _bar(w.speedup.estimate if w.speedup else None),
+            MARK[w.change],
+        )
     return t
 
 
 def render_markdown(a: Analysis) -> str:
-    out = [f"# mpsup report: {a.verdict}", "", f"**{md(a.sentence)}**", "",
-           f"- Machine: {md(a.machine)} ({md(a.device)})",
-           f"- torch {md(a.baseline_torch)} (baseline) vs {md(a.candidate_torch)} (candidate)",
-           f"- Runs: {md(', '.join(a.run_ids))}", ""]
+    out = [
+        f"# mpsup report: {a.verdict}",
+        "",
+        f"**{md(a.sentence)}**",
+        "",
+        f"- Machine: {md(a.machine)} ({md(a.device)})",
+        f"- torch {md(a.baseline_torch)} (baseline) vs {md(a.candidate_torch)} (candidate)",
+        f"- Runs: {md(', '.join(a.run_ids))}",
+        "",
+    ]
     out += [f"- {line}" for line in summary_lines(a, md)]
-    out += ["", "| workload | count | share | baseline | candidate | speedup | 95% CI | change |",
-            "|---|---:|---:|---:|---:|---:|---|---|"]
+    out += [
+        "",
+        "| workload | count | share | baseline | candidate | speedup | 95% CI | change |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     for w in a.workloads:
-        ci = ("-" if not w.speedup else f"{w.speedup.low:.3f}-{w.speedup.high:.3f}" if w.speedup.bounded
-              else f"n/a: {w.speedup.n} rounds; raise --budget")
+        ci = (
+            "-"
+            if not w.speedup
+            else f"{w.speedup.low:.3f}-{w.speedup.high:.3f}"
+            if w.speedup.bounded
+            else f"n/a: {w.speedup.n} rounds; raise --budget"
+        )
         sp = f"{w.speedup.estimate:.3f}x" if w.speedup else md(w.status)
-        out.append(f"| {md(w.name)} | {w.count} | {w.share:.1%} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
-                   f"| {sp} | {ci} | {w.change} |")
+        out.append(
+            f"| {md(w.name)} | {w.count} | {w.share:.1%} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
+            f"| {sp} | {ci} | {w.change} |"
+        )
     return "\n".join(out) + "\n"
 
 
-PART_COLORS = {"linear": "#0969da", "moe": "#8250df", "fp8": "#bf3989", "int8": "#9a6700", "pad": "#1a7f37",
-               "roofline": "#57606a", "model": "#cf222e"}
+PART_COLORS = {
+    "linear": "#0969da",
+    "moe": "#8250df",
+    "fp8": "#bf3989",
+    "int8": "#9a6700",
+    "pad": "#1a7f37",
+    "roofline": "#57606a",
+    "model": "#cf222e",
+}
 _Y_TICKS = (0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0)
 
 
@@ -148,7 +195,9 @@ def _part_color(part: str) -> str:
 
 def _outliers(pts: list[WorkloadChange], n: int = 3) -> list[WorkloadChange]:
     # The points a reader asks about first: the largest changes, measured or not significant.
-    return sorted(pts, key=lambda w: -abs(math.log(w.speedup.estimate)) if w.speedup and w.speedup.estimate > 0 else 0)[:n]
+    return sorted(pts, key=lambda w: -abs(math.log(w.speedup.estimate)) if w.speedup and w.speedup.estimate > 0 else 0)[
+        :n
+    ]
 
 
 def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 380) -> str:
@@ -158,8 +207,12 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
     if not pts:
         return '<p class="empty">No workload was measured in both environments, so there is nothing to plot.</p>'
     xs = [math.log10(w.size) for w in pts]
-    ends = [v for w in pts for v in (w.speedup.estimate, w.speedup.low, w.speedup.high)  # type: ignore[union-attr]
-            if math.isfinite(v) and v > 0]
+    ends = [
+        v
+        for w in pts
+        for v in (w.speedup.estimate, w.speedup.low, w.speedup.high)  # type: ignore[union-attr]
+        if math.isfinite(v) and v > 0
+    ]
     y_lo = math.log2(max(0.25, min([*ends, 0.95]))) - 0.05
     y_hi = math.log2(min(4.0, max([*ends, 1.05]))) + 0.05
     x_lo, x_hi = min(xs) - 0.2, max(xs) + 0.2
@@ -172,45 +225,70 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
         lv = math.log2(max(2**y_lo, min(2**y_hi, v)))
         return pad_t + (y_hi - lv) / (y_hi - y_lo or 1) * plot_h
 
-    parts = [f'<svg id="speedup-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-             f'preserveAspectRatio="xMinYMin meet" role="img" aria-label="speedup per workload against its size" font-size="12">',
-             f'<rect x="{pad_l}" y="{pad_t}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d0d7de"/>']
+    parts = [
+        f'<svg id="speedup-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        'preserveAspectRatio="xMinYMin meet" role="img" aria-label="speedup per workload against its size" '
+        'font-size="12">',
+        f'<rect x="{pad_l}" y="{pad_t}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d0d7de"/>',
+    ]
     for tick in _Y_TICKS:
         if y_lo <= math.log2(tick) <= y_hi:
             y = py(tick)
             dash = ' stroke-dasharray="4"' if tick == 1.0 else ""
-            parts.append(f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{y:.1f}" y2="{y:.1f}" stroke="{"#888" if tick == 1 else "#eaeef2"}"{dash}/>')
+            parts.append(
+                f'<line x1="{pad_l}" x2="{width - pad_r}" y1="{y:.1f}" y2="{y:.1f}" '
+                f'stroke="{"#888" if tick == 1 else "#eaeef2"}"{dash}/>'
+            )
             parts.append(f'<text class="ytick" x="{pad_l - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:.2f}x</text>')
     for decade in range(math.ceil(x_lo), math.floor(x_hi) + 1):
-        parts.append(f'<text class="xtick" x="{px(decade):.1f}" y="{height - pad_b + 16}" text-anchor="middle">1e{decade}</text>')
+        parts.append(
+            f'<text class="xtick" x="{px(decade):.1f}" y="{height - pad_b + 16}" text-anchor="middle">1e{decade}</text>'
+        )
     for w, x in zip(pts, xs, strict=True):
         s = w.speedup
         assert s is not None
         c = _part_color(w.part)
         lo = s.low if math.isfinite(s.low) and s.low > 0 else s.estimate
         hi = s.high if math.isfinite(s.high) and s.high > 0 else s.estimate
-        parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" stroke="{c}" stroke-opacity="0.6"/>')
+        parts.append(
+            f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" stroke="{c}" '
+            'stroke-opacity="0.6"/>'
+        )
         ring = ' stroke="#1f2328" stroke-width="1.5"' if w.significant else ""
-        parts.append(f'<circle class="point" data-part="{esc(w.part)}" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="4" fill="{c}"{ring}>'
-                     f'<title>{esc(w.name)}: {s.estimate:.3f}x ({s.low:.3f}-{s.high:.3f})</title></circle>')
+        parts.append(
+            f'<circle class="point" data-part="{esc(w.part)}" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="4" '
+            f'fill="{c}"{ring}>'
+            f"<title>{esc(w.name)}: {s.estimate:.3f}x ({s.low:.3f}-{s.high:.3f})</title></circle>"
+        )
     for w in _outliers(pts):
         s = w.speedup
         assert s is not None
         x, y = px(math.log10(w.size)), py(s.estimate)
         anchor = "end" if x > width * 0.6 else "start"
         dx = -7 if anchor == "end" else 7
-        parts.append(f'<text class="label" x="{x + dx:.1f}" y="{y - 6:.1f}" text-anchor="{anchor}" font-size="11">'
-                     f"{esc(w.name)} {s.estimate:.2f}x</text>")
-    parts.append(f'<text class="axis-title" x="{pad_l + plot_w / 2:.0f}" y="{height - 12}" text-anchor="middle">'
-                 "work per call (FLOP, or bytes moved; log scale)</text>")
-    parts.append(f'<text class="axis-title" transform="translate(14 {pad_t + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
-                 "speedup, candidate vs baseline</text>")
+        parts.append(
+            f'<text class="label" x="{x + dx:.1f}" y="{y - 6:.1f}" text-anchor="{anchor}" font-size="11">'
+            f"{esc(w.name)} {s.estimate:.2f}x</text>"
+        )
+    parts.append(
+        f'<text class="axis-title" x="{pad_l + plot_w / 2:.0f}" y="{height - 12}" text-anchor="middle">'
+        "work per call (FLOP, or bytes moved; log scale)</text>"
+    )
+    parts.append(
+        f'<text class="axis-title" transform="translate(14 {pad_t + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
+        "speedup, candidate vs baseline</text>"
+    )
     seen = list(dict.fromkeys(w.part for w in pts))
     for i, part in enumerate(seen):
         lx = pad_l + 8 + i * 96
-        parts.append(f'<circle class="legend" cx="{lx}" cy="{pad_t - 14}" r="4" fill="{_part_color(part)}"/>'
-                     f'<text x="{lx + 8}" y="{pad_t - 10}">{esc(part)}</text>')
-    parts.append(f'<text x="{width - pad_r}" y="{pad_t - 10}" text-anchor="end" font-size="11">outlined: significant change</text>')
+        parts.append(
+            f'<circle class="legend" cx="{lx}" cy="{pad_t - 14}" r="4" fill="{_part_color(part)}"/>'
+            f'<text x="{lx + 8}" y="{pad_t - 10}">{esc(part)}</text>'
+        )
+    parts.append(
+        f'<text x="{width - pad_r}" y="{pad_t - 10}" text-anchor="end" font-size="11">outlined: significant '
+        "change</text>"
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -218,20 +296,27 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
 def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
     pts = [w for w in ws if w.memory_ratio][:30]
     if not pts:
-        return '<p class="empty">Peak memory was not recorded in both environments, so there is no memory change to show.</p>'
+        return (
+            '<p class="empty">Peak memory was not recorded in both environments, so there is no memory change to '
+            "show.</p>"
+        )
     row = 16
     height = row * len(pts) + 20
     mid = 420
-    parts = [f'<svg id="memory-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" font-size="11">',
-             f'<line x1="{mid}" x2="{mid}" y1="0" y2="{height}" stroke="#888"/>']
+    parts = [
+        f'<svg id="memory-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" font-size="11">',
+        f'<line x1="{mid}" x2="{mid}" y1="0" y2="{height}" stroke="#888"/>',
+    ]
     for i, w in enumerate(pts):
         r = w.memory_ratio or 1.0
         length = max(-1.0, min(1.0, math.log2(r))) * 300
         x = mid if length >= 0 else mid + length
         color = "#cf222e" if r > 1 else "#1a7f37"
         parts.append(f'<text x="4" y="{i * row + 14}" font-size="11">{esc(w.name[:60])}</text>')
-        parts.append(f'<rect class="bar" x="{x:.1f}" y="{i * row + 4}" width="{abs(length):.1f}" height="10" fill="{color}">'
-                     f"<title>{r:.2f}x</title></rect>")
+        parts.append(
+            f'<rect class="bar" x="{x:.1f}" y="{i * row + 4}" width="{abs(length):.1f}" height="10" fill="{color}">'
+            f"<title>{r:.2f}x</title></rect>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -255,7 +340,8 @@ def _sort_ranks(ws: list[WorkloadChange]) -> dict[str, list[int]]:
 
 
 _CSS = """
-body { font-family: -apple-system, system-ui, sans-serif; margin: 1.5em auto; padding: 0 1em; max-width: 1400px; color: #1f2328; }
+body { font-family: -apple-system, system-ui, sans-serif; margin: 1.5em auto; padding: 0 1em; max-width: 1400px;
+       color: #1f2328; }
 .verdict { font-size: 1.3em; font-weight: 600; }
 .grid { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 1.5em; align-items: start; }
 svg { width: 100%; height: auto; display: block; }
@@ -268,12 +354,14 @@ td:first-child, th:first-child { text-align: left; }
 .sorter { font-size: 0.85em; margin: 0 0 0.4em; }
 .sorter label { text-decoration: underline; cursor: pointer; }
 tbody { display: flex; flex-direction: column; }
-thead tr, tbody tr { display: grid; grid-template-columns: minmax(10em, 3fr) 3.5em 3.5em 5.2em 5.2em minmax(10em, 2fr) 4.6em; }
+thead tr, tbody tr { display: grid;
+  grid-template-columns: minmax(10em, 3fr) 3.5em 3.5em 5.2em 5.2em minmax(10em, 2fr) 4.6em; }
 tbody tr { order: var(--share); }
 #by-speedup:checked ~ .tablebox tbody tr { order: var(--speedup); }
 #by-name:checked ~ .tablebox tbody tr { order: var(--name); }
 @media (max-width: 1200px) { .grid { grid-template-columns: minmax(0, 1fr); } body { margin: 0.5em; } }
-@media print { body { max-width: none; margin: 0; } .grid { grid-template-columns: minmax(0, 1fr); } .sorter { display: none; }
+@media print { body { max-width: none; margin: 0; } .grid { grid-template-columns: minmax(0, 1fr); }
+  .sorter { display: none; }
   svg, tr { break-inside: avoid; } a { color: inherit; } }
 """
 
@@ -284,7 +372,7 @@ def render_html(a: Analysis) -> str:
         f'<tr style="--share:{ranks["share"][i]};--speedup:{ranks["speedup"][i]};--name:{ranks["name"][i]}">'
         f"<td>{esc(w.name)}</td><td>{esc(w.part)}</td><td>{w.share:.1%}</td><td>{fmt_time(w.baseline_s)}</td>"
         f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv(w.speedup) if w.speedup else esc(w.status)}</td>"
-        f"<td class=\"{esc(w.change)}\">{esc(w.change)}</td></tr>"
+        f'<td class="{esc(w.change)}">{esc(w.change)}</td></tr>'
         for i, w in enumerate(a.workloads)
     )
     summary = "".join(f"<li>{line}</li>" for line in summary_lines(a, esc))

@@ -1,4 +1,5 @@
-"""What every workload builder shares: the Unsupported status, dtypes, torch's "not here" wording, random inputs, Built."""
+"""What every workload builder shares: the Unsupported status, dtypes, torch's "not here" wording, random inputs,
+Built."""
 
 from __future__ import annotations
 

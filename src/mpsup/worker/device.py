@@ -192,13 +192,17 @@ class Device:
     def memory(self) -> dict[str, Any]:
         """This workload's memory figures. A key with "peak" in its name is a true high-water mark."""
         if self.kind == "cuda":
-            return {"peak_allocated": int(torch.cuda.max_memory_allocated()),
-                    "current_allocated": int(torch.cuda.memory_allocated()),
-                    "peak_source": "torch.cuda.max_memory_allocated"}
+            return {
+                "peak_allocated": int(torch.cuda.max_memory_allocated()),
+                "current_allocated": int(torch.cuda.memory_allocated()),
+                "peak_source": "torch.cuda.max_memory_allocated",
+            }
         if self.kind == "mps":
             self.after_block()
-            out: dict[str, Any] = {"current_allocated": _mps_call("current_allocated_memory"),
-                                   "driver_allocated": _mps_call("driver_allocated_memory")}
+            out: dict[str, Any] = {
+                "current_allocated": _mps_call("current_allocated_memory"),
+                "driver_allocated": _mps_call("driver_allocated_memory"),
+            }
             if self._driver_max is not None:
                 out["driver_allocated_max"] = self._driver_max
                 out["driver_reads"] = self._driver_reads

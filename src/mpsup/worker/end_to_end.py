@@ -44,7 +44,9 @@ def build_end_to_end(params: dict[str, Any], device: Device) -> Built:
         if not (isinstance(made, tuple) and len(made) == 2):
             raise TypeError(f"{params['target']} must return (module, inputs), got {type(made).__name__}")
         module, inputs = made
-        args, kwargs = (inputs, {}) if isinstance(inputs, tuple) else ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
+        args, kwargs = (
+            (inputs, {}) if isinstance(inputs, tuple) else ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
+        )
     try:
         module = module.to(dev)
     except Exception as exc:

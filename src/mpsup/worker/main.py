@@ -42,9 +42,14 @@ class Worker:
             torch.set_num_threads(int(threads))
         ok, reason = self.device.available()
         # The smoke features this worker can run, in order: mpsup's list is checked against it (one list).
-        facts: dict[str, Any] = {"available": ok, "reason": reason, "device": self.device.kind,
-                                 "torch_version": str(torch.__version__), "threads": torch.get_num_threads(),
-                                 "smoke_features": list(FEATURES)}
+        facts: dict[str, Any] = {
+            "available": ok,
+            "reason": reason,
+            "device": self.device.kind,
+            "torch_version": str(torch.__version__),
+            "threads": torch.get_num_threads(),
+            "smoke_features": list(FEATURES),
+        }
         if ok:
             facts.update(self.device.facts())
         return {"type": "hello", **facts}
@@ -71,8 +76,14 @@ class Worker:
             calls, per_call = calibrate_calls(built.fn, sync, float(req.get("target_sample_s", 0.01)))
         self.current = built
         self.calls = calls
-        return {"type": "ready", "calls": calls, "per_call_s": per_call, "bytes_per_call": built.bytes_per_call,
-                "flops_per_call": built.flops_per_call, "items_per_call": built.items_per_call}
+        return {
+            "type": "ready",
+            "calls": calls,
+            "per_call_s": per_call,
+            "bytes_per_call": built.bytes_per_call,
+            "flops_per_call": built.flops_per_call,
+            "items_per_call": built.items_per_call,
+        }
 
     def sample(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.current is None:
@@ -131,8 +142,12 @@ def _answer(worker: Worker, handlers: dict[str, Any], req: Any) -> dict[str, Any
         answer = handlers[req["op"]](req)
     except Exception as exc:
         worker.teardown_quietly()
-        answer = {"type": "error", "status": _classify(exc), "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
-                  "traceback": traceback.format_exc(limit=4)}
+        answer = {
+            "type": "error",
+            "status": _classify(exc),
+            "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
+            "traceback": traceback.format_exc(limit=4),
+        }
     return answer
 
 
@@ -144,8 +159,13 @@ def main(in_fd: int, out_fd: int) -> None:
     # fd 1 already goes to the log (the boot code made sure); Python's own stdout object follows it.
     sys.stdout = sys.stderr
     worker = Worker(os.fdopen(out_fd, "w", encoding="utf-8"))
-    handlers = {"hello": worker.hello, "setup": worker.setup, "sample": worker.sample,
-                "teardown": worker.teardown, "smoke": worker.smoke}
+    handlers = {
+        "hello": worker.hello,
+        "setup": worker.setup,
+        "sample": worker.sample,
+        "teardown": worker.teardown,
+        "smoke": worker.smoke,
+    }
     pending = _requests_from(in_fd)
     while True:
         line = pending.get()

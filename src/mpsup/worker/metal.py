@@ -41,7 +41,9 @@ def make_input(spec: dict[str, Any], grid: int, device: str | torch.device = "cp
     if init == "all_bf16":
         # Every bfloat16 bit pattern once: both zeros, subnormals, infinities, NaNs of both signs.
         codes = torch.arange(n, dtype=torch.int64).remainder(1 << 16)
-        return (codes - (codes >= (1 << 15)).to(torch.int64) * (1 << 16)).to(torch.int16).view(torch.bfloat16).to(device)
+        return (
+            (codes - (codes >= (1 << 15)).to(torch.int64) * (1 << 16)).to(torch.int16).view(torch.bfloat16).to(device)
+        )
     gen = torch.Generator().manual_seed(1234)
     if init == "contraction_pairs":
         # Per 8x8 tile pair: A with entries in [-1/16, 1/16] (rows sum to at most 1/2), then B in [-1, 1].
@@ -110,7 +112,9 @@ def compile_library(source: str, device: Device) -> Any:
 
 def _buffers(entry: dict[str, Any], n: int, device: Device) -> tuple[torch.Tensor, torch.Tensor]:
     src = make_input(entry["inputs"][0], n, device.torch_device)
-    dst = torch.zeros(buffer_len(entry["output"], n), dtype=_TORCH_DTYPES[entry["output"]["dtype"]], device=device.torch_device)
+    dst = torch.zeros(
+        buffer_len(entry["output"], n), dtype=_TORCH_DTYPES[entry["output"]["dtype"]], device=device.torch_device
+    )
     return src, dst
 
 

@@ -99,7 +99,9 @@ def _fp8_cast(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
     return Built(lambda: src8.to(torch.bfloat16), numel * 3, None, None, src8)
 
 
-def scaled_mm_op(recipe: str) -> tuple[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]]:
+def scaled_mm_op(
+    recipe: str,
+) -> tuple[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]]:
     """FP8 matmul through the API this torch ships, as (its name, fn(a, b, scale_a, scale_b) -> bf16).
 
     `F.scaled_mm` (public since 2.10) runs `torch._scaled_mm_v2`, the only FP8 matmul with an MPS
@@ -126,8 +128,9 @@ def scaled_mm_op(recipe: str) -> tuple[str, Callable[[torch.Tensor, torch.Tensor
     return "torch._scaled_mm", v1
 
 
-def scaled_mm_scales(recipe: str, m: int, n: int, device: torch.device,
-                     gen: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def scaled_mm_scales(
+    recipe: str, m: int, n: int, device: torch.device, gen: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 scales: one per tensor, or one per row of a (m, 1) and per column of b (1, n). Their
     product is not 1, so a matmul that drops them shows in the smoke tests."""
     if recipe == "tensorwise":

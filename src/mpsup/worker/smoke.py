@@ -129,11 +129,14 @@ def _grouped(d: Device, dtype: torch.dtype, tol: float, sizes: list[int] | None 
     a = torch.randn(sum(sizes), k, generator=_gen(9))
     w = torch.randn(experts, n, k, generator=_gen(10))
     ends = torch.tensor([sum(sizes[: i + 1]) for i in range(experts)], dtype=torch.int32)
-    got = gmm(a.to(dtype).to(d.torch_device), w.to(dtype).to(d.torch_device).transpose(-2, -1),
-              offs=ends.to(d.torch_device))
+    got = gmm(
+        a.to(dtype).to(d.torch_device), w.to(dtype).to(d.torch_device).transpose(-2, -1), offs=ends.to(d.torch_device)
+    )
     a_r = a.to(dtype).float()
     w_r = w.to(dtype).float()
-    want = torch.cat([a_r[int(e - s): int(e)] @ w_r[i].t() for i, (s, e) in enumerate(zip(sizes, ends.tolist(), strict=True))])
+    want = torch.cat(
+        [a_r[int(e - s) : int(e)] @ w_r[i].t() for i, (s, e) in enumerate(zip(sizes, ends.tolist(), strict=True))]
+    )
     return _check_close(got, want, tol)
 
 
@@ -219,8 +222,13 @@ def fp8_index(d: Device) -> float:
     cols = torch.randint(0, 16, (16, 5), generator=_gen(15))
     dev = d.torch_device
     xd = x.to(dev)
-    got = torch.cat([xd[rows.to(dev)].reshape(-1), torch.gather(xd, 1, cols.to(dev)).reshape(-1),
-                     xd.index_select(1, rows.to(dev)).reshape(-1)])
+    got = torch.cat(
+        [
+            xd[rows.to(dev)].reshape(-1),
+            torch.gather(xd, 1, cols.to(dev)).reshape(-1),
+            xd.index_select(1, rows.to(dev)).reshape(-1),
+        ]
+    )
     u = x.view(torch.uint8)
     want = torch.cat([u[rows].reshape(-1), torch.gather(u, 1, cols).reshape(-1), u.index_select(1, rows).reshape(-1)])
     return _check_bits(got, want.view(x.dtype))
@@ -252,7 +260,9 @@ def compile_small_model(d: Device) -> Outcome:
         raise Unsupported("torch.compile does not exist in this torch")
     backend = "aot_eager" if d.kind == "cpu" else "inductor"
     gen = _gen(16)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128), torch.nn.Linear(128, 32))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128), torch.nn.Linear(128, 32)
+    )
     with torch.no_grad():
         for prm in model.parameters():
             prm.copy_(torch.randn(prm.shape, generator=gen) * 0.1)
@@ -288,7 +298,9 @@ def check_kernel_output(entry: dict[str, Any], got: torch.Tensor, want: torch.Te
         raise Mismatch(float("inf"), 0.0, f"{entry['name']}: shape {tuple(got.shape)} vs {tuple(want.shape)}:")
     if entry["reference"] == "fp8_e4m3_decode":
         nan = torch.isnan(want.float())
-        if not torch.equal(torch.isnan(got.float()), nan) or not torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)):
+        if not torch.equal(torch.isnan(got.float()), nan) or not torch.equal(
+            got[~nan].view(torch.int16), want[~nan].view(torch.int16)
+        ):
             raise Mismatch(1.0, 0.0, f"{entry['name']}: decoded codes differ:")
         return 0.0
     tol = entry["tolerance"]
