@@ -14,7 +14,7 @@ from packaging.version import Version
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.record import list_record_paths, load_record
 from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
-from mpsup.bench.workloads import Workload
+from mpsup.workloads import Workload
 from tests.conftest import run_cli
 
 

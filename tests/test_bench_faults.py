@@ -20,9 +20,9 @@ from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.record import list_record_paths, load_record
 from mpsup.bench.run import run_bench
 from mpsup.bench.runner import BenchOptions, EnvSpec
-from mpsup.bench.workloads import Workload
 from mpsup.errors import OperationFailed, UserError
 from mpsup.report import load
+from mpsup.workloads import Workload
 from tests.conftest import run_cli
 
 # Enough workloads that a signal lands mid-run: 59 linear shapes at t1, a few seconds in all.

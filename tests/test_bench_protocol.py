@@ -13,8 +13,8 @@ import pytest
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
 from mpsup.bench.workerproc import WorkerProcess, _valid, check_interpreter
-from mpsup.bench.workloads import Workload
 from mpsup.errors import UserError
+from mpsup.workloads import Workload
 from tests.conftest import run_cli
 
 

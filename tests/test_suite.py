@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mpsup.bench import suite
-from mpsup.bench.workloads import select
+from mpsup.workloads import select
 
 
 def test_at_least_90_linear_shapes_with_sources_and_tags():

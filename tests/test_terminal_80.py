@@ -10,11 +10,12 @@ from rich.console import Console
 
 from mpsup.bench.journal import Journal
 from mpsup.bench.record import new_record, new_run_id, save_record
-from mpsup.bench.render import compact_shape, fmt_rate, meaning_lines, print_workload_list, render_run, smoke_cell
+from mpsup.bench.render import compact_shape, meaning_lines, print_workload_list, render_run, smoke_cell
 from mpsup.bench.suite import build_suite
 from mpsup.report import load
 from mpsup.report.analysis import analyze
 from mpsup.report.render import render_terminal, summary_lines
+from mpsup.units import fmt_rate
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 

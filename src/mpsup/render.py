@@ -11,6 +11,8 @@ from rich.markup import escape as rich_escape
 
 from mpsup.store import finite_json
 
+NARROW = 100  # below this many columns tables drop their wide, secondary columns
+
 stdout_console = Console()
 stderr_console = Console(stderr=True)
 

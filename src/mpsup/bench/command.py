@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpsup.bench.workloads import Workload, select
 from mpsup.errors import UserError
+from mpsup.workloads import Workload, select
 
 END_TO_END = "model/end-to-end"
 DTYPES = ("bf16", "fp16", "fp32")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,8 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mpsup.render import safe
+from mpsup.render import NARROW, safe
 from mpsup.stats import geometric_mean
+from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
 
 PART_TITLES = {
     "linear": "BF16 linear layers of real models",
@@ -23,19 +23,6 @@ PART_TITLES = {
     "roofline": "Roofline probes",
     "model": "Your model's workloads",
 }
-
-
-def fmt_time(s: float | None) -> str:
-    if s is None or math.isnan(s):
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.1f} us"
-    if s < 1:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s:.2f} s"
-
-
-NARROW = 100  # below this many columns tables drop their wide, secondary columns
 
 
 def is_narrow(console: Console) -> bool:
@@ -90,15 +77,6 @@ def print_workload_list(workloads: list[Any], console: Console) -> None:
         console.print(f"Tags and sources: run with COLUMNS={NARROW} or more, or --list --json.", highlight=False)
 
 
-def fmt_bytes(n: float | None) -> str:
-    if not n:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 @contextmanager
 def bench_progress(console: Console) -> Iterator[Any]:
     progress = Progress(
@@ -142,14 +120,6 @@ def _rate(env: dict[str, Any]) -> str:
     if moved:
         parts.append(fmt_rate(moved / med, "B/s"))
     return ", ".join(parts) or "-"
-
-
-def fmt_rate(per_s: float, unit: str) -> str:
-    """A rate with the SI prefix that keeps three significant digits: CPU rates are GFLOP/s, not 0.00 TFLOP/s."""
-    for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if per_s >= size:
-            return f"{per_s / size:.3g} {prefix}{unit}"
-    return f"{per_s:.3g} {unit}"
 
 
 def _memory(env: dict[str, Any]) -> str:
@@ -246,18 +216,6 @@ def smoke_cell(result: dict[str, Any]) -> str:
     if message.lower().startswith(status.lower()):
         message = message[len(status) :].lstrip(" :-")
     return f"{status}: {message[:70]}" if message else status
-
-
-def fmt_span(low: float | None, high: float | None) -> str:
-    """`3.89-5.22 ms` when both ends share a unit (most intervals), else each end with its own."""
-    lo, hi = fmt_time(low), fmt_time(high)
-    if lo == "-" and hi == "-":
-        return "-"
-    if lo == "-" or hi == "-":
-        return f"{lo} - {hi}"
-    lo_num, _, lo_unit = lo.partition(" ")
-    hi_num, _, hi_unit = hi.partition(" ")
-    return f"{lo_num}-{hi_num} {hi_unit}" if lo_unit == hi_unit else f"{lo}-{hi}"
 
 
 def _rate_narrow(env: dict[str, Any]) -> str:

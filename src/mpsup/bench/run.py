@@ -19,9 +19,9 @@ from mpsup.bench.journal import Journal, JournalWriteError, Warn, recover_journa
 from mpsup.bench.record import new_record, new_run_id, save_record
 from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
 from mpsup.bench.workerproc import check_interpreter
-from mpsup.bench.workloads import Workload
 from mpsup.errors import OperationFailed
 from mpsup.host.hygiene import conditions_changed, hygiene_now
+from mpsup.workloads import Workload
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 

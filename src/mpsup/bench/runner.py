@@ -16,9 +16,9 @@ from typing import Any
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
-from mpsup.bench.workloads import Workload
 from mpsup.errors import UserError
 from mpsup.stats import finite_or_none, median_ci, round_ratio_ci
+from mpsup.workloads import Workload
 
 Progress = Callable[[str, dict[str, Any]], None]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mpsup.bench.workloads import ITEMSIZE, Workload
+from mpsup.workloads import ITEMSIZE, Workload
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpsup.bench.workloads import ITEMSIZE, Workload
 from mpsup.model.comfy import ARCHITECTURE_KEY
 from mpsup.model.config import ModelConfig, model_config
 from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
+from mpsup.workloads import ITEMSIZE, Workload
 
 DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
 EMBEDDING = re.compile(

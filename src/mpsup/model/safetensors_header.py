@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpsup.bench.workloads import SAFETENSORS_ITEMSIZE
 from mpsup.errors import UserError
 from mpsup.store import open_regular, parse_json
+from mpsup.workloads import SAFETENSORS_ITEMSIZE
 
 # One table of element sizes for the reader and the workloads, so the two cannot drift.
 ITEMSIZE = SAFETENSORS_ITEMSIZE

@@ -12,9 +12,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from mpsup.bench.render import NARROW
 from mpsup.errors import UserError
-from mpsup.render import emit_json, safe
+from mpsup.render import NARROW, emit_json, safe
 from mpsup.report import load
 from mpsup.report.analysis import Analysis, analyze, matching_aa, merge_single_runs
 from mpsup.report.render import multi_json, render_html, render_markdown, render_multi_terminal, render_terminal

@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.bench.render import NARROW, fmt_time
-from mpsup.render import safe
+from mpsup.render import NARROW, safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.stats import Interval
+from mpsup.units import fmt_time
 
 MARK = {"faster": "▲", "slower": "▼", "same": "·", "n/a": " "}
 
