@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mpsup.bench.journal import SUFFIX, UNREADABLE, Journal, JournalWriteError, rebuild_record, recover_journals
-from mpsup.bench.record import list_record_paths, load_record, new_record, new_run_id
 from mpsup.bench.run import StopSignals
 from mpsup.errors import UserError
-from mpsup.report import load
+from mpsup.runs import select
+from mpsup.runs.journal import SUFFIX, UNREADABLE, Journal, JournalWriteError, rebuild_record, recover_journals
+from mpsup.runs.store import list_record_paths, load_record, new_record, new_run_id
 
 
 def _workload(name: str, samples: list[float]) -> dict:
@@ -61,16 +61,16 @@ def test_dead_run_is_recovered_once_as_a_partial_record(mpsup_home: Path):
     j = _journal_with(3)
     j.close()  # what a SIGKILL does: the lock goes, the file stays
     warnings: list[str] = []
-    rows = load.stored_runs(warnings.append)
-    assert len(rows) == 1 and rows[0]["id"] == j.run_id and rows[0]["partial"] is True and rows[0]["workloads"] == 3
+    rows = select.stored_runs(warnings.append)
+    assert len(rows) == 1 and rows[0].id == j.run_id and rows[0].partial is True and rows[0].workloads == 3
     assert any("recovered the interrupted run" in w and "3 finished workloads" in w for w in warnings)
     assert not j.path.exists()
-    record = load_record(list_record_paths()[0])
+    record = load_record(list_record_paths()[0]).to_json()
     assert record["interrupted"] is True and record["recovered"]["from"] == j.path.name
     assert record["workloads"][2]["envs"]["baseline"]["samples"] == [3.0, 3.1, 3.2]
     # Listing again finds nothing new to recover and no duplicate.
     warnings.clear()
-    assert len(load.stored_runs(warnings.append)) == 1 and warnings == []
+    assert len(select.stored_runs(warnings.append)) == 1 and warnings == []
 
 
 def test_torn_last_line_costs_only_that_line(mpsup_home: Path):
@@ -79,7 +79,7 @@ def test_torn_last_line_costs_only_that_line(mpsup_home: Path):
     with open(j.path, "ab") as fh:
         fh.write(b'{"workload": {"name": "half-writ')
     assert recover_journals(lambda _m: None)
-    record = load_record(list_record_paths()[0])
+    record = load_record(list_record_paths()[0]).to_json()
     assert [w["name"] for w in record["workloads"]] == ["w0", "w1"] and record["recovered"]["unreadable_lines"] == 1
 
 
@@ -98,12 +98,12 @@ def test_failed_append_is_cut_back_so_later_lines_stay_readable(mpsup_home: Path
     j.append("workload", _workload("after", [2.0]))
     j.close()
     record = rebuild_record(j.path.read_bytes(), j.path)
-    assert record is not None and [w["name"] for w in record["workloads"]] == ["w0", "after"]
-    assert record["recovered"]["unreadable_lines"] == 0
+    assert record is not None and [w.name for w in record.workloads] == ["w0", "after"]
+    assert record.extra["recovered"]["unreadable_lines"] == 0
 
 
 def test_journal_whose_record_was_saved_is_just_removed(mpsup_home: Path):
-    from mpsup.bench.record import save_record
+    from mpsup.runs.store import save_record
 
     j = _journal_with(1)
     j.close()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mpsup.bench.record import list_record_paths, load_record, new_record, save_record
 from mpsup.errors import UserError
 from mpsup.host.hygiene import conditions_changed, noisy_conditions
+from mpsup.runs.store import list_record_paths, load_record, new_record, save_record
 
 
 def test_concurrent_saves_keep_every_record(tmp_path: Path):
@@ -25,8 +25,8 @@ def test_concurrent_saves_keep_every_record(tmp_path: Path):
     paths = list_record_paths(tmp_path)
     # Every record survives, each under its own id, even when the clock and the random suffix collide.
     assert len(paths) == 16
-    assert len({load_record(p)["id"] for p in paths}) == 16
-    assert all(load_record(p)["schema"] == "mpsup.run/1" for p in paths)
+    assert len({load_record(p).id for p in paths}) == 16
+    assert all(load_record(p).schema == "mpsup.run/1" for p in paths)
     assert not list(tmp_path.glob(".*.tmp"))
 
 

@@ -6,6 +6,7 @@ Each hostile record is a valid one (tests.synthetic) with one thing broken, buil
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -17,13 +18,16 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mpsup.bench import record as record_mod
-from mpsup.bench.record import load_record, new_record, save_record, validate_record
 from mpsup.errors import UserError
-from mpsup.report import load
-from mpsup.report.analysis import analyze, merge_single_runs
+from mpsup.report.analysis import analyze
 from mpsup.report.command import ReportRequest, run_report
 from mpsup.report.render import render_html, render_markdown, render_terminal
+from mpsup.runs import schema as schema_mod
+from mpsup.runs import select
+from mpsup.runs import store as store_mod
+from mpsup.runs.schema import RunRecord
+from mpsup.runs.select import merge_single_runs
+from mpsup.runs.store import load_record, new_record, save_record
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 
@@ -70,7 +74,7 @@ def test_a_fifo_record_is_refused_not_waited_on(tmp_path: Path):
 
 
 def test_an_oversized_record_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(record_mod, "MAX_RECORD_BYTES", 1 << 20)
+    monkeypatch.setattr(store_mod, "MAX_RECORD_BYTES", 1 << 20)
     p = save_record(_valid(), tmp_path)
     with p.open("ab") as fh:
         fh.truncate(2 << 20)  # sparse: no 2 MiB written
@@ -137,7 +141,7 @@ HOSTILE = {
         _set(("smoke", 0, "envs", "baseline", "status"), {}),
         "smoke[0].envs.baseline.status",
     ),
-    "too many workloads": (_set(("workloads",), [{"name": "w"}] * (record_mod.MAX_WORKLOADS + 1)), "workloads"),
+    "too many workloads": (_set(("workloads",), [{"name": "w"}] * (schema_mod.MAX_WORKLOADS + 1)), "workloads"),
 }
 
 
@@ -182,7 +186,7 @@ def test_todays_records_are_accepted(tmp_path: Path):
     rec["model"] = {"path": "/m/llama", "format": "safetensors", "fingerprint": "abcd", "not_measured": []}
     rec |= {"interrupted": True, "partial": True, "crashes": {"baseline": 0, "candidate": 1}}
     for doc in (rec, _single("20261202T100000Z-single"), new_record("single", "cpu", [], {})):
-        assert load_record(save_record(copy.deepcopy(doc), tmp_path))["id"]
+        assert load_record(save_record(copy.deepcopy(doc), tmp_path)).id
     analysis = analyze(load_record(_write(tmp_path / "x.json", rec)))
     assert analysis.workloads and render_html(analysis) and render_markdown(analysis)
 
@@ -232,7 +236,9 @@ def test_cli_exit_codes_for_a_bad_record(mpsup_home: Path):
 def test_merging_a_run_without_environments_is_refused():
     empty = new_record("single", "mps", [], {})
     with pytest.raises(UserError, match="records no environment"):
-        merge_single_runs(empty, _single("20261202T100000Z-single"))
+        merge_single_runs(
+            RunRecord.from_json(empty, "empty.json"), RunRecord.from_json(_single("20261202T100000Z-single"), "s.json")
+        )
 
 
 # --- fuzz: whatever passes validation, the report takes without a traceback ----------------------
@@ -288,18 +294,19 @@ def test_fuzzed_records_never_raise_anything_but_user_error():
     for _ in range(400):
         doc = _mutant(rng.choice([paired, single]), rng)
         try:
-            rec = validate_record(doc, Path("fuzz.json"))
+            rec = RunRecord.from_json(doc, Path("fuzz.json"))
         except UserError:
             continue
         accepted += 1
         try:
-            if len(rec["environments"]) >= 2:
+            if len(rec.environments) >= 2:
                 a = analyze(rec, seed=1)
                 render_terminal(a, Console(file=io.StringIO(), width=120))
                 render_markdown(a)
                 render_html(a)
             else:
-                merge_single_runs(rec, {**rec, "id": "other"})  # an unpaired analysis takes seconds: merged only
+                # An unpaired analysis takes seconds: merged only.
+                merge_single_runs(rec, dataclasses.replace(rec, id="other"))
         except UserError:
             pass
     assert accepted > 40  # the mutations must leave enough records valid to exercise the report
@@ -308,6 +315,6 @@ def test_fuzzed_records_never_raise_anything_but_user_error():
 def test_list_and_report_share_the_validation(mpsup_home: Path):
     """stored_runs reads only validated fields: a record it lists can be reported."""
     save_record(_valid(), mpsup_home / "runs")
-    rows = load.stored_runs(lambda _msg: None)
-    assert [r["id"] for r in rows] == ["20261202T100000Z-good00"]
-    assert rows[0]["torch"] == ["2.14.1", "2.15.0"]
+    rows = select.stored_runs(lambda _msg: None)
+    assert [r.id for r in rows] == ["20261202T100000Z-good00"]
+    assert rows[0].torch == ["2.14.1", "2.15.0"]

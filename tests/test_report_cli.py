@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpsup.bench.record import save_record
+from mpsup.runs.store import save_record
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 

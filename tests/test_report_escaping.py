@@ -10,10 +10,10 @@ from typing import Any
 
 from rich.console import Console
 
-from mpsup.bench.record import save_record
 from mpsup.report.analysis import analyze
 from mpsup.report.command import ReportRequest, run_report
 from mpsup.report.render import md, render_html, render_markdown, render_multi_terminal, render_terminal
+from mpsup.runs.store import save_record
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 

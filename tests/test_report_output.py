@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mpsup.bench.record import find_record, save_record
 from mpsup.errors import UserError
 from mpsup.report.command import ReportRequest, run_report
+from mpsup.runs.store import find_record, save_record
 from mpsup.store import atomic_write_text, write_file_through
 from tests.conftest import run_cli
 from tests.synthetic import paired_record

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
+from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
     Interval,
@@ -128,29 +130,25 @@ class Analysis:
         }
 
 
-def _peak(env: dict[str, Any]) -> float | None:
-    # Per-workload device memory only: a CPU run's peak RSS is the whole process's high-water mark,
-    # which says more about the torch build than about the workload.
-    m = env.get("memory") or {}
-    v = m.get("peak_allocated") or m.get("driver_allocated")
-    return float(v) if v else None
+def _peak(env: EnvRun) -> float | None:
+    # This workload's own peak: the allocator's (MPS, CUDA), else the CPU worker's per-workload figure.
+    # Never peak_rss (the process's high-water mark only grows, so later workloads inherit earlier ones')
+    # nor driver_allocated (one reading at teardown): a record with neither shows no memory figure.
+    return env.peak
 
 
-def device_time_semantics(env_a: dict[str, Any], env_b: dict[str, Any]) -> dict[str, Any]:
+def device_time_semantics(
+    env_a: Environment | Mapping[str, Any], env_b: Environment | Mapping[str, Any]
+) -> dict[str, Any]:
     """What each environment's device_samples measure (its worker's `event_timing`): an MPS event up
     to torch 2.14 is a CPU clock read in a completion callback, from 2.15 the GPU's end time. Device
     samples are only ever compared when both sides time the same thing; unknown never matches."""
-    a, b = env_a.get("event_timing"), env_b.get("event_timing")
+    a, b = (e.event_timing if isinstance(e, Environment) else e.get("event_timing") for e in (env_a, env_b))
     return {"baseline": a, "candidate": b, "comparable": a is not None and a == b}
 
 
-def _size(w: dict[str, Any], env: dict[str, Any]) -> float:
-    return float(env.get("flops_per_call") or env.get("bytes_per_call") or 1.0)
-
-
-def _timed(env: dict[str, Any]) -> list[float]:
-    # A zero time is no measurement (it cannot be a ratio's denominator).
-    return [float(x) for x in env.get("samples") or [] if x > 0]
+def _size(env: EnvRun) -> float:
+    return float(env.flops_per_call or env.bytes_per_call or 1.0)
 
 
 def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval, list[float]]:
@@ -161,96 +159,20 @@ def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval
     return Interval(est, boots[49], boots[1949]), boots
 
 
-def _labels(record: dict[str, Any]) -> tuple[str, str]:
-    labels = [e["label"] for e in record["environments"]]
+def _labels(record: RunRecord) -> tuple[str, str]:
+    labels = record.labels
     if len(labels) < 2:
         raise UserError(
-            f"run {record['id']} measured one environment; pair it with another "
+            f"run {record.id} measured one environment; pair it with another "
             "(`mpsup report --baseline ID --candidate ID`) or run `mpsup bench --candidate ...`"
         )
     return labels[0], labels[1]
 
 
-def merge_single_runs(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
-    """Two single-environment runs of the same workloads, as one unpaired two-environment record."""
-    for rec in (base, cand):
-        if not rec["environments"]:
-            raise UserError(f"run {rec['id']} records no environment: nothing to pair")
-    for key in ("device",):
-        if base.get(key) != cand.get(key):
-            raise UserError(
-                f"runs {base['id']} and {cand['id']} were on different devices "
-                f"({base.get(key)} vs {cand.get(key)}): not comparable"
-            )
-    bm, cm = base.get("model") or {}, cand.get("model") or {}
-    if bm.get("fingerprint") != cm.get("fingerprint"):
-        raise UserError(f"runs {base['id']} and {cand['id']} measured different models: not comparable")
-    names_b = {w["name"] for w in base["workloads"]}
-    names_c = {w["name"] for w in cand["workloads"]}
-    if names_b != names_c:
-        diff = sorted(names_b ^ names_c)
-        raise UserError(
-            f"runs {base['id']} and {cand['id']} measured different workloads "
-            f"({len(diff)} differ, e.g. {diff[0]}): not paired"
-        )
-    by_name = {w["name"]: w for w in cand["workloads"]}
-    workloads = []
-    for w in base["workloads"]:
-        merged = dict(w)
-        merged["envs"] = {
-            "baseline": _envs(w).get(base["environments"][0]["label"], {}),
-            "candidate": _envs(by_name[w["name"]]).get(cand["environments"][0]["label"], {}),
-        }
-        workloads.append(merged)
-    smoke = []
-    cand_smoke = {s["feature"]: s for s in cand.get("smoke") or []}
-    for s in base.get("smoke") or []:
-        other = cand_smoke.get(s["feature"], {"envs": {}})
-        smoke.append(
-            {
-                "feature": s["feature"],
-                "envs": {
-                    "baseline": next(iter(s["envs"].values()), {}),
-                    "candidate": next(iter(other["envs"].values()), {}),
-                },
-            }
-        )
-    envs = [{**base["environments"][0], "label": "baseline"}, {**cand["environments"][0], "label": "candidate"}]
-    return {
-        **base,
-        "id": f"{base['id']}+{cand['id']}",
-        "mode": "unpaired",
-        "environments": envs,
-        "workloads": workloads,
-        "smoke": smoke,
-        "hygiene": {
-            "before": _hygiene(base)["before"],
-            "after": _hygiene(cand)["after"],
-            "changed": [*_hygiene(base)["changed"], *_hygiene(cand)["changed"]],
-        },
-    }
-
-
-def _envs(w: dict[str, Any]) -> dict[str, Any]:
-    # A workload skipped before any environment ran it may carry no (or null) envs.
-    return w.get("envs") or {}
-
-
-def _hygiene(record: dict[str, Any]) -> dict[str, Any]:
-    """The record's machine conditions, with absent (or null) parts as empty ones."""
-    hyg = record.get("hygiene") or {}
-    return {
-        "before": hyg.get("before") or {},
-        "after": hyg.get("after") or {},
-        "changed": list(hyg.get("changed") or []),
-    }
-
-
-def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str]]:
+def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
     out = []
-    for s in record.get("smoke") or []:
-        sa = s["envs"].get(a, {}).get("status")
-        sb = s["envs"].get(b, {}).get("status")
+    for s in record.smoke:
+        sa, sb = s.status(a), s.status(b)
         if sa is None or sb is None or sa == sb:
             continue
         if sa == "unsupported" and sb == "pass":
@@ -263,7 +185,7 @@ def _smoke_changes(record: dict[str, Any], a: str, b: str) -> list[dict[str, str
             kind = "no longer supported"
         else:
             kind = "changed"
-        out.append({"feature": s["feature"], "baseline": sa, "candidate": sb, "change": kind})
+        out.append({"feature": s.feature, "baseline": sa, "candidate": sb, "change": kind})
     return out
 
 
@@ -348,81 +270,83 @@ def _verdict(
     return "no-change", f"No measurable benefit for {what}: {span}, with {vs}{mem}."
 
 
-def _fingerprint(record: dict[str, Any]) -> tuple[str, str, str, str]:
-    envs = record.get("environments") or [{}]
-    return (
-        str(record.get("device")),
-        str(envs[0].get("device_name")),
-        str(envs[0].get("torch_version")),
-        str(envs[-1].get("torch_version")),
-    )
+def _fingerprint(record: RunRecord) -> tuple[str, str, str, str]:
+    envs = record.environments or (Environment(label=""),)
+    return (str(record.device), str(envs[0].device_name), str(envs[0].torch_version), str(envs[-1].torch_version))
 
 
-def matching_aa(record: dict[str, Any], stored: list[dict[str, Any]]) -> dict[str, Any] | None:
+def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
     """The newest `--aa` run of the same device, machine and baseline torch that measured every paired
     workload of `record` (stored runs are oldest first)."""
-    names = {w["name"] for w in record.get("workloads") or [] if w.get("ratios")}
+    names = {w.name for w in record.workloads if w.ratios}
     want = _fingerprint(record)[:3]
     for cand in reversed(stored):
-        if cand.get("mode") != "aa" or cand.get("id") == record.get("id") or _fingerprint(cand)[:3] != want:
+        if cand.mode != "aa" or cand.id == record.id or _fingerprint(cand)[:3] != want:
             continue
-        have = {w["name"] for w in cand.get("workloads") or [] if w.get("ratios")}
+        have = {w.name for w in cand.workloads if w.ratios}
         if names and names <= have:
             return cand
     return None
 
 
-def aa_floors(aa: dict[str, Any]) -> dict[str, float]:
+def aa_floors(aa: RunRecord) -> dict[str, float]:
     """Per workload, how far from 1x an A/A run of the same setup lands: the farther end of its 95%
     interval. A systematic difference between two worker processes (placement, caches) shows here, and
     no torch change can be told apart from it in one run."""
     floors = {}
-    for w in aa.get("workloads") or []:
-        rs = [float(r) for r in w.get("ratios") or [] if r and r > 0 and math.isfinite(r)]
+    for w in aa.workloads:
+        rs = w.paired_ratios
         if not rs:
             continue
         ci = round_ratio_ci(rs)
         if ci.bounded:
-            floors[w["name"]] = max(abs(math.log(ci.low)), abs(math.log(ci.high)))
+            floors[w.name] = max(abs(math.log(ci.low)), abs(math.log(ci.high)))
     return floors
 
 
 def analyze(
-    record: dict[str, Any], *, threshold: float = 0.03, seed: int = 0, aa_reference: dict[str, Any] | None = None
+    record: RunRecord | Mapping[str, Any],
+    *,
+    threshold: float = 0.03,
+    seed: int = 0,
+    aa_reference: RunRecord | Mapping[str, Any] | None = None,
 ) -> Analysis:
     """`aa_reference`: an A/A run of the same setup (see `matching_aa`); its per-workload spread becomes
-    a floor under the practical threshold."""
+    a floor under the practical threshold. A record document (a dict, as a bench just built it) is
+    checked and typed first."""
+    record = as_record(record)
+    aa = as_record(aa_reference, "A/A record") if aa_reference is not None else None
     a, b = _labels(record)
-    floors = aa_floors(aa_reference) if aa_reference and record.get("mode") != "aa" else {}
+    floors = aa_floors(aa) if aa and record.mode != "aa" else {}
     changes: list[WorkloadChange] = []
-    for i, w in enumerate(record["workloads"]):
-        ea, eb = _envs(w).get(a, {}), _envs(w).get(b, {})
-        base_s, cand_s = ea.get("median"), eb.get("median")
+    for i, w in enumerate(record.workloads):
+        ea, eb = w.env(a), w.env(b)
+        base_s, cand_s = ea.median, eb.median
         speedup: Interval | None = None
         ratios: list[float] = []
-        if w.get("ratios"):
-            ratios = [float(r) for r in w["ratios"] if r and r > 0 and math.isfinite(r)]
+        if w.ratios:
+            ratios = w.paired_ratios
             if ratios:
                 speedup = round_ratio_ci(ratios)
-        elif _timed(ea) and _timed(eb):
-            speedup, ratios = _unpaired_ratio(_timed(ea), _timed(eb), seed + i)
-        status = (w.get("status") or "ok") if speedup is None else "ok"
+        elif ea.timed and eb.timed:
+            speedup, ratios = _unpaired_ratio(ea.timed, eb.timed, seed + i)
+        status = (w.status or "ok") if speedup is None else "ok"
         pa, pb = _peak(ea), _peak(eb)
         changes.append(
             WorkloadChange(
-                name=w["name"],
-                part=w.get("part") or "",
-                tags=list(w.get("tags") or []),
-                count=int(w.get("count", 1)),
+                name=w.name,
+                part=w.part or "",
+                tags=list(w.tags),
+                count=w.count,
                 baseline_s=base_s,
                 candidate_s=cand_s,
                 speedup=speedup,
                 change=classify_change(speedup, threshold) if speedup else "n/a",
                 # The test counts rounds, not blocks: twice the units, and an order effect only makes it
                 # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
-                p_value=sign_test_p(ratios) if w.get("ratios") and ratios else None,
-                units=len(block_ratios(ratios)) if w.get("ratios") else 0,
-                size=_size(w, ea or eb),
+                p_value=sign_test_p(ratios) if w.ratios and ratios else None,
+                units=len(block_ratios(ratios)) if w.ratios else 0,
+                size=_size(ea if ea != EnvRun() else eb),  # an environment that ran nothing has no size
                 memory_ratio=(pb / pa) if pa and pb else None,
                 ratios=ratios,
                 status=status,
@@ -446,11 +370,11 @@ def analyze(
         if group:
             split[tag] = suite_geomean_ci(group, seed=seed)
     end_to_end = next((c for c in changes if c.name == "model/end-to-end" and c.speedup), None)
-    model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.get("model") else None
+    model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.model else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
     mem = geometric_mean(mem_ratios) if mem_ratios else None
-    hyg = _hygiene(record)
-    noise = sorted(set(noisy_conditions(hyg["before"]) + noisy_conditions(hyg["after"]) + hyg["changed"]))
+    hyg = record.hygiene
+    noise = sorted(set(noisy_conditions(dict(hyg.before)) + noisy_conditions(dict(hyg.after)) + list(hyg.changed)))
     main: Interval | None
     if model is not None:
         main, what = model, "your model's forward"
@@ -460,25 +384,25 @@ def analyze(
         rs = [c.ratios for c in changes if c.ratios]
         main = suite_geomean_ci(rs, seed=seed) if rs else None
         what = "the geometric mean of the measured workloads"
-    envs = record["environments"]
+    envs = record.environments
     verdict, sentence = _verdict(
-        main, changes, noise, threshold, mem, what, str(envs[0].get("torch_version")), str(envs[1].get("torch_version"))
+        main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version)
     )
     changes.sort(key=lambda c: -c.share)
     notes = []
-    if floors and aa_reference:
+    if floors and aa:
         raised = sum(1 for c in changes if math.expm1(floors.get(c.name, 0.0)) > threshold)
         notes.append(
-            f"A/A floor from run {aa_reference.get('id')}: a workload's threshold is the larger of {threshold:.0%} "
+            f"A/A floor from run {aa.id}: a workload's threshold is the larger of {threshold:.0%} "
             f"and how far that A/A run landed from 1x ({raised} of {len(floors)} raised)."
         )
     return Analysis(
-        run_ids=[record["id"]],
-        machine=str(envs[0].get("device_name") or record["device"]),
-        baseline_torch=str(envs[0].get("torch_version")),
-        candidate_torch=str(envs[1].get("torch_version")),
-        device=record["device"],
-        mode=record.get("mode") or "",
+        run_ids=[record.id],
+        machine=str(envs[0].device_name or record.device),
+        baseline_torch=str(envs[0].torch_version),
+        candidate_torch=str(envs[1].torch_version),
+        device=record.device,
+        mode=record.mode or "",
         workloads=changes,
         suite_geomean=suite,
         suite_split=split,

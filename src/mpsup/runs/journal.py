@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpsup.bench.record import save_record, validate_record
 from mpsup.clock import iso_now
 from mpsup.errors import UserError
 from mpsup.paths import runs_dir
+from mpsup.runs.schema import RunRecord
+from mpsup.runs.store import save_record
 from mpsup.store import DEFAULT_MAX_JSON_BYTES, finite_json
 
 JOURNAL_SCHEMA = "mpsup.journal/1"
@@ -153,7 +154,7 @@ def _parse_lines(data: bytes) -> tuple[list[tuple[str, Any]], int]:
     return entries, bad
 
 
-def rebuild_record(data: bytes, source: Path) -> dict[str, Any] | None:
+def rebuild_record(data: bytes, source: Path) -> RunRecord | None:
     """The run record a journal describes, or None when its run ended before measuring anything."""
     entries, bad = _parse_lines(data)
     header = next((doc for kind, doc in entries if kind == "header"), None)
@@ -171,7 +172,7 @@ def rebuild_record(data: bytes, source: Path) -> dict[str, Any] | None:
         record["partial"] = True
         record["interrupted"] = True
     record["recovered"] = {"from": source.name, "at": iso_now(), "unreadable_lines": bad}
-    return validate_record(record, source)
+    return RunRecord.from_json(record, source)
 
 
 def _lock_dead_journal(path: Path) -> int | None:
@@ -214,19 +215,19 @@ def recover_one(path: Path, warn: Warn) -> Path | None:
         if record is None:
             path.unlink(missing_ok=True)
             return None
-        existing = path.parent / f"{record['id']}.json"
+        existing = path.parent / f"{record.id}.json"
         if existing.exists():
             # The bench wrote its record and died before removing the journal.
             path.unlink(missing_ok=True)
             return existing
         saved = save_record(record, path.parent)
         path.unlink(missing_ok=True)
-        n = len(record["workloads"])
+        n = len(record.workloads)
         warn(
-            f"recovered the interrupted run {record['id']} from its journal: {n} finished workload{'s' * (n != 1)}, "
-            f"{len(record['smoke'])} smoke tests, saved as {saved.name} (marked partial)"
-            if record.get("partial")
-            else f"recovered the run {record['id']} from its journal, saved as {saved.name}"
+            f"recovered the interrupted run {record.id} from its journal: {n} finished workload{'s' * (n != 1)}, "
+            f"{len(record.smoke)} smoke tests, saved as {saved.name} (marked partial)"
+            if record.partial
+            else f"recovered the run {record.id} from its journal, saved as {saved.name}"
         )
         return saved
     except UserError as exc:

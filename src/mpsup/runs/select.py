@@ -1,0 +1,222 @@
+"""Which stored runs a report is about: the newest paired one, one by id, the files named, every A/A run;
+and two single-environment runs paired into one. What cannot be read is skipped with a warning."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpsup.errors import UserError
+from mpsup.runs.journal import recover_journals
+from mpsup.runs.schema import EnvRun, Hygiene, Layout, RunRecord, SmokeResult, SmokeRun, WorkloadRun
+from mpsup.runs.store import find_record, list_record_paths, load_record
+
+Warn = Callable[[str], None]
+
+
+def _try_load(path: Path, warn: Warn) -> RunRecord | None:
+    try:
+        return load_record(path)
+    except UserError as exc:
+        warn(f"skipped {exc}")
+        return None
+
+
+def records_from_paths(paths: list[Path], warn: Warn) -> list[RunRecord]:
+    if len(paths) == 1 and not paths[0].is_dir() and paths[0].exists():
+        # The one record asked for: its own problem is the error, not a warning before a vaguer one.
+        named = load_record(paths[0])
+        if len(named.environments) < 2:
+            raise UserError(f"{paths[0]}: a single-environment run; pair two with --baseline ID --candidate ID")
+        return [named]
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(x for x in p.rglob("*.json") if not x.name.startswith("."))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise UserError(f"{p}: no such file or folder")
+    out = []
+    for f in files:
+        rec = _try_load(f, warn)
+        if rec is None:
+            continue
+        if len(rec.environments) < 2:
+            warn(f"skipped {f}: a single-environment run (pair two with --baseline ID --candidate ID)")
+            continue
+        out.append(rec)
+    if not out:
+        raise UserError("no usable paired run record among " + ", ".join(str(p) for p in paths))
+    return out
+
+
+def _recover(warn: Warn) -> None:
+    recover_journals(warn)  # a run that died (SIGKILL, full disk) left a journal: report it as a partial record
+
+
+def newest_paired(warn: Warn, note: Warn | None = None) -> RunRecord:
+    """The newest run that pairs two environments; `note` hears which one and what newer single runs exist."""
+    _recover(warn)
+    skipped = 0
+    newer_single: list[RunRecord] = []
+    for path in reversed(list_record_paths()):
+        rec = _try_load(path, warn)
+        skipped += rec is None
+        if rec is not None and len(rec.environments) >= 2:
+            if note is not None:
+                for line in choice_lines(rec, newer_single):
+                    note(line)
+            return rec
+        if rec is not None:
+            newer_single.append(rec)
+    unreadable = f" ({skipped} unreadable record(s) skipped, see the warnings)" if skipped else ""
+    singles = (
+        f"; {len(newer_single)} single run(s) stored: pair two with --baseline ID --candidate ID"
+        if newer_single
+        else ""
+    )
+    raise UserError(
+        f"no paired run stored yet{unreadable}{singles}: run `mpsup bench --candidate PATH` (or `--aa`) first"
+    )
+
+
+def choice_lines(chosen: RunRecord, newer_single: list[RunRecord]) -> list[str]:
+    """Why `report` without arguments shows this run, and what to do with the newer runs it passed over."""
+    lines = [f"Reporting run {chosen.describe()}: the newest run that pairs two environments."]
+    if not newer_single:
+        return lines
+    lines.append(f"{len(newer_single)} newer single-environment run(s), not in this report:")
+    lines += [f"  {r.describe()}" for r in newer_single[:5]]
+    if len(newer_single) > 5:
+        lines.append(f"  ... {len(newer_single) - 5} more (mpsup report --list)")
+    older, newer = (
+        (newer_single[1].id, newer_single[0].id) if len(newer_single) > 1 else ("BASELINE_ID", newer_single[0].id)
+    )
+    lines.append(f"To compare two of them: mpsup report --baseline {older} --candidate {newer}")
+    lines.append("Or measure both torches in one run: mpsup bench --candidate VERSION")
+    return lines
+
+
+def by_id(run_id: str, warn: Warn) -> RunRecord:
+    _recover(warn)  # the run asked for may be one that was interrupted and exists only as a journal
+    return load_record(find_record(run_id))
+
+
+def stored_aa_runs(warn: Warn) -> list[RunRecord]:
+    """Every readable `--aa` run, oldest first: the noise floors a report may lean on."""
+    found = []
+    for path in list_record_paths():
+        rec = _try_load(path, lambda _msg: None)  # the chosen run's own loading already warned about bad files
+        if rec is not None and rec.mode == "aa":
+            found.append(rec)
+    return found
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One line of `report --list`."""
+
+    id: str
+    created_at: str | None
+    mode: str | None
+    device: str
+    torch: list[str | None]
+    workloads: int
+    partial: bool
+    model: str | None
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def stored_runs(warn: Warn) -> list[StoredRun]:
+    _recover(warn)
+    rows = []
+    for path in list_record_paths():
+        rec = _try_load(path, warn)
+        if rec is None:
+            continue
+        rows.append(
+            StoredRun(
+                id=rec.id,
+                created_at=rec.created_at,
+                mode=rec.mode,
+                device=rec.device,
+                torch=[e.torch_version for e in rec.environments],
+                workloads=len(rec.workloads),
+                partial=rec.partial,
+                model=rec.model.path if rec.model else None,
+                path=str(path),
+            )
+        )
+    return rows
+
+
+def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
+    """Two single-environment runs of the same workloads, as one unpaired two-environment record."""
+    for rec in (base, cand):
+        if not rec.environments:
+            raise UserError(f"run {rec.id} records no environment: nothing to pair")
+    if base.device != cand.device:
+        raise UserError(
+            f"runs {base.id} and {cand.id} were on different devices ({base.device} vs {cand.device}): not comparable"
+        )
+    fingerprint_b = base.model.fingerprint if base.model else None
+    fingerprint_c = cand.model.fingerprint if cand.model else None
+    if fingerprint_b != fingerprint_c:
+        raise UserError(f"runs {base.id} and {cand.id} measured different models: not comparable")
+    names_b = {w.name for w in base.workloads}
+    names_c = {w.name for w in cand.workloads}
+    if names_b != names_c:
+        diff = sorted(names_b ^ names_c)
+        raise UserError(
+            f"runs {base.id} and {cand.id} measured different workloads "
+            f"({len(diff)} differ, e.g. {diff[0]}): not paired"
+        )
+    label_b, label_c = base.environments[0].label, cand.environments[0].label
+    by_name = {w.name: w for w in cand.workloads}
+    workloads = tuple(
+        _relabel(
+            w, {"baseline": w.envs.get(label_b, EnvRun()), "candidate": by_name[w.name].envs.get(label_c, EnvRun())}
+        )
+        for w in base.workloads
+    )
+    cand_smoke = {s.feature: s for s in cand.smoke}
+    smoke = tuple(
+        SmokeRun(
+            feature=s.feature,
+            envs={
+                "baseline": next(iter(s.envs.values()), SmokeResult()),
+                "candidate": next(iter(cand_smoke[s.feature].envs.values()), SmokeResult())
+                if s.feature in cand_smoke
+                else SmokeResult(),
+            },
+        )
+        for s in base.smoke
+    )
+    return dataclasses.replace(
+        base,
+        id=f"{base.id}+{cand.id}",
+        mode="unpaired",
+        environments=(
+            dataclasses.replace(base.environments[0], label="baseline"),
+            dataclasses.replace(cand.environments[0], label="candidate"),
+        ),
+        workloads=workloads,
+        smoke=smoke,
+        hygiene=Hygiene(
+            before=base.hygiene.before,
+            after=cand.hygiene.after,
+            changed=(*base.hygiene.changed, *cand.hygiene.changed),
+        ),
+        layout=Layout(),  # a record made here, never read: to_json writes every field it has
+    )
+
+
+def _relabel(w: WorkloadRun, envs: dict[str, EnvRun]) -> WorkloadRun:
+    return dataclasses.replace(w, envs=envs, layout=Layout.of({**w.to_json(), "envs": {}}))
