@@ -91,6 +91,20 @@ def test_empty_snapshot_all_unknown(tmp_path: Path):
     assert len(statuses) == 10
 
 
+def test_checks_of_the_target_python_say_once_that_it_could_not_be_run(tmp_path: Path):
+    s = snapshots.healthy()
+    s["interpreter"] = None
+    rc, doc = _doctor(tmp_path, s)
+    f = _by_name(doc)
+    assert rc == 0  # unknown is no failure
+    for name in ("python", "python-arch", "environment", "torch-mps"):
+        assert f[name]["status"] == "unknown", f[name]
+        assert f[name]["summary"] == "the target Python could not be run"
+        assert f[name]["fix"] == "pass a working interpreter with --python PATH"
+    assert f["torch-wheels"]["status"] == "unknown" and f["torch-wheels"]["summary"] == "Python version not known"
+    assert f["apple-silicon"]["status"] == "ok"  # the host's own facts do not need the Python
+
+
 def test_compat_version_is_not_trusted():
     s = snapshots.healthy()
     s["interpreter"]["mac_ver"] = "10.16"

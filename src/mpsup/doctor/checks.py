@@ -56,6 +56,29 @@ def _f(name: str, status: Status, summary: str, fix: str | None = None, **detail
     return Finding(name, title, status, summary, fix if status is not Status.OK else None, details)
 
 
+PythonCheck = Callable[[HostFacts, dict[str, Any]], Finding]
+
+
+def python_check(name: str, title: str) -> Callable[[PythonCheck], Check]:
+    """A check that reads the target Python's facts (passed as its second argument). Where that Python
+    could not be run, every such check says so in the same words, and its own body never runs."""
+
+    def register(fn: PythonCheck) -> Check:
+        def run(f: HostFacts) -> Finding:
+            if not f.interpreter:
+                return _f(
+                    name,
+                    Status.UNKNOWN,
+                    "the target Python could not be run",
+                    "pass a working interpreter with --python PATH",
+                )
+            return fn(f, f.interpreter)
+
+        return check(name, title)(run)
+
+    return register
+
+
 ARM64_PYTHON_FIX = (
     "install a native arm64 Python (python.org universal2 installer, `brew install python` "
     "from /opt/homebrew, or `uv python install`), then make the venv from it"
@@ -64,6 +87,8 @@ ARM64_PYTHON_FIX = (
 
 NOT_A_MAC_FIX = "run mpsup on an Apple-silicon Mac (M1 or newer)"
 INTEL_FIX = "use an Apple-silicon Mac (M1 or newer)"
+# For a snapshot that lacks what this mpsup reads (an older capture, or one written by hand).
+RECAPTURE_FIX = "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)"
 
 
 def _os_name(f: HostFacts) -> str:
@@ -132,14 +157,9 @@ def check_macos_version(f: HostFacts) -> Finding:
     return _f(n, Status.OK, f"{shown}{note}", **details)
 
 
-@check("python", f"Python >= {wheels.show(wheels.MIN_PYTHON)}, CPython, 64-bit")
-def check_python(f: HostFacts) -> Finding:
+@python_check("python", f"Python >= {wheels.show(wheels.MIN_PYTHON)}, CPython, 64-bit")
+def check_python(f: HostFacts, i: dict[str, Any]) -> Finding:
     n = "python"
-    i = f.interpreter
-    if not i:
-        return _f(
-            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
-        )
     desc = f"{i.get('implementation', '?')} {i.get('version', '?')} ({i.get('bits', '?')}-bit)"
     details = {k: i.get(k) for k in ("executable", "version", "implementation", "bits")}
     problems: list[tuple[str, str]] = []
@@ -172,20 +192,15 @@ def check_python(f: HostFacts) -> Finding:
             n,
             Status.UNKNOWN,
             f"{desc}: {', '.join(missing)} not known",
-            "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)",
+            RECAPTURE_FIX,
             **details,
         )
     return _f(n, Status.OK, desc, **details)
 
 
-@check("python-arch", "Python runs natively on arm64 macOS")
-def check_python_arch(f: HostFacts) -> Finding:
+@python_check("python-arch", "Python runs natively on arm64 macOS")
+def check_python_arch(f: HostFacts, i: dict[str, Any]) -> Finding:
     n = "python-arch"
-    i = f.interpreter
-    if not i:
-        return _f(
-            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
-        )
     machine = i.get("machine")
     details: dict[str, Any] = {
         "machine": machine,
@@ -207,7 +222,7 @@ def check_python_arch(f: HostFacts) -> Finding:
             n,
             Status.UNKNOWN,
             "the Python's platform or architecture is not known",
-            "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)",
+            RECAPTURE_FIX,
             **details,
         )
     if machine == "arm64":
@@ -284,20 +299,15 @@ def check_torch_wheels(f: HostFacts) -> Finding:
             n,
             Status.UNKNOWN,
             f"macOS arm64 wheels are published for {tag}; whether this Python is a macOS arm64 one is not known",
-            "capture again with this mpsup (`mpsup doctor --save-snapshot FILE`)",
+            RECAPTURE_FIX,
             tag=tag,
         )
     return _f(n, Status.OK, f"macOS arm64 wheels are published for {tag}", tag=tag)
 
 
-@check("environment", "Environment")
-def check_environment(f: HostFacts) -> Finding:
+@python_check("environment", "Environment")
+def check_environment(f: HostFacts, i: dict[str, Any]) -> Finding:
     n = "environment"
-    i = f.interpreter
-    if not i:
-        return _f(
-            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
-        )
     kind = "venv" if i.get("in_venv") else "conda" if i.get("conda") else "system Python"
     parts = [kind, "pip present" if i.get("pip") else "no pip", "uv present" if i.get("uv") else "no uv (optional)"]
     details = {"kind": kind, "pip": i.get("pip"), "uv": i.get("uv"), "externally_managed": i.get("externally_managed")}
@@ -371,14 +381,9 @@ def _mps_cause(f: HostFacts, ver: tuple[int, ...], floor: tuple[int, int] | None
     )
 
 
-@check("torch-mps", "torch and MPS (today)")
-def check_torch_mps(f: HostFacts) -> Finding:
+@python_check("torch-mps", "torch and MPS (today)")
+def check_torch_mps(f: HostFacts, i: dict[str, Any]) -> Finding:
     n = "torch-mps"
-    i = f.interpreter
-    if not i:
-        return _f(
-            n, Status.UNKNOWN, "the target Python could not be run", "pass a working interpreter with --python PATH"
-        )
     t = f.torch
     if t is None:
         why = i.get("torch_error", "not installed")

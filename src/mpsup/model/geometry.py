@@ -86,39 +86,42 @@ def geometry(
     return Geometry(arch, w, h, n_frames, image, TEXT_TOKENS.get(arch, 0))
 
 
-FLUX_VECTOR = re.compile(r"(_mod\.|modulation|^time_in\.|^vector_in\.|^guidance_in\.)")
-FLUX_TEXT = re.compile(r"(^txt_in\.|\.txt_attn\.|\.txt_mlp\.)")
-SD3_VECTOR = re.compile(r"(adaLN_modulation|^t_embedder\.|^y_embedder\.)")
-WAN_VECTOR = re.compile(r"(^time_embedding\.|^time_projection\.|modulation)")
-WAN_TEXT = re.compile(r"(^text_embedding\.|\.cross_attn\.(k|v)\.)")
-WAN_IMAGE_CONTEXT = re.compile(r"(^img_emb\.|\.cross_attn\.(k_img|v_img)\.)")
+# Which token stream each DiT weight's matmul runs over, by its name in the original checkpoints: the
+# first pattern that matches wins, and a weight no pattern names runs over the image tokens. These
+# name a DiT's streams, not a layer's role: extract.py's tables (embedding, head, router, attention)
+# classify any model's weights by what they are and share no pattern with these.
+STREAMS: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
+    "flux": (
+        (re.compile(r"(_mod\.|modulation|^time_in\.|^vector_in\.|^guidance_in\.)"), "vector"),
+        (re.compile(r"(^txt_in\.|\.txt_attn\.|\.txt_mlp\.)"), "text"),
+        (re.compile(r"^single_blocks\."), "image+text"),  # single blocks run over both streams joined
+    ),
+    "sd3": (
+        (re.compile(r"(adaLN_modulation|^t_embedder\.|^y_embedder\.)"), "vector"),
+        (re.compile(r"(\.context_block\.|^context_embedder\.)"), "text"),
+    ),
+    "wan": (
+        (re.compile(r"(^time_embedding\.|^time_projection\.|modulation)"), "vector"),
+        (re.compile(r"(^text_embedding\.|\.cross_attn\.(k|v)\.)"), "text"),
+        (re.compile(r"(^img_emb\.|\.cross_attn\.(k_img|v_img)\.)"), "image-context"),
+    ),
+}
 
 
 def token_rule(g: Geometry) -> Callable[[str], int] | None:
     """name -> the tokens that weight's matmul runs over, for the DiTs named above; None for the rest."""
-    img, txt = g.image_tokens, g.text_tokens
-    if g.architecture == "flux":
-        return lambda n: (
-            1
-            if FLUX_VECTOR.search(n)
-            else txt
-            if FLUX_TEXT.search(n)
-            else img + txt
-            if n.startswith("single_blocks.")
-            else img
-        )
-    if g.architecture == "sd3":
-        return lambda n: (
-            1 if SD3_VECTOR.search(n) else txt if (".context_block." in n or n.startswith("context_embedder.")) else img
-        )
-    if g.architecture == "wan":
-        return lambda n: (
-            1
-            if WAN_VECTOR.search(n)
-            else txt
-            if WAN_TEXT.search(n)
-            else CLIP_IMAGE_TOKENS
-            if WAN_IMAGE_CONTEXT.search(n)
-            else img
-        )
-    return None
+    rules = STREAMS.get(g.architecture)
+    if rules is None:
+        return None
+    tokens = {
+        "vector": 1,
+        "text": g.text_tokens,
+        "image": g.image_tokens,
+        "image+text": g.image_tokens + g.text_tokens,
+        "image-context": CLIP_IMAGE_TOKENS,
+    }
+
+    def rule(name: str) -> int:
+        return tokens[next((stream for pattern, stream in rules if pattern.search(name)), "image")]
+
+    return rule

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import platform
 import resource
@@ -41,6 +43,52 @@ def _rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports KiB, macOS bytes.
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+CLEAR_REFS = "/proc/self/clear_refs"
+PROC_STATUS = "/proc/self/status"
+
+
+def _proc_status() -> dict[str, int]:
+    """VmRSS and VmHWM (the kernel's high-water RSS) in bytes; empty where /proc has no such file."""
+    out: dict[str, int] = {}
+    try:
+        with open(PROC_STATUS) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(value.split()[0]) * 1024  # the kernel writes kB
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def _reset_rss_peak() -> bool:
+    """Set the process's VmHWM back to its RSS now (Linux 4.0+); False where that is not possible (macOS,
+    an older kernel, a /proc that refuses the write)."""
+    try:
+        with open(CLEAR_REFS, "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; musl and macOS have none
+    except (OSError, AttributeError):
+        return None
+
+
+def _return_free_heap() -> None:
+    """Give the C heap's free pages back to the kernel. glibc keeps freed blocks below its (adaptive, up
+    to 32 MiB) mmap threshold in the process, and the next workload would reuse them without its RSS
+    growing: its figure would read low by what the one before left behind."""
+    trim = _malloc_trim() if sys.platform.startswith("linux") else None
+    if trim is not None:
+        trim(0)
 
 
 def _torch_release() -> tuple[int, int]:
@@ -92,6 +140,9 @@ class Device:
     _allocator_peak: bool = field(default=False, repr=False)
     _driver_max: int | None = field(default=None, repr=False)
     _driver_reads: int = field(default=0, repr=False)
+    # CPU memory: RSS before the workload's setup, where the kernel's peak RSS was reset for this
+    # workload (Linux); None means no per-workload figure is possible, so none is written.
+    _rss_at_setup: int | None = field(default=None, repr=False)
 
     @property
     def torch_device(self) -> torch.device:
@@ -156,7 +207,12 @@ class Device:
         self._allocator_peak = False
         self._driver_max = None
         self._driver_reads = 0
-        if self.kind == "cuda":
+        self._rss_at_setup = None
+        if self.kind == "cpu":
+            before = _proc_status().get("VmRSS")
+            if before is not None and _reset_rss_peak():
+                self._rss_at_setup = before
+        elif self.kind == "cuda":
             torch.cuda.reset_peak_memory_stats()
         elif self.kind == "mps":
             api = _accelerator_peak_api()
@@ -211,13 +267,24 @@ class Device:
                 out["peak_allocated"] = peak
                 out["peak_source"] = "torch.accelerator.max_memory_allocated"
             return out
-        return {"peak_rss": _rss_bytes()}
+        return self._cpu_memory()
+
+    def _cpu_memory(self) -> dict[str, Any]:
+        # peak_rss stays for older readers: the process's high-water RSS (on Linux since the last reset).
+        out: dict[str, Any] = {"peak_rss": _rss_bytes()}
+        hwm = _proc_status().get("VmHWM")
+        if self._rss_at_setup is not None and hwm is not None:
+            out["workload_peak"] = max(0, hwm - self._rss_at_setup)
+            out["peak_source"] = "VmHWM reset at setup (clear_refs) minus VmRSS before setup"
+        return out
 
     def release(self) -> None:
         if self.kind == "cuda":
             torch.cuda.empty_cache()
         elif self.kind == "mps":
             torch.mps.empty_cache()
+        else:
+            _return_free_heap()
 
     def facts(self) -> dict[str, Any]:
         return {
