@@ -12,8 +12,8 @@ import torch
 from packaging.version import Version
 
 from mpsup.bench.policy import SamplingPolicy
-from mpsup.bench.record import list_record_paths, load_record
 from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
+from mpsup.runs.store import list_record_paths, load_record
 from mpsup.workloads import Workload
 from tests.conftest import run_cli
 
@@ -51,7 +51,7 @@ def test_full_suite_on_cpu(mpsup_home: Path):
     # The record was written, atomically, and reads back with every raw sample.
     paths = list_record_paths()
     assert len(paths) == 1 and paths[0].parent == mpsup_home / "runs"
-    record = load_record(paths[0])
+    record = load_record(paths[0]).to_json()
     assert record["id"] == summary["id"]
     env = record["environments"][0]
     assert env["threads"] == 2 and env["torch_version"] == torch.__version__
@@ -234,6 +234,46 @@ def test_ctrl_c_keeps_a_partial_marked_record(mpsup_home: Path):
     assert "Traceback" not in err
     summary = json.loads(out)
     assert summary["partial"] is True
-    record = load_record(list_record_paths()[0])
+    record = load_record(list_record_paths()[0]).to_json()
     assert record["partial"] is True and record["interrupted"] is True
     assert 0 < len(record["workloads"]) < 59
+
+
+def test_progress_total_is_what_list_shows_and_smoke_steps_are_apart(mpsup_home: Path):
+    from mpsup.bench import command
+
+    only = "linear/896x128/*,roofline/copy*"
+    listed = json.loads(run_cli("bench", "--list", "--json", "--device", "cpu", "--only", only).stdout)
+    plan = command.prepare(command.BenchRequest(device="cpu", budget=0.01, only=only, smoke=True))
+    events: list[tuple[str, dict]] = []
+    result = command.run(plan, progress=lambda e, info: events.append((e, info)), warn=lambda _m: None)
+    start = next(info for e, info in events if e == "start")
+    assert start["total"] == len(listed) == len(result.record["workloads"])
+    assert start["smoke"] == len(result.record["smoke"]) > 0
+    assert [e for e, _ in events].count("done") == len(listed)
+    etas = [info["eta_s"] for e, info in events if e == "workload"]
+    assert len(etas) == len(listed) and all(x >= 0 for x in etas)
+    # Each workload's time is recorded, and the second pass never adds a workload twice.
+    assert all(w["elapsed_s"] > 0 for w in result.record["workloads"])
+    assert len({w["name"] for w in result.record["workloads"]}) == len(listed)
+
+
+def test_paired_rounds_discard_the_switch_block_in_the_same_request():
+    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.05, min_rounds=4), smoke=False)
+    runner = Runner([EnvSpec("baseline", Path(sys.executable)), EnvSpec("baseline-2", Path(sys.executable))], opts)
+    runner.start()
+    tiny = Workload("tiny", "linear", "linear", "fp32", {"tokens": 2, "in_features": 8, "out_features": 8})
+    try:
+        r = runner.measure(tiny)
+        assert runner.extend(tiny, r, 0.05, min_new=2)
+    finally:
+        runner.close()
+    rounds = len(r["ratios"])
+    assert r["status"] == "ok" and rounds >= 6 and r["visits"] == 2
+    assert {x["visit"] for x in r["rounds"]} == {1, 2}
+    for label in ("baseline", "baseline-2"):
+        env = r["envs"][label]
+        per = r["samples_per_round"]
+        # One discarded block per round, kept apart from the samples the ratios come from.
+        assert len(env["samples"]) == rounds * per
+        assert len(env["warmup"]) >= rounds

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from mpsup.bench.journal import SUFFIX
 from mpsup.bench.policy import SamplingPolicy
-from mpsup.bench.record import list_record_paths, load_record
 from mpsup.bench.run import run_bench
 from mpsup.bench.runner import BenchOptions, EnvSpec
 from mpsup.errors import OperationFailed, UserError
-from mpsup.report import load
+from mpsup.runs import select
+from mpsup.runs.journal import SUFFIX
+from mpsup.runs.store import list_record_paths, load_record
 from mpsup.workloads import Workload
 from tests.conftest import run_cli
 
@@ -103,7 +103,7 @@ def test_signal_keeps_every_finished_workload(how: str, code: int, mpsup_home: P
     assert "Traceback" not in err
     assert _gone(worker), "the worker outlived mpsup"
     summary = json.loads(out)
-    record = load_record(Path(summary["path"]))
+    record = load_record(Path(summary["path"])).to_json()
     assert record["partial"] is True and record["interrupted"] is True
     assert record["signal"] == ("SIGINT" if how == "double Ctrl-C" else how)
     assert done <= len(record["workloads"]) < 59
@@ -120,7 +120,7 @@ def test_killed_mpsup_leaves_a_journal_that_report_recovers(mpsup_home: Path):
     assert list_record_paths() == [] and len(list((mpsup_home / "runs").glob(f"*{SUFFIX}"))) == 1
     rows = _listed(mpsup_home)
     assert len(rows) == 1 and rows[0]["partial"] is True and rows[0]["workloads"] >= done
-    record = load_record(Path(rows[0]["path"]))
+    record = load_record(Path(rows[0]["path"])).to_json()
     assert record["interrupted"] is True and record["recovered"]["unreadable_lines"] == 0
     assert not list((mpsup_home / "runs").glob(f"*{SUFFIX}"))
 
@@ -136,10 +136,10 @@ def _bench(n: int = 3, **kw) -> tuple[dict, Path | None]:
 
 def _recover(mpsup_home: Path) -> dict:
     warnings: list[str] = []
-    rows = load.stored_runs(warnings.append)
+    rows = [r.to_json() for r in select.stored_runs(warnings.append)]
     assert len(rows) == 1 and any("recovered" in w for w in warnings), warnings
     assert not list((mpsup_home / "runs").glob(f"*{SUFFIX}"))
-    return load_record(Path(rows[0]["path"]))
+    return load_record(Path(rows[0]["path"])).to_json()
 
 
 def test_full_disk_while_saving_keeps_the_journal_and_says_where(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
@@ -158,7 +158,7 @@ def test_full_disk_while_saving_keeps_the_journal_and_says_where(mpsup_home: Pat
 
 
 def test_full_disk_mid_run_stops_and_keeps_what_was_journaled(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
-    import mpsup.bench.journal as journal_mod
+    import mpsup.runs.journal as journal_mod
 
     real = journal_mod._write_all
     lines = []
@@ -196,7 +196,7 @@ def test_crash_in_the_statistics_mid_run_keeps_finished_workloads(mpsup_home: Pa
     monkeypatch.setattr(policy_mod, "median_ci", broken)
     record, path = _bench(3, progress=lambda ev, _i: armed.append(1) if ev == "done" else None)
     assert path is not None and record["partial"] is True and "ZeroDivisionError" in record["failure"]
-    stored = load_record(path)
+    stored = load_record(path).to_json()
     assert [w["name"] for w in stored["workloads"]] == ["w0"] and stored["workloads"][0]["envs"]["baseline"]["samples"]
     assert "a bug in the statistics" in stored["failure_traceback"]
     res = run_cli("report", "--list", "--json")
@@ -207,7 +207,7 @@ def test_crash_in_a_summary_costs_the_summary_not_the_samples(mpsup_home: Path, 
     monkeypatch.setattr("mpsup.bench.runner.median_ci", lambda *_a, **_k: 1 / 0)
     record, path = _bench(2)
     assert path is not None and record["partial"] is False
-    for w in load_record(path)["workloads"]:
+    for w in load_record(path).to_json()["workloads"]:
         env = w["envs"]["baseline"]
         assert env["samples"] and "median" not in env and env["summary_error"].startswith("ZeroDivisionError")
 

@@ -76,3 +76,20 @@ def test_progress_shows_a_hostile_workload_name():
         on_event("start", {"total": 1})
         on_event("workload", {"name": "w[/x]"})
     assert "w[/x]" in console.export_text()
+
+
+def test_progress_shows_an_eta_and_keeps_smoke_steps_apart():
+    from mpsup.bench.render import fmt_eta
+
+    console = Console(record=True, width=200, color_system=None, force_terminal=False)
+    with bench_progress(console) as on_event:
+        on_event("start", {"total": 3, "smoke": 2})
+        on_event("smoke", {"feature": "fp8_cast", "env": "baseline", "status": "pass"})
+        on_event("smoke", {"feature": "fp8_cast", "env": "candidate", "status": "pass"})  # one step, not two
+        on_event("workload", {"name": "linear/a", "eta_s": 125.0})
+        on_event("done", {"name": "linear/a", "status": "ok"})
+    text = console.export_text()
+    assert "smoke" in text and "1/2" in text
+    assert "workloads" in text and "1/3" in text
+    assert "ETA ~2 min" in text
+    assert fmt_eta(0.2) == "~1 s" and fmt_eta(45) == "~45 s" and fmt_eta(600) == "~10 min"

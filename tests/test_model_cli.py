@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpsup.bench.record import list_record_paths, load_record
+from mpsup.runs.store import list_record_paths, load_record
 from tests.conftest import run_cli
 
 
@@ -114,7 +114,7 @@ def test_measures_a_tiny_model_on_cpu(tmp_path: Path, mpsup_home: Path):
     )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "estimated forward time" in res.stdout and "95% CI" in res.stdout and "float8_e4m3fn" in res.stdout
-    record = load_record(list_record_paths()[0])
+    record = load_record(list_record_paths()[0]).to_json()
     assert record["model"]["format"] == "safetensors" and len(record["model"]["fingerprint"]) == 16
     assert {w["status"] for w in record["workloads"]} == {"ok"}
 
@@ -199,7 +199,7 @@ def test_diffusers_folder_with_wan_like_causal_vae(tmp_path: Path, mpsup_home: P
     # And it measures, conv3d and causal pads included, on the CPU.
     res = run_cli("bench", "--model", str(root), "--device", "cpu", "--tokens", "1", "--budget", "0.02", "--no-smoke")
     assert res.returncode == 0, res.stderr[-2000:]
-    record = load_record(list_record_paths()[0])
+    record = load_record(list_record_paths()[0]).to_json()
     assert record["model"]["format"] == "diffusers"
     assert {w["status"] for w in record["workloads"]} == {"ok"}
     assert {w["kind"] for w in record["workloads"]} == {"linear", "conv", "pad"}

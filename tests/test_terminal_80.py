@@ -8,13 +8,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mpsup.bench.journal import Journal
-from mpsup.bench.record import new_record, new_run_id, save_record
 from mpsup.bench.render import compact_shape, meaning_lines, print_workload_list, render_run, smoke_cell
 from mpsup.bench.suite import build_suite
-from mpsup.report import load
 from mpsup.report.analysis import analyze
 from mpsup.report.render import render_terminal, summary_lines
+from mpsup.runs import select
+from mpsup.runs.journal import Journal
+from mpsup.runs.store import new_record, new_run_id, save_record
 from mpsup.units import fmt_rate
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
@@ -219,7 +219,22 @@ def test_by_id_and_newest_paired_recover_interrupted_runs(mpsup_home: Path):
     )
     j.close()  # what a SIGKILL leaves: an unlocked journal, no record
     warnings: list[str] = []
-    rec = load.by_id(j.run_id, warnings.append)
-    assert rec["id"] == j.run_id and rec["partial"] is True
+    rec = select.by_id(j.run_id, warnings.append)
+    assert rec.id == j.run_id and rec.partial is True
     assert any("recovered the interrupted run" in w for w in warnings)
-    assert load.newest_paired(warnings.append)["id"] == j.run_id
+    assert select.newest_paired(warnings.append).id == j.run_id
+
+
+def test_single_run_says_what_its_intervals_can_and_cannot_tell():
+    rec = _single("20261203T100000Z-gggggg", device="cpu")
+    for i, w in enumerate(rec["workloads"]):
+        env = w["envs"]["baseline"]
+        env["median"], env["ci_low"], env["ci_high"] = 1e-3, 1e-3 * (1 - 0.01 * (i + 1)), 1e-3 * (1 + 0.01 * (i + 1))
+    text = " ".join(meaning_lines(rec))
+    n = len(rec["workloads"])
+    assert f"known to +-{(n // 2 + 1) / 100:.1%}" in text and f"the widest +-{n / 100:.0%}" in text
+    assert "A single run cannot tell whether another torch" in text
+    console, buf = _console()
+    for line in meaning_lines(rec):
+        console.print(line, highlight=False)
+    _assert_fits(buf.getvalue())

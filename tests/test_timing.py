@@ -188,3 +188,183 @@ def test_stopping_rule_at_the_sample_cap():
     for extra in range(1029 - 1, pol.max_samples - 5, 97):
         assert pol.should_stop(samples[:extra], 1.0) == (False, "")
     assert pol.should_stop(samples + [1.0] * 5, 1.0) == (True, "max-samples")
+
+
+# -- adaptive time: rounds, the second pass, the ETA (synthetic streams, no clock) ---------------------------
+
+
+def _ratios(n: int, spread: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [math.exp(rng.gauss(0.0, spread)) for _ in range(n)]
+
+
+def test_paired_rounds_stop_early_on_quiet_data_but_not_before_twelve():
+    pol = SamplingPolicy(budget_s=10.0)
+    quiet = _ratios(40, 0.001, seed=1)
+    assert pol.should_stop_rounds(quiet[:11], 0.1, 10.0) == (False, "")
+    assert pol.should_stop_rounds(quiet[:12], 0.1, 10.0) == (True, "converged")
+
+
+def test_paired_rounds_reach_twelve_even_when_the_share_is_spent():
+    pol = SamplingPolicy(budget_s=1.0)
+    noisy = _ratios(40, 0.2, seed=2)
+    # Past the share, still short of twelve rounds: keep going (up to five shares).
+    assert pol.should_stop_rounds(noisy[:8], 1.5, 1.0) == (False, "")
+    assert pol.should_stop_rounds(noisy[:12], 1.5, 1.0) == (True, "budget")
+    # A very slow workload stops at six rounds after five shares, at three after ten.
+    assert pol.should_stop_rounds(noisy[:6], 5.0, 1.0) == (True, "budget")
+    assert pol.should_stop_rounds(noisy[:3], 9.0, 1.0) == (False, "")
+    assert pol.should_stop_rounds(noisy[:3], 10.0, 1.0) == (True, "budget")
+
+
+def test_rounds_get_cheaper_not_fewer_when_the_share_is_tight():
+    pol = SamplingPolicy()
+    roomy = pol.samples_per_round(0.001, 10.0)
+    tight = pol.samples_per_round(0.01, 0.5)
+    assert roomy == pol.batch and tight == 1
+    # Whatever the share, planned_rounds rounds of (discard + samples) per environment fit in it, or one sample.
+    for share in (0.2, 0.6, 1.0, 3.0):
+        k = pol.samples_per_round(0.01, share)
+        assert k == 1 or pol.planned_rounds * 2 * (k + 1) * 0.01 <= share
+    # Paired samples shrink to fit the rounds, within [min_sample_s, target_sample_s].
+    assert pol.paired_sample_s(100.0) == pol.target_sample_s
+    assert pol.paired_sample_s(0.001) == pol.min_sample_s
+    mid = pol.paired_sample_s(0.3)
+    assert pol.min_sample_s < mid < pol.target_sample_s and pol.planned_rounds * 4 * mid == pytest.approx(0.3)
+
+
+def test_single_environment_stops_at_its_visit_share():
+    pol = SamplingPolicy(budget_s=1.0)
+    noisy = [1.0 + 0.3 * ((i * 7919) % 13) / 13 for i in range(10)]
+    assert pol.should_stop(noisy, 0.3, share_s=0.5) == (False, "")
+    assert pol.should_stop(noisy, 0.5, share_s=0.5) == (True, "budget")
+
+
+def test_leftover_pool_counts_only_what_unconverged_workloads_left():
+    from mpsup.bench.policy import leftover_pool
+
+    # Converged workloads' unused time is saved, not handed out; overruns give nothing back.
+    assert leftover_pool([1.0, 1.0, 1.0], [0.2, 0.6, 1.4], [True, False, False]) == pytest.approx(0.4)
+
+
+def test_second_pass_goes_widest_first_and_in_proportion():
+    from mpsup.bench.policy import next_allotment, widest_first
+
+    widths = {"quiet": 0.005, "mid": 0.04, "wild": 0.2, "unbounded": math.inf}
+    order = widest_first(widths, 0.01)
+    assert order == ["unbounded", "wild", "mid"]  # converged "quiet" gets nothing
+    w = [widths[k] for k in order]
+    first = next_allotment(10.0, w, cap_s=100.0)
+    second = next_allotment(10.0 - first, w[1:], cap_s=100.0)
+    assert first > second > next_allotment(10.0 - first - second, w[2:], cap_s=100.0) > 0
+    assert next_allotment(10.0, w, cap_s=1.5) == 1.5
+    assert next_allotment(0.0, w, cap_s=1.5) == 0.0
+
+
+def test_eta_arithmetic():
+    from mpsup.bench.policy import eta_s
+
+    # 10 workloads left at 0.5 s each, half of them expected to leave 0.4 s to the pool, 2 s already pooled.
+    assert eta_s(10, 0.5, 2.0, 0.5, 0.4) == pytest.approx(10 * (0.5 + 0.2) + 2.0)
+    # Second pass: the pool plus a sixth of a workload's time per visit for its setup.
+    assert eta_s(0, 0.6, 3.0, 0.0, 0.0, visits_left=5) == pytest.approx(3.0 + 0.5)
+
+
+class _FakeRunner:
+    """A runner whose workloads are synthetic ratio streams with a known spread, on a fake clock."""
+
+    def __init__(self, spreads: dict[str, float], clock: list[float], round_s: float = 0.01) -> None:
+        self.spreads = spreads
+        self.clock = clock
+        self.round_s = round_s
+        self.sessions = [object(), object()]
+        self.restarts = 0
+        self.visits: list[str] = []
+        self.rng = random.Random(5)
+
+    def restart(self) -> None:
+        self.restarts += 1
+
+    def _rounds(self, name: str, doc: dict, share: float, least_total: int, least_new: int) -> None:
+        pol = SamplingPolicy(budget_s=1.0)
+        t0, new = self.clock[0], 0
+        while True:
+            doc["ratios"].append(math.exp(self.rng.gauss(0.0, self.spreads[name])))
+            self.clock[0] += self.round_s
+            new += 1
+            stop, _ = pol.should_stop_rounds(doc["ratios"], self.clock[0] - t0, share, least_total)
+            if stop and new >= least_new:
+                break
+        doc["elapsed_s"] = doc.get("elapsed_s", 0.0) + self.clock[0] - t0
+
+    def measure(self, w, share_s, min_rounds=None):
+        self.visits.append(w.name)
+        doc = {"name": w.name, "status": "ok", "envs": {"baseline": {}, "baseline-2": {}}, "ratios": []}
+        self._rounds(w.name, doc, share_s, min_rounds or 12, 1)
+        return doc
+
+    def extend(self, w, doc, share_s, min_new=2):
+        self.visits.append(w.name)
+        self._rounds(w.name, doc, share_s, 12, min_new)
+        return True
+
+
+def _two_pass_run(spreads: dict[str, float], budget: float = 1.0):
+    from contextlib import nullcontext
+
+    from mpsup.bench.run import _two_passes
+    from mpsup.bench.runner import BenchOptions
+    from mpsup.workloads import Workload
+
+    clock = [0.0]
+    runner = _FakeRunner(spreads, clock)
+    workloads = [
+        Workload(n, "linear", "linear", "bf16", {"tokens": 1, "in_features": 8, "out_features": 8}) for n in spreads
+    ]
+    record: dict = {"workloads": []}
+    events: list[tuple[str, dict]] = []
+
+    class _Stops:
+        def critical(self):
+            return nullcontext()
+
+    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=budget), clock=lambda: clock[0])
+    _two_passes(
+        runner,  # type: ignore[arg-type]
+        workloads,
+        opts,
+        record,
+        lambda kind, doc: record[kind].append(doc),
+        lambda e, info: events.append((e, info)),
+        None,
+        _Stops(),  # type: ignore[arg-type]
+    )
+    return runner, record, events
+
+
+def test_two_passes_split_every_workload_over_two_process_pairs_and_feed_the_noisiest():
+    spreads = {"quiet": 0.0005, "mild": 0.03, "wild": 0.3}
+    runner, record, events = _two_pass_run(spreads)
+    by_name = {d["name"]: d for d in record["workloads"]}
+    assert runner.restarts == 1
+    # Every workload reaches twelve rounds, half of them from each pair of processes.
+    assert all(len(d["ratios"]) >= 12 for d in by_name.values())
+    # The quiet one converged at twelve rounds and is left alone; the wild one gets the leftover, first.
+    assert len(by_name["quiet"]["ratios"]) == 12
+    leftover = runner.visits[2 * len(spreads) :]
+    assert leftover and leftover[0] == "wild"
+    assert len(by_name["wild"]["ratios"]) > len(by_name["mild"]["ratios"]) >= 12
+    # The progress total matches the workloads; every first-pass step carries an ETA.
+    firsts = [info for e, info in events if e == "workload"]
+    assert len(firsts) == len(spreads) and all(info["eta_s"] >= 0 for info in firsts)
+    assert [e for e, _ in events].count("done") == len(spreads)
+
+
+def test_two_passes_spend_no_more_than_the_budgets_plus_the_floors():
+    spreads = {f"w{i}": 0.05 * (i % 4) + 0.001 for i in range(12)}
+    _, record, _ = _two_pass_run(spreads, budget=1.0)
+    spent = sum(d["elapsed_s"] for d in record["workloads"])
+    # Twelve rounds of 10 ms are the floor; beyond it, the leftover pass only redistributes the budgets.
+    assert spent <= len(spreads) * 1.0 + 1e-6
+    quiet = [d for d in record["workloads"] if d["name"] in ("w0", "w4", "w8")]
+    assert all(d["elapsed_s"] < 0.2 for d in quiet)  # converged early: their time is saved, not spent

@@ -1,29 +1,50 @@
-"""When to stop warming up and when to stop sampling. Pure functions of samples and elapsed time."""
+"""When to stop warming up, when to stop sampling, and how to share a run's time. Pure functions of
+samples, intervals and elapsed time, so that every decision can be tested on synthetic streams."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from mpsup.stats import median_ci
+from mpsup.stats import median_ci, round_ratio_ci
 
 
 @dataclass(frozen=True)
 class SamplingPolicy:
-    budget_s: float = 1.0  # per workload and environment, warmup included
-    target_rel_ci: float = 0.01  # stop once the median's 95% CI is within +-1%
+    budget_s: float = 1.0  # per workload, warmup included (both environments together when paired)
+    target_rel_ci: float = 0.01  # stop once the 95% interval is within +-1%
     target_sample_s: float = 0.01  # one sample: long against clock resolution and sync cost
+    min_sample_s: float = 0.002  # the shortest a paired sample is made to fit more rounds in
     min_samples: int = 10
     max_samples: int = 2000
     warmup_window: int = 3
     warmup_tolerance: float = 0.02
-    warmup_share: float = 0.3  # of the budget, at most
-    batch: int = 5
+    warmup_share: float = 0.3  # of the first pass's share, at most
+    batch: int = 5  # samples per request (single) and at most per environment and round (paired)
+    # A sign test over rounds has no power below ~12 of them: rounds come before samples per round.
+    min_rounds: int = 12
+    # The first pass sizes each round so that this many fit in the workload's share.
+    planned_rounds: int = 16
+    # The first pass spends at most this share of a workload's budget; what an unconverged workload did
+    # not spend goes to the second pass, widest interval first.
+    first_pass_share: float = 0.6
+    leftover: bool = True
+    # Paired: every workload's rounds come from two pairs of worker processes (half in each), so a bias
+    # one pair of processes has (placement, allocator state, per-process library heuristics) shows up as
+    # spread between rounds instead of a consistent lean that the sign test would call a change.
+    split_pairs: bool = True
+    # In the second pass one workload may take at most this many budgets: one wild workload must not
+    # eat every other's time.
+    max_extension: float = 3.0
+
+    # -- warmup --------------------------------------------------------------------------------------------
 
     def warmup_settled(self, samples: list[float], elapsed_s: float) -> bool:
         """Settled when the median of the last window is within tolerance of the window before it."""
         w = self.warmup_window
-        if elapsed_s >= self.warmup_share * self.budget_s:
+        if elapsed_s >= self.warmup_share * self.first_share_s:
             return True
         if len(samples) < 2 * w:
             return False
@@ -31,13 +52,102 @@ class SamplingPolicy:
         before = median(samples[-2 * w : -w])
         return abs(last - before) <= self.warmup_tolerance * before
 
-    def should_stop(self, samples: list[float], elapsed_s: float) -> tuple[bool, str]:
+    @property
+    def first_share_s(self) -> float:
+        return self.first_pass_share * self.budget_s if self.leftover else self.budget_s
+
+    # -- one environment -----------------------------------------------------------------------------------
+
+    def should_stop(self, samples: list[float], elapsed_s: float, share_s: float | None = None) -> tuple[bool, str]:
+        """`share_s`: the time this visit may take (default: the whole budget)."""
+        share = self.budget_s if share_s is None else share_s
         n = len(samples)
         if n >= self.max_samples:
             return True, "max-samples"
-        if n >= self.min_samples and median_ci(samples).rel_half_width <= self.target_rel_ci:
+        # The interval from six samples on (the fewest that bound it), as the record will show it.
+        width = median_ci(samples).rel_half_width if n >= 6 else math.inf
+        if n >= self.min_samples and converged(width, self.target_rel_ci):
             return True, "converged"
         # Even a tiny budget yields six samples: the fewest with a bounded 95% interval of the median.
-        if elapsed_s >= self.budget_s and n >= min(self.min_samples, 6):
+        if elapsed_s >= share and n >= min(self.min_samples, 6):
             return True, "budget"
         return False, ""
+
+    # -- two environments, in rounds -----------------------------------------------------------------------
+
+    def samples_per_round(self, sample_s: float, share_s: float) -> int:
+        """Timed samples per environment and round (each round also pays one discarded sample per
+        environment): as many as fit `planned_rounds` rounds in `share_s`, between 1 and `batch`.
+        More, cheaper rounds beat fewer, richer ones: the rounds are the units of the report's test."""
+        if sample_s <= 0 or not math.isfinite(sample_s):
+            return max(1, self.batch)
+        per_env_round = share_s / (self.planned_rounds * 2 * sample_s)
+        return max(1, min(self.batch, math.floor(per_env_round) - 1))
+
+    def paired_sample_s(self, share_s: float) -> float:
+        """A paired sample's length: short enough that `planned_rounds` rounds of one discarded and one timed
+        sample per environment fit in the share, never longer than a single-environment sample, and never
+        under 2 ms (clock resolution and the cost of a sync stay small against it)."""
+        return max(self.min_sample_s, min(self.target_sample_s, share_s / (self.planned_rounds * 2 * 2)))
+
+    def should_stop_rounds(
+        self, ratios: Sequence[float], elapsed_s: float, share_s: float, min_rounds: int | None = None
+    ) -> tuple[bool, str]:
+        """After a round: converged (the report's own interval within target, over >= min_rounds rounds),
+        or this visit's share spent. A slow workload may overrun its share to reach six rounds (the fewest
+        that bound an interval at all), up to five-fold, and three rounds at ten-fold. `min_rounds`: the
+        rounds this visit must reach (half of them on a first visit that a second, in fresh processes,
+        completes)."""
+        least = self.min_rounds if min_rounds is None else min_rounds
+        n = len(ratios)
+        if n >= self.max_samples:
+            return True, "max-samples"
+        if n >= least and converged(round_ratio_ci(ratios).rel_half_width, self.target_rel_ci):
+            return True, "converged"
+        if elapsed_s >= share_s and n >= least:
+            return True, "budget"
+        if (elapsed_s >= 5 * share_s and n >= 6) or (elapsed_s >= 10 * share_s and n >= 3):
+            return True, "budget"
+        return False, ""
+
+
+def converged(rel_half_width: float, target: float) -> bool:
+    return math.isfinite(rel_half_width) and rel_half_width <= target
+
+
+def leftover_pool(budgets: Sequence[float], used: Sequence[float], done: Sequence[bool]) -> float:
+    """The second pass's time: the sum of budgets, minus what the first pass used, minus what converged
+    workloads did not use (that time is saved, not handed out)."""
+    return sum(max(0.0, b - u) for b, u, d in zip(budgets, used, done, strict=True) if not d)
+
+
+def next_allotment(pool_s: float, widths: Sequence[float], cap_s: float) -> float:
+    """Seconds for the widest of the workloads still open (`widths`, relative half-widths, the first
+    being the one to visit now, inf for an unbounded interval): a share of the pool proportional to its
+    width, at most `cap_s`. Called again for the next one with what remains, so time a converged
+    workload gives back flows to the ones after it."""
+    if pool_s <= 0 or not widths:
+        return 0.0
+    # An unbounded interval counts as the widest bounded one doubled (or 100%): it needs time most.
+    finite = [w for w in widths if math.isfinite(w)]
+    big = 2 * max(finite) if finite else 1.0
+    ws = [w if math.isfinite(w) else max(big, 1.0) for w in widths]
+    total = sum(ws)
+    share = pool_s * ws[0] / total if total > 0 else pool_s / len(ws)
+    return min(cap_s, share)
+
+
+def widest_first(widths: dict[str, float], target: float) -> list[str]:
+    """The workloads a second pass visits, widest interval first; converged ones are left alone."""
+    open_ = [(name, w) for name, w in widths.items() if not converged(w, target)]
+    return [name for name, _ in sorted(open_, key=lambda kv: -(kv[1] if math.isfinite(kv[1]) else math.inf))]
+
+
+def eta_s(
+    left: int, per_workload_s: float, pool_s: float, open_share: float, rest_s: float, visits_left: int = 0
+) -> float:
+    """Seconds still to come: `left` first-pass workloads at `per_workload_s` each (what the finished ones
+    took, setup included), the second pass's pool so far, and the part of the unmeasured workloads'
+    budgets (`rest_s` each) that will join it if they end unconverged as often as the finished ones did
+    (`open_share`); `visits_left` second-pass visits pay their setup again (a sixth of a workload)."""
+    return left * (per_workload_s + open_share * rest_s) + pool_s + visits_left * per_workload_s / 6

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mpsup.render import NARROW, safe
+from mpsup.render import NARROW, emit_json, error_line, safe
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
+
+if TYPE_CHECKING:
+    from mpsup.bench.command import BenchPlan, BenchResult
 
 PART_TITLES = {
     "linear": "BF16 linear layers of real models",
@@ -79,34 +82,58 @@ def print_workload_list(workloads: list[Any], console: Console) -> None:
 
 @contextmanager
 def bench_progress(console: Console) -> Iterator[Any]:
+    """Smoke steps and workloads as two bars: the workload bar's total is what `--list` shows for the
+    same options. The ETA comes from the budgets still to spend (the runner's events carry it)."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("{task.fields[eta]}"),
         TextColumn("{task.fields[current]}"),
         console=console,
         transient=False,
     )
-    task = None
+    tasks: dict[str, Any] = {}
 
     def on_event(event: str, info: dict[str, Any]) -> None:
-        nonlocal task
         if event == "start":
             # Shown only once measuring starts: an error before then stays one line, not a line and an empty bar.
             progress.start()
-            task = progress.add_task("bench", total=info["total"], current="")
-        elif task is not None and event == "workload":
-            progress.update(task, current=safe(info["name"]))
-        elif task is not None and event in ("done", "smoke"):
-            if event == "smoke" and info.get("env") not in (None, "baseline"):
-                return
+            if info.get("smoke"):
+                tasks["smoke"] = progress.add_task("smoke", total=info["smoke"], current="", eta="")
+            tasks["bench"] = progress.add_task("workloads", total=info["total"], current="", eta="")
+            return
+        if event == "smoke":
+            if "smoke" in tasks and info.get("env") in (None, "baseline"):
+                progress.update(tasks["smoke"], current=safe(info.get("feature", "")))
+                progress.advance(tasks["smoke"])
+            return
+        task = tasks.get("bench")
+        if task is None:
+            return
+        extra: dict[str, Any] = {"eta": f"ETA {fmt_eta(info['eta_s'])}"} if info.get("eta_s") is not None else {}
+        if event == "workload":
+            progress.update(task, current=safe(info["name"]), **extra)
+        elif event == "done":
             progress.advance(task)
+        elif event == "restart":
+            progress.update(task, current="more time for the widest intervals: new workers", **extra)
+        elif event == "extend":
+            progress.update(task, current="more time: " + safe(info["name"]), **extra)
 
     try:
         yield on_event
     finally:
         progress.stop()
+
+
+def fmt_eta(seconds: float) -> str:
+    """`~45 s`, `~3 min`: an estimate, shown as one."""
+    s = max(0.0, float(seconds))
+    if s < 90:
+        return f"~{max(1, round(s))} s"
+    return f"~{round(s / 60)} min"
 
 
 def _rate(env: dict[str, Any]) -> str:
@@ -123,8 +150,10 @@ def _rate(env: dict[str, Any]) -> str:
 
 
 def _memory(env: dict[str, Any]) -> str:
+    # The workload's own peak or nothing: peak_rss is the worker process's high-water mark and
+    # driver_allocated one reading at teardown, so neither says what this workload took.
     m = env.get("memory") or {}
-    return fmt_bytes(m.get("peak_allocated") or m.get("driver_allocated") or m.get("peak_rss"))
+    return fmt_bytes(m.get("peak_allocated") or m.get("workload_peak"))
 
 
 def render_run(record: dict[str, Any], console: Console) -> None:
@@ -318,6 +347,20 @@ def meaning_lines(record: dict[str, Any]) -> list[str]:
             + ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
             + "."
         )
+    widths = [
+        (e["ci_high"] - e["ci_low"]) / 2 / e["median"]
+        for w in ws
+        for e in [w["envs"].get(label, {})]
+        if e.get("median") and e.get("ci_low") is not None and e.get("ci_high") is not None
+    ]
+    if widths:
+        widths.sort()
+        lines.append(
+            f"Each median is known to +-{widths[len(widths) // 2]:.1%} (half the workloads closer, "
+            f"the widest +-{widths[-1]:.0%}) for this process, now. A single run cannot tell whether another "
+            "torch, or this one tomorrow, is faster: times move by a few % between processes and with heat "
+            "and load, so compare two environments interleaved, not two tables."
+        )
     lines += [
         "[bold]Next[/], to learn whether an upgrade helps this machine:",
         "  mpsup install-rc                   # a candidate torch beside this one",
@@ -381,3 +424,30 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
             for w in record["workloads"]
         ],
     }
+
+
+def print_plan_notes(plan: BenchPlan, console: Console) -> None:
+    """What the model reader assumed and what it could not measure, before any time is spent."""
+    for note in (plan.model_doc or {}).get("notes", []):
+        console.print(f"assumed: {safe(note)}", highlight=False, soft_wrap=True)
+    for item in plan.not_measured[:5]:
+        console.print(f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True)
+
+
+def render_list(plan: BenchPlan, as_json: bool, console: Console) -> None:
+    if as_json:
+        emit_json([w.to_json() for w in plan.workloads])
+    else:
+        print_workload_list(list(plan.workloads), console)
+
+
+def render_result(result: BenchResult, as_json: bool, console: Console) -> None:
+    """The finished run: its JSON summary or its tables, and the one line saying why it stopped early."""
+    record = result.record
+    if as_json:
+        emit_json(run_summary(record, str(result.path) if result.path else None))
+    else:
+        render_run(record, console)
+        console.print(f"Run record: {safe(result.path)}", highlight=False, soft_wrap=True)
+    if record.get("failure") and not record.get("interrupted"):
+        error_line(f"{record['failure']}; the finished measurements are in {result.path}")

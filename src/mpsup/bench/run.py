@@ -7,20 +7,23 @@ which the next bench or report turns into a record marked partial."""
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from mpsup.bench.journal import Journal, JournalWriteError, Warn, recover_journals
-from mpsup.bench.record import new_record, new_run_id, save_record
-from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
+from mpsup.bench.policy import converged, eta_s, next_allotment, widest_first
+from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress, interval_width
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
 from mpsup.host.hygiene import conditions_changed, hygiene_now
+from mpsup.runs.journal import Journal, JournalWriteError, Warn, recover_journals
+from mpsup.runs.store import new_record, new_run_id, save_record
 from mpsup.workloads import Workload
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -184,17 +187,15 @@ def _measure(
         if journal is not None:
             with stops.critical():
                 journal.append("header", record)
-        progress("start", {"total": len(workloads) + (len(runner.smoke_features()) if options.smoke else 0)})
+        smoke_steps = len(runner.smoke_features()) if options.smoke else 0
+        progress("start", {"total": len(workloads), "smoke": smoke_steps})
         if options.smoke:
             from mpsup.metal import load_manifest
 
             kernels = load_manifest()
             for feature in runner.smoke_features():
                 keep("smoke", runner.smoke_one(feature, kernels))
-        for w in workloads:
-            progress("workload", {"name": w.name})
-            keep("workloads", runner.measure(w))
-            progress("done", {"name": w.name, "status": record["workloads"][-1]["status"]})
+        _two_passes(runner, workloads, options, record, keep, progress, journal, stops)
         stops.hold()  # inside the try: a signal that lands before this line is still caught below
     except KeyboardInterrupt:
         stops.hold()
@@ -211,6 +212,92 @@ def _measure(
             failure_traceback=traceback.format_exc(limit=8),
         )
     return record
+
+
+def _two_passes(
+    runner: Runner,
+    workloads: list[Workload],
+    options: BenchOptions,
+    record: dict[str, Any],
+    keep: Callable[[str, dict[str, Any]], None],
+    progress: Progress,
+    journal: Journal | None,
+    stops: StopSignals,
+) -> None:
+    """First pass: every workload until its interval is within target or its first share is spent.
+    Paired, with `split_pairs`: the first pass takes half the rounds, then fresh worker processes take
+    the other half of every workload (its units span two process pairs). Last pass: what unconverged
+    workloads did not spend goes to them again, widest interval first."""
+    pol = options.policy
+    clock = options.clock
+    budget, first = pol.budget_s, pol.first_share_s
+    paired = len(runner.sessions) == 2
+    split = paired and pol.split_pairs
+    half_rounds = math.ceil(pol.min_rounds / 2)
+    share1 = first / 2 if split else first
+    rest = max(0.0, budget - share1)
+    n = len(workloads)
+    took: list[float] = []
+    open_: list[bool] = []
+    pool = 0.0
+    for i, w in enumerate(workloads):
+        per = sum(took) / len(took) if took else share1
+        share_open = sum(open_) / len(open_) if open_ else 1.0
+        # Split: every workload's second half is certain to come (rest), else only the unconverged share of it.
+        eta = eta_s(n - i, per, pool, 1.0 if split else share_open if pol.leftover else 0.0, rest)
+        progress("workload", {"name": w.name, "eta_s": eta, "pass": 1})
+        t0 = clock()
+        doc = runner.measure(w, share1, half_rounds if split else None)
+        keep("workloads", doc)
+        took.append(clock() - t0)
+        unconverged = doc["status"] == "ok" and not converged(interval_width(doc), pol.target_rel_ci)
+        open_.append(unconverged)
+        if unconverged:
+            pool += max(0.0, budget - float(doc.get("elapsed_s", took[-1])))
+        progress("done", {"name": w.name, "status": doc["status"]})
+    docs = record["workloads"][-n:]
+    per = sum(took) / len(took) if took else first
+    if split:
+        ok = [i for i, d in enumerate(docs) if d["status"] == "ok"]
+        if not ok:
+            return
+        progress("restart", {"eta_s": len(ok) * per + pool})
+        runner.restart()
+        for j, i in enumerate(ok):
+            progress("extend", {"name": docs[i]["name"], "eta_s": (len(ok) - j) * per})
+            if runner.extend(workloads[i], docs[i], share1, min_new=half_rounds) and journal is not None:
+                # Its own kind: a journal recovered after a crash keeps the first visit's entry, whole.
+                with stops.critical():
+                    journal.append("workload-extended", docs[i])
+        pool = sum(
+            max(0.0, budget - float(d.get("elapsed_s", 0.0)))
+            for d in docs
+            if d["status"] == "ok" and not converged(interval_width(d), pol.target_rel_ci)
+        )
+    if not pol.leftover or pool <= 0:
+        return
+    widths = {str(i): interval_width(d) for i, d in enumerate(docs) if d["status"] == "ok"}
+    order = [int(k) for k in widest_first(widths, pol.target_rel_ci)]
+    # Too little time for a visit to add anything: a setup and two rounds cost about this much.
+    least = max(0.1 * budget, 0.05)
+    if not order or next_allotment(pool, [widths[str(i)] for i in order], pol.max_extension * budget) < least:
+        return
+    if paired and not split:
+        progress("restart", {"eta_s": pool + len(order) * per / 6})
+        runner.restart()
+    for j, i in enumerate(order):
+        allot = next_allotment(pool, [widths[str(k)] for k in order[j:]], pol.max_extension * budget)
+        if allot < least:
+            break
+        progress("extend", {"name": docs[i]["name"], "eta_s": eta_s(0, per, pool, 0.0, 0.0, len(order) - j)})
+        t0 = clock()
+        extended = runner.extend(workloads[i], docs[i], allot)
+        pool -= clock() - t0
+        if extended and journal is not None:
+            with stops.critical():
+                journal.append("workload-extended", docs[i])
+        if pool <= 0:
+            break
 
 
 def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> Path | None:

@@ -6,6 +6,7 @@ hit both alike; each round yields one paired ratio."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,26 +157,35 @@ class Runner:
         for s in self.sessions:
             s.close(force=force)
 
-    def _setup(self, s: EnvSession, w: Workload, calls: int | None) -> dict[str, Any]:
+    def restart(self) -> None:
+        """Fresh worker processes: a second pass then spans two process pairs, so a placement that favours
+        one process (tensor addresses, allocator state, library heuristics) shows up between rounds."""
+        for s in self.sessions:
+            s.close()
+        for s in self.sessions:
+            s.start()
+
+    def _setup(self, s: EnvSession, w: Workload, calls: int | None, share_s: float | None = None) -> dict[str, Any]:
+        pol = self.options.policy
+        target = pol.target_sample_s
+        if len(self.sessions) == 2 and share_s is not None:
+            target = pol.paired_sample_s(share_s)
         try:
-            ans = s.request(
-                {
-                    "op": "setup",
-                    "workload": w.spec(),
-                    "calls": calls,
-                    "target_sample_s": self.options.policy.target_sample_s,
-                }
-            )
+            ans = s.request({"op": "setup", "workload": w.spec(), "calls": calls, "target_sample_s": target})
         except WorkerDied as exc:
             return {"status": "crash", "reason": str(exc), "stderr": exc.stderr_tail[-1000:]}
         if ans.get("type") == "error":
             return {"status": ans.get("status", "error"), "reason": ans.get("message", "")}
-        return _env_result(ans)
+        r = _env_result(ans)
+        r["_sample_s"] = float(ans.get("per_call_s") or 0.0) * int(ans["calls"])
+        return r
 
-    def _sample(self, s: EnvSession, r: dict[str, Any], count: int, into: str) -> list[float]:
-        ans = s.request({"op": "sample", "count": count})
+    def _sample(self, s: EnvSession, r: dict[str, Any], count: int, into: str, discard: int = 0) -> list[float]:
+        ans = s.request({"op": "sample", "count": count, "discard": discard})
         if ans.get("type") == "error":
             raise RuntimeError(ans.get("message", "sampling failed"))
+        if discard:
+            r["warmup"].extend(x for x in ans.get("discarded") or [] if isinstance(x, float))
         r[into].extend(ans["host"])
         if into == "samples" and ans.get("device"):
             r["device_samples"].extend(ans["device"])
@@ -183,9 +193,14 @@ class Runner:
 
     def _teardown(self, s: EnvSession, r: dict[str, Any]) -> None:
         ans = s.request({"op": "teardown"})
-        r["memory"] = ans.get("memory", {})
+        if not r.get("memory"):
+            r["memory"] = ans.get("memory", {})
 
-    def measure(self, w: Workload) -> dict[str, Any]:
+    def measure(self, w: Workload, share_s: float | None = None, min_rounds: int | None = None) -> dict[str, Any]:
+        """One workload, from setup to teardown, within `share_s` seconds (default: its whole budget);
+        paired, at least `min_rounds` rounds (default: the policy's)."""
+        t0 = self.options.clock()
+        share = self.options.policy.budget_s if share_s is None else share_s
         result: dict[str, Any] = {**w.to_json(), "envs": {}}
         skip = _guard(w, self.sessions, self.options.memory_share)
         if skip:
@@ -195,21 +210,14 @@ class Runner:
         live: list[EnvSession] = []
         calls: int | None = None
         for s in self.sessions:
-            r = self._setup(s, w, calls)
+            r = self._setup(s, w, calls, share)
             envs[s.env.label] = r
             if r["status"] == "ok":
                 calls = calls or r["calls"]
                 live.append(s)
         result["envs"] = envs
         try:
-            if live:
-                self._warmup(live, envs)
-                if len(live) == 2:
-                    self._paired(live, envs, result)
-                else:
-                    self._single(live[0], envs[live[0].env.label])
-                for s in live:
-                    self._teardown(s, envs[s.env.label])
+            self._visit(live, envs, result, share, t0, min_rounds, 0)
         except WorkerDied as exc:
             for s in live:
                 if envs[s.env.label]["status"] == "ok":
@@ -218,71 +226,141 @@ class Runner:
             for s in live:
                 envs[s.env.label].update(status="error", reason=str(exc))
         for r in envs.values():
+            r.pop("_sample_s", None)
             _summarize(r)
         statuses = {r["status"] for r in envs.values()}
         result["status"] = "ok" if statuses == {"ok"} else sorted(statuses - {"ok"})[0]
         bad = next((r for r in envs.values() if r["status"] != "ok"), None)
         if bad:
             result["reason"] = bad.get("reason", "")
+        result["elapsed_s"] = self.options.clock() - t0
+        result["visits"] = 1
         return result
 
-    def _warmup(self, live: list[EnvSession], envs: dict[str, dict[str, Any]]) -> None:
-        pol = self.options.policy
+    def extend(self, w: Workload, result: dict[str, Any], share_s: float, min_new: int = 2) -> bool:
+        """A second visit: more rounds (or samples) for a finished workload, added to its result. The
+        calls per sample stay those of the first visit, so old and new samples measure the same thing.
+        A failure here costs only the extra time: the first visit's figures stay as they were."""
         t0 = self.options.clock()
+        envs = result.get("envs") or {}
+        if result.get("status") != "ok" or not envs:
+            return False
+        calls = next(iter(envs.values())).get("calls")
+        live = [s for s in self.sessions if s.env.label in envs]
+        try:
+            for s in live:
+                fresh = self._setup(s, w, calls)
+                if fresh["status"] != "ok":
+                    return False
+                envs[s.env.label]["_sample_s"] = fresh["_sample_s"]
+            self._visit(live, envs, result, share_s, t0, None, min_new)
+        except (WorkerDied, RuntimeError) as exc:
+            result["extend_error"] = str(exc)[:300]
+            return False
+        finally:
+            for r in envs.values():
+                r.pop("_sample_s", None)
+        for r in envs.values():
+            _summarize(r)
+        result["elapsed_s"] = result.get("elapsed_s", 0.0) + self.options.clock() - t0
+        result["visits"] = result.get("visits", 1) + 1
+        return True
+
+    def _visit(
+        self,
+        live: list[EnvSession],
+        envs: dict[str, dict[str, Any]],
+        result: dict[str, Any],
+        share: float,
+        t0: float,
+        min_rounds: int | None,
+        min_new: int,
+    ) -> None:
+        if not live:
+            return
+        self._warmup(live, envs, share, t0)
+        if len(live) == 2:
+            self._paired(live, envs, result, share, t0, min_rounds, min_new)
+        else:
+            self._single(live[0], envs[live[0].env.label], share, t0)
+        for s in live:
+            self._teardown(s, envs[s.env.label])
+
+    def _warmup(self, live: list[EnvSession], envs: dict[str, dict[str, Any]], share: float, t0: float) -> None:
+        pol = self.options.policy
         settled = {s.env.label: False for s in live}
+        start = {s.env.label: len(envs[s.env.label]["warmup"]) for s in live}
         while not all(settled.values()):
             for s in live:
                 if settled[s.env.label]:
                     continue
                 r = envs[s.env.label]
                 self._sample(s, r, 1, "warmup")
+                mine = r["warmup"][start[s.env.label] :]
                 settled[s.env.label] = (
-                    pol.warmup_settled(r["warmup"], self.options.clock() - t0) or len(r["warmup"]) >= 50
+                    self.options.clock() - t0 >= pol.warmup_share * share
+                    or pol.warmup_settled(mine, 0.0)
+                    or len(mine) >= 50
                 )
 
-    def _single(self, s: EnvSession, r: dict[str, Any]) -> None:
+    def _single(self, s: EnvSession, r: dict[str, Any], share: float, t0: float) -> None:
         pol = self.options.policy
-        t0 = self.options.clock()
         while True:
-            self._sample(s, r, pol.batch, "samples")
-            stop, why = pol.should_stop(r["samples"], self.options.clock() - t0)
+            # Never more samples than the share has room for: a slow workload (one call, a tenth of a
+            # second) stops at six, not ten.
+            room = (share - (self.options.clock() - t0)) / r["_sample_s"] if r.get("_sample_s") else pol.batch
+            need = max(0, 6 - len(r["samples"]))
+            count = max(1, min(pol.batch, max(need, int(room))))
+            self._sample(s, r, count, "samples")
+            stop, why = pol.should_stop(r["samples"], self.options.clock() - t0, share)
             if stop:
                 r["stop"] = why
                 return
 
-    def _paired(self, live: list[EnvSession], envs: dict[str, dict[str, Any]], result: dict[str, Any]) -> None:
+    def _paired(
+        self,
+        live: list[EnvSession],
+        envs: dict[str, dict[str, Any]],
+        result: dict[str, Any],
+        share: float,
+        t0: float,
+        min_rounds: int | None,
+        min_new: int,
+    ) -> None:
         pol = self.options.policy
-        t0 = self.options.clock()
         a, b = live
         ra, rb = envs[a.env.label], envs[b.env.label]
-        rounds: list[dict[str, Any]] = []
-        ratios: list[float] = []
-        per_round = max(1, pol.batch)
+        rounds: list[dict[str, Any]] = result.setdefault("rounds", [])
+        ratios: list[float] = result.setdefault("ratios", [])
+        sample_s = max(ra.get("_sample_s", 0.0), rb.get("_sample_s", 0.0))
+        per_round = pol.samples_per_round(sample_s, share)
+        visit = int(result.get("visits", 0)) + 1
+        new = 0
         while True:
             # A B, then B A: whoever goes second in one round goes first in the next.
             order = (a, b) if len(rounds) % 2 == 0 else (b, a)
             got = {}
             for s in order:
                 # The first block after the other worker had the device pays for the switch
-                # (GPU context, caches, clocks): take it, and keep it out of the comparison.
-                self._sample(s, envs[s.env.label], 1, "warmup")
-                got[s.env.label] = self._sample(s, envs[s.env.label], per_round, "samples")
+                # (GPU context, caches, clocks): taken in the same request, kept out of the comparison.
+                got[s.env.label] = self._sample(s, envs[s.env.label], per_round, "samples", discard=1)
             ma, mb = median(got[a.env.label]), median(got[b.env.label])
             ratios.append(ma / mb)
-            rounds.append({"first": order[0].env.label, a.env.label: got[a.env.label], b.env.label: got[b.env.label]})
-            elapsed = self.options.clock() - t0
-            # The same interval the report will print (rounds, or ABBA blocks once there are enough).
-            enough = len(ratios) >= pol.min_samples and round_ratio_ci(ratios).rel_half_width <= pol.target_rel_ci
-            # Six rounds is the fewest for which a 95% interval of a median is bounded at all;
-            # a slow workload may overrun its budget to get them, up to five-fold.
-            over = (elapsed >= 2 * pol.budget_s and len(ratios) >= 6) or (
-                elapsed >= 10 * pol.budget_s and len(ratios) >= 3
+            rounds.append(
+                {
+                    "first": order[0].env.label,
+                    "visit": visit,
+                    a.env.label: got[a.env.label],
+                    b.env.label: got[b.env.label],
+                }
             )
-            if enough or over or len(ratios) >= pol.max_samples:
-                ra["stop"] = rb["stop"] = "converged" if enough else "budget" if over else "max-samples"
+            new += 1
+            stop, why = pol.should_stop_rounds(ratios, self.options.clock() - t0, share, min_rounds)
+            # A later visit adds at least `min_new` rounds (two: one ABBA pair), whatever the interval says.
+            if stop and new >= min_new:
+                ra["stop"] = rb["stop"] = why
                 break
-        result["rounds"] = rounds
-        result["ratios"] = ratios
+        result["samples_per_round"] = per_round
 
     def smoke_features(self) -> tuple[str, ...]:
         return SMOKE_FEATURES
@@ -307,3 +385,17 @@ class Runner:
 
         kernels = load_manifest()
         return [self.smoke_one(feature, kernels) for feature in features]
+
+
+def interval_width(result: dict[str, Any]) -> float:
+    """The relative half-width the stopping rule watches: the paired-ratio interval the report prints,
+    or the median's interval for one environment; inf while it is unbounded or nothing was measured."""
+    try:
+        if result.get("ratios"):
+            return float(round_ratio_ci(result["ratios"]).rel_half_width)
+        envs: dict[str, dict[str, Any]] = result.get("envs") or {}
+        first: dict[str, Any] = next(iter(envs.values()), {})
+        samples = first.get("samples") or []
+        return float(median_ci(samples).rel_half_width) if samples else math.inf
+    except (ValueError, ZeroDivisionError):
+        return math.inf

@@ -1,0 +1,159 @@
+"""Wall-clock time of the runs issue 12 sets speed targets for, with the precision they reached.
+
+    python benchmarks/speed.py --runs main                         # this machine: the README's main job
+    python benchmarks/speed.py --device cuda --runs single,paired  # the H200: full suite, then A/A linears
+    python benchmarks/speed.py --device cuda --runs paired --candidate /path/to/python
+
+Runs (each `python -m mpsup bench` in a fresh MPSUP_HOME, output discarded, the record read back):
+
+- main:   `mpsup bench --budget 0.05` (README.md's main job; smoke tests included)   target <= 180 s
+- single: `mpsup bench --device D --no-smoke` (the single-environment full suite)     target <= 60 s
+- paired: `mpsup bench --device D --aa --only linear --no-smoke` (or --candidate C)  target <= 150 s,
+          median per-workload 95% half-width <= 1% over workloads above 100 us and <= 3% over all
+
+Prints one table (and --json FILE writes it). Expected duration: the runs' own time plus worker startup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from mpsup.stats import median_ci, round_ratio_ci  # noqa: E402
+
+TARGETS = {"main": 180.0, "single": 60.0, "paired": 150.0}
+
+
+def command(run: str, args: argparse.Namespace) -> list[str]:
+    base = [args.python, "-m", "mpsup", "bench"]
+    if run == "main":
+        return [*base, "--budget", "0.05", *(["--device", args.device] if args.device else [])]
+    dev = ["--device", args.device] if args.device else []
+    budget = ["--budget", str(args.budget)] if args.budget else []
+    if run == "single":
+        return [*base, *dev, *budget, "--no-smoke"]
+    pair = ["--candidate", args.candidate] if args.candidate else ["--aa"]
+    return [*base, *dev, *budget, *pair, "--only", args.only, "--no-smoke"]
+
+
+def widths(rec: dict[str, Any]) -> tuple[list[float], list[float], list[int]]:
+    """Relative half-widths over all workloads and over those above 100 us, and rounds per workload
+    (samples for a single-environment run)."""
+    every: list[float] = []
+    slow: list[float] = []
+    units: list[int] = []
+    label = rec["environments"][0]["label"]
+    for w in rec["workloads"]:
+        env = w.get("envs", {}).get(label, {})
+        if w.get("ratios"):
+            hw = round_ratio_ci(w["ratios"]).rel_half_width
+            units.append(len(w["ratios"]))
+        elif env.get("samples"):
+            hw = median_ci(env["samples"]).rel_half_width
+            units.append(len(env["samples"]))
+        else:
+            continue
+        every.append(hw)
+        if (env.get("median") or 0) > 100e-6:
+            slow.append(hw)
+    return every, slow, units
+
+
+def run_one(run: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = command(run, args)
+    with tempfile.TemporaryDirectory(prefix=f"mpsup-speed-{run}-") as home:
+        env = {**os.environ, "MPSUP_HOME": home, "COLUMNS": "100"}
+        if args.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join([args.pythonpath, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        wall = time.monotonic() - t0
+        records = sorted((Path(home) / "runs").glob("*.json"))
+        if not records:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            return {"run": run, "command": " ".join(cmd[1:]), "wall_s": wall, "error": " | ".join(tail)}
+        rec = json.loads(records[-1].read_text())
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            (Path(args.keep) / f"{run}.json").write_text(json.dumps(rec))
+    every, slow, units = widths(rec)
+
+    def med(xs: list[float]) -> float | None:
+        finite = [x for x in xs if math.isfinite(x)]
+        return median(finite) if finite and len(finite) == len(xs) else (median(xs) if xs else None)
+
+    return {
+        "run": run,
+        "command": " ".join(cmd[1:]),
+        "exit": proc.returncode,
+        "wall_s": wall,
+        "target_s": TARGETS[run],
+        "workloads": len(rec["workloads"]),
+        "median_hw_all": med(every),
+        "median_hw_over_100us": med(slow),
+        "p90_hw_all": sorted(every)[max(0, math.ceil(0.9 * len(every)) - 1)] if every else None,
+        "min_units": min(units) if units else None,
+        "median_units": median(units) if units else None,
+        "second_visits": sum(1 for w in rec["workloads"] if w.get("visits", 1) > 1),
+    }
+
+
+def pct(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return "inf" if not math.isfinite(x) else f"{x:.1%}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default="main", help="comma-separated: main, single, paired")
+    ap.add_argument("--device", default=None, help="cpu, cuda or mps (default: mpsup's default)")
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs mpsup (and the baseline)")
+    ap.add_argument("--candidate", default=None, help="paired: a candidate interpreter instead of --aa")
+    ap.add_argument("--only", default="linear", help="paired: the workloads (default: the linears)")
+    ap.add_argument("--budget", type=float, default=None, help="single/paired: --budget (default: mpsup's)")
+    ap.add_argument("--pythonpath", default=None, help="prepended to PYTHONPATH (a machine without mpsup installed)")
+    ap.add_argument("--keep", default=None, help="folder to copy each run's record to")
+    ap.add_argument("--json", default=None, help="write the table as JSON here")
+    args = ap.parse_args()
+    rows = []
+    for run in [r.strip() for r in args.runs.split(",") if r.strip()]:
+        if run not in TARGETS:
+            sys.exit(f"--runs: unknown run {run!r} (main, single, paired)")
+        rows.append(run_one(run, args))
+        r = rows[-1]
+        print(f"{run}: {r['wall_s']:.0f} s{' ERROR ' + r['error'] if 'error' in r else ''}", file=sys.stderr)
+    print(
+        "| run | wall | target | workloads | rounds/samples min / median | second visits "
+        "| median half-width all / >100 us | p90 |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['run']} | {r['wall_s']:.0f} s | {TARGETS[r['run']]:.0f} s | failed: {r['error']} | | | | |")
+            continue
+        print(
+            f"| {r['run']} | {r['wall_s']:.0f} s | {r['target_s']:.0f} s | {r['workloads']} | "
+            f"{r['min_units']} / {r['median_units']} | {r['second_visits']} | "
+            f"{pct(r['median_hw_all'])} / {pct(r['median_hw_over_100us'])} | {pct(r['p90_hw_all'])} |"
+        )
+    for r in rows:
+        print(f"{r['run']}: {r['command']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
