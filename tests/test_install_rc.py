@@ -140,6 +140,32 @@ def test_dry_run_picks_the_fitting_candidate_and_changes_nothing(baseline: Path,
     assert _freeze(baseline) == before
 
 
+def test_saying_no_shows_the_plan_first_changes_nothing_and_exits_1(
+    baseline: Path, indexes, mpsup_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mpsup.envs import command
+    from mpsup.envs.plan import InstallRequest
+    from mpsup.errors import UserError
+
+    seen: list[str] = []
+
+    def say_no(question: str) -> bool:
+        seen.append(question)
+        return False
+
+    hooks = command.Hooks(show_plan=lambda plan: seen.append(f"plan {plan.to_version}"), ask=say_no)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)  # a terminal to ask on; the hook answers no
+    request = InstallRequest(python=baseline, index_url=indexes["good"])
+    result = command.run(command.InstallRcRequest(request), hooks)
+    assert isinstance(result, command.Declined) and result.exit_code == 1 and result.to_json() is None
+    assert seen[0] == "plan 2.16.0rc1" and seen[1].startswith("Install torch 2.16.0rc1 into ")
+    assert _envs(mpsup_home) == [] and not (mpsup_home / "cache").exists()
+    # without a terminal the question cannot be asked: a usage error, before anything is downloaded
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    with pytest.raises(UserError, match="pass --yes"):
+        command.run(command.InstallRcRequest(request), hooks)
+
+
 def test_side_by_side_install_verifies_records_lists_and_removes(baseline: Path, indexes, mpsup_home: Path) -> None:
     before = _freeze(baseline)
     res = run_cli(

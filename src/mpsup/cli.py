@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
 
-from mpsup.errors import OperationFailed, UserError
-from mpsup.render import emit_json, error_line, safe, stderr_console, stdout_console
-
-if TYPE_CHECKING:
-    from mpsup.envs.plan import InstallRequest
+from mpsup.render import safe, stderr_console, stdout_console
 
 app = typer.Typer(
     add_completion=False,
@@ -63,17 +58,11 @@ def doctor(
     ] = None,
 ) -> None:
     """Is this Mac and this Python ready for a PyTorch MPS upgrade?"""
-    from mpsup.doctor.command import DoctorRequest
-    from mpsup.doctor.command import run as run_doctor
-    from mpsup.doctor.render import render_doctor
+    from mpsup.doctor import command
+    from mpsup.doctor.render import render_result
 
-    result = run_doctor(DoctorRequest(python, save_snapshot, from_snapshot), busy=stderr_console.status)
-    if result.snapshot_written is not None:
-        stderr_console.print(f"snapshot written to {safe(result.snapshot_written)}")
-    if as_json:
-        emit_json(result.report.to_json())
-    else:
-        render_doctor(result.report, stdout_console, verbose=verbose)
+    result = command.run(command.DoctorRequest(python, save_snapshot, from_snapshot), busy=stderr_console.status)
+    render_result(result, as_json=as_json, verbose=verbose)
     raise typer.Exit(result.exit_code)
 
 
@@ -88,7 +77,10 @@ def bench(
     device: Annotated[
         DeviceChoice | None, typer.Option("--device", help="mps (default on a Mac), cuda or cpu.")
     ] = None,
-    budget: Annotated[float, typer.Option("--budget", min=0.001, help="Seconds per workload and environment.")] = 1.0,
+    budget: Annotated[
+        float,
+        typer.Option("--budget", min=0.001, help="Seconds per workload (both environments together when paired)."),
+    ] = 1.0,
     only: Annotated[
         str | None, typer.Option("--only", help="Glob(s) on name, kind, part or tag; comma-separated; re:REGEX.")
     ] = None,
@@ -122,7 +114,7 @@ def bench(
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite (or --model's layers) on the GPU."""
     from mpsup.bench import command
-    from mpsup.bench.render import bench_progress, print_workload_list, render_run, run_summary
+    from mpsup.bench.render import bench_progress, print_plan_notes, render_list, render_result
 
     request = command.BenchRequest(
         device=device.value if device else None,
@@ -141,27 +133,13 @@ def bench(
         resolution=resolution,
     )
     plan = command.prepare(request)
-    for note in (plan.model_doc or {}).get("notes", []):
-        stderr_console.print(f"assumed: {safe(note)}", highlight=False, soft_wrap=True)
-    for item in plan.not_measured[:5]:
-        stderr_console.print(
-            f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True
-        )
+    print_plan_notes(plan, stderr_console)
     if list_only:
-        if as_json:
-            emit_json([w.to_json() for w in plan.workloads])
-        else:
-            print_workload_list(list(plan.workloads), stdout_console)
+        render_list(plan, as_json, stdout_console)
         return
     with bench_progress(stderr_console) as on_event:
         result = command.run(plan, progress=on_event, warn=_warn)
-    if as_json:
-        emit_json(run_summary(result.record, str(result.path) if result.path else None))
-    else:
-        render_run(result.record, stdout_console)
-        stdout_console.print(f"Run record: {safe(result.path)}", highlight=False, soft_wrap=True)
-    if result.record.get("failure") and not result.record.get("interrupted"):
-        error_line(f"{result.record['failure']}; the finished measurements are in {result.path}")
+    render_result(result, as_json, stdout_console)
     raise typer.Exit(result.exit_code)
 
 
@@ -199,7 +177,7 @@ def report(
     as_json: JsonOpt = False,
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
-    from mpsup.report.command import ReportRequest, run_report
+    from mpsup.report.command import ReportRequest, build, console_messages, deliver
 
     request = ReportRequest(
         paths=paths or [],
@@ -213,21 +191,13 @@ def report(
         seed=seed,
         fail_on_regression=fail_on_regression,
     )
-    code = run_report(request, stdout_console, stderr_console)
-    if code:
-        raise typer.Exit(code)
+    result = build(request, *console_messages(stderr_console))
+    deliver(result, request, stdout_console, stderr_console)
+    raise typer.Exit(result.exit_code)
 
 
-class ChannelChoice(StrEnum):
-    test = "test"
-    nightly = "nightly"
-    stable = "stable"
-
-
-class InstallerChoice(StrEnum):
-    auto = "auto"
-    pip = "pip"
-    uv = "uv"
+ChannelChoice = StrEnum("ChannelChoice", ["test", "nightly", "stable"])
+InstallerChoice = StrEnum("InstallerChoice", ["auto", "pip", "uv"])
 
 
 @app.command("install-rc")
@@ -275,8 +245,8 @@ def install_rc(
 ) -> None:
     """Install the PyTorch release candidate (or nightly, or newest stable) beside your environment, safely."""
     from mpsup.envs import command
-    from mpsup.envs import render as env_render
     from mpsup.envs.plan import InstallRequest
+    from mpsup.envs.render import render_result, terminal_hooks
 
     install = InstallRequest(
         python=python or Path(sys.executable),
@@ -294,144 +264,12 @@ def install_rc(
         allow_root=allow_root,
     )
     req = command.InstallRcRequest(install, list_envs=list_envs, remove=remove, rollback=rollback)
-    action = command.action(req)
-    if action == "list":
-        listed = command.list_environments()
-        for problem in listed.problems:
-            stderr_console.print(f"[yellow]warning:[/] skipped {safe(problem)}", highlight=False, soft_wrap=True)
-        emit_json(listed.environments) if as_json else env_render.render_environments(
-            listed.environments, stdout_console
-        )
-    elif action == "remove":
-        assert remove is not None
-        _render_removed(command.remove(remove).removed, as_json)
-    elif action == "rollback":
-        _rollback(install.python, yes, as_json)
-    else:
-        _install(install, as_json)
-
-
-def _render_removed(removed: list[dict[str, Any]], as_json: bool) -> None:
-    if as_json:
-        emit_json({"status": "removed", "environments": removed})
-        return
-    for doc in removed:
-        what = "record (your environment itself was not touched)" if doc.get("mode") == "in-place" else "environment"
-        stdout_console.print(
-            safe(f"Removed the {what} {doc['name']} (torch {doc.get('torch_version')})"), highlight=False
-        )
-
-
-def _rollback(target: Path, yes: bool, as_json: bool) -> None:
-    from mpsup.envs import execute
-
-    _confirm_or_refuse(yes, safe(f"Put back the packages saved for {target}?"))
-    result = execute.rollback(target)
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        stdout_console.print(
-            safe(
-                f"Restored {target}: reinstalled {len(result.reinstalled)}, removed {len(result.removed)} packages "
-                f"(saved set {result.saved})"
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
-
-
-def _install(request: InstallRequest, as_json: bool) -> None:
-    from mpsup.envs import execute
-    from mpsup.envs import render as env_render
-    from mpsup.envs.plan import NothingToDo, plan_install
-
-    with stderr_console.status(f"Looking for torch on the {request.channel} channel..."):
-        plan = plan_install(request)
-    if isinstance(plan, NothingToDo):
-        emit_json(plan.to_json()) if as_json else stdout_console.print(
-            safe(plan.message), highlight=False, soft_wrap=True
-        )
-        return
-    env_render.render_plan(plan, stderr_console if as_json else stdout_console)
-    if request.dry_run:
-        if as_json:
-            emit_json({"status": "planned", "dry_run": True, "plan": plan.to_json()})
-        return
-    _confirm_or_refuse(request.yes, safe(f"Install torch {plan.to_version} into {plan.prefix}?"))
-    do_install = execute.install_in_place if plan.mode == "in-place" else execute.install_side_by_side
-    with env_render.install_progress(stderr_console) as progress:
-        result = do_install(plan, progress=progress)
-    if as_json:
-        emit_json({**result.to_json(), "plan": plan.to_json()})
-    else:
-        env_render.render_installed(result, stdout_console)
-
-
-def _confirm_or_refuse(yes: bool, question: str) -> None:
-    """`question` is rich markup: callers escape what they did not write (paths, versions from an index)."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise UserError("there is no terminal to ask for confirmation; pass --yes (or --dry-run to see the plan only)")
-    from rich.prompt import Confirm
-
-    if not Confirm.ask(question, console=stderr_console, default=False):
-        stderr_console.print("Nothing was changed.")
-        raise typer.Exit(1)
+    result = command.run(req, terminal_hooks(as_json))
+    render_result(result, as_json=as_json)
+    raise typer.Exit(result.exit_code)
 
 
 def main() -> None:
-    # Typer's standalone mode turns usage errors into exit 2 with click's message; our own
-    # errors carry their exit code and one line of text.
-    was_pipe = _stdout_is_pipe()
-    try:
-        app()
-    except (UserError, OperationFailed) as exc:
-        error_line(str(exc))
-        if _wants_json(sys.argv[1:]):
-            # --json promises one JSON document on stdout: a failure is one too, for scripts to read.
-            emit_json({"status": "error", "message": str(exc), "exit_code": exc.exit_code})
-        sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        _reader_left()
-    except SystemExit as exc:
-        # rich and typer both turn a broken stdout pipe into exit 1: rich's Console.on_broken_pipe marks
-        # the console quiet, typer wraps the streams in a PacifyFlushWrapper. That is how we tell them from a failure.
-        # A console of typer's own (help text) only leaves a trace in fd 1: our pipe became devnull.
-        if exc.code == 1 and (
-            stdout_console.quiet
-            or type(sys.stdout).__name__ == "PacifyFlushWrapper"
-            or (was_pipe and _stdout_is_devnull())
-        ):
-            _reader_left()
-        raise
+    from mpsup.exits import run_app
 
-
-def _stdout_is_pipe() -> bool:
-    import stat
-
-    try:
-        return stat.S_ISFIFO(os.fstat(1).st_mode)
-    except OSError:
-        return False
-
-
-def _stdout_is_devnull() -> bool:
-    try:
-        return os.path.samestat(os.fstat(1), os.stat(os.devnull))
-    except OSError:
-        return False
-
-
-def _reader_left() -> NoReturn:
-    """The reader closed our stdout (`mpsup report | head -2`): exit 0 quietly. stdout goes to devnull so
-    that the interpreter's final flush cannot raise again (Python's signal docs, "Note on SIGPIPE")."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(0)
-
-
-def _wants_json(args: list[str]) -> bool:
-    from itertools import pairwise
-
-    return "--json" in args or "--format=json" in args or ("--format", "json") in pairwise(args)
+    run_app(app)

@@ -8,9 +8,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.doctor.checks import Status
+from mpsup.doctor.checks import Finding, Status
+from mpsup.doctor.command import DoctorResult
 from mpsup.doctor.run import INSTALL_RC_HINT, DoctorReport
-from mpsup.render import safe
+from mpsup.render import NARROW, emit_json, safe, stderr_console, stdout_console
 
 MARKS = {
     Status.OK: ("✓", "green"),
@@ -20,23 +21,60 @@ MARKS = {
 }
 
 
+def render_result(result: DoctorResult, *, as_json: bool, verbose: bool = False) -> None:
+    if result.snapshot_written is not None:
+        stderr_console.print(f"snapshot written to {safe(result.snapshot_written)}")
+    if as_json:
+        emit_json(result.report.to_json())
+    else:
+        render_doctor(result.report, stdout_console, verbose=verbose)
+
+
 def render_doctor(report: DoctorReport, console: Console, *, verbose: bool = False) -> None:
     # Findings quote what mpsup did not write (paths, env values, torch's messages): every cell is escaped.
+    if console.width < NARROW:
+        console.print(_stacked(report.findings, verbose=verbose))
+    else:
+        console.print(_table(report.findings, verbose=verbose))
+    _render_environments(report.environments, console)
+    style = "green" if report.ready else "red"
+    console.print(Text(report.summary(), style=f"bold {style}"))
+
+
+def _table(findings: list[Finding], *, verbose: bool) -> Table:
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("", width=1)
     table.add_column("check")
     table.add_column("finding", overflow="fold")
     table.add_column("fix", overflow="fold")
-    for f in report.findings:
+    for f in findings:
         mark, style = MARKS[f.status]
         table.add_row(Text(mark, style=style), safe(f.title), safe(f.summary), safe(f.fix or ""))
         if verbose and f.details:
-            detail = ", ".join(f"{k}={v}" for k, v in f.details.items() if v is not None)
-            table.add_row("", "", Text(detail, style="dim"), "")
-    console.print(table)
-    _render_environments(report.environments, console)
-    style = "red" if report.failed else "green"
-    console.print(Text(report.summary(), style=f"bold {style}"))
+            table.add_row("", "", Text(_details(f), style="dim"), "")
+    return table
+
+
+def _stacked(findings: list[Finding], *, verbose: bool) -> Table:
+    """Below NARROW four columns squeeze each into a sliver: one block per check, finding and fix under its title."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=1)
+    grid.add_column(overflow="fold")
+    for f in findings:
+        mark, style = MARKS[f.status]
+        body = Text(f.title, style="bold")
+        body.append(f"\n{f.summary}")
+        if f.fix:
+            body.append("\nfix: ", style="bold")
+            body.append(f.fix)
+        if verbose and f.details:
+            body.append(f"\n{_details(f)}", style="dim")
+        grid.add_row(Text(mark, style=style), body)
+    return grid
+
+
+def _details(f: Finding) -> str:
+    return ", ".join(f"{k}={v}" for k, v in f.details.items() if v is not None)
 
 
 def _environment_line(env: dict[str, Any]) -> str:
@@ -58,5 +96,14 @@ def _render_environments(environments: list[dict[str, Any]] | None, console: Con
     console.print(
         Text("Candidate environments (mpsup install-rc; `mpsup bench --candidate NAME` measures one):", style="bold")
     )
+    if console.width >= NARROW:
+        for env in environments:
+            console.print(Text(f"  {_environment_line(env)}"))
+        return
+    # A wrapped line starts under the name's first letter, not at the margin.
+    grid = Table.grid()
+    grid.add_column(width=2)
+    grid.add_column(overflow="fold")
     for env in environments:
-        console.print(Text(f"  {_environment_line(env)}"))
+        grid.add_row("", Text(_environment_line(env)))
+    console.print(grid)

@@ -25,6 +25,10 @@ class DoctorReport:
     def failed(self) -> bool:
         return any(f.status is Status.FAIL for f in self.findings)
 
+    @property
+    def ready(self) -> bool:
+        return not self.failed
+
     def summary(self) -> str:
         counts = Counter(f.status for f in self.findings)
         head = "Not ready" if self.failed else "Ready, with warnings" if counts[Status.WARN] else "Ready"
@@ -34,7 +38,7 @@ class DoctorReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "mpsup.doctor/1",
-            "ready": not self.failed,
+            "ready": self.ready,
             "summary": self.summary(),
             "captured_at": self.captured_at,
             "findings": [f.to_json() for f in self.findings],

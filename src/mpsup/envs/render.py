@@ -7,12 +7,11 @@ notes quoting them, record fields) goes through `safe`: rich would read `[...]` 
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
@@ -28,8 +27,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from mpsup.envs import command
 from mpsup.envs.plan import InstallPlan
-from mpsup.render import safe
+from mpsup.render import NARROW, emit_json, safe, stderr_console, stdout_console
 
 
 def human_size(size: int | None) -> str:
@@ -48,10 +48,14 @@ def _sha_text(plan: InstallPlan) -> str:
 
 
 def render_plan(plan: InstallPlan, console: Console) -> None:
+    narrow = console.width < NARROW
     t = Table(
         title=f"Plan: torch {safe(plan.baseline_torch or '(none)')} -> {safe(plan.to_version)} ({plan.mode})",
         show_header=False,
         title_justify="left",
+        # Narrow: no frame (four more columns for the paths), and "$ " marks where each wrapped command starts.
+        box=None if narrow else box.HEAVY_HEAD,
+        padding=(0, 1),
     )
     t.add_column(style="bold")
     t.add_column(overflow="fold")
@@ -72,14 +76,14 @@ def render_plan(plan: InstallPlan, console: Console) -> None:
     if plan.clone_lines:
         t.add_row("clone", f"{len(plan.clone_lines)} packages from your environment (the torch family left out)")
     for i, cmd in enumerate(plan.commands()):
-        t.add_row("command" if i == 0 else "", safe(shlex.join(cmd)))
+        t.add_row("command" if i == 0 else "", ("$ " if narrow else "") + safe(shlex.join(cmd)))
     for note in plan.notes:
         t.add_row("note", safe(note))
     console.print(t)
 
 
-def render_installed(result: Any, console: Console) -> None:
-    rec = result.record
+def render_installed(done: command.Installed, console: Console) -> None:
+    result, rec = done.result, done.result.record
     console.print(
         f"[green]✓[/] torch {safe(rec.torch_version)} is installed and verified in {safe(rec.prefix)} "
         f"({result.elapsed_s:.0f} s; MPS built: {'yes' if rec.mps_built else 'no'}, available: "
@@ -95,24 +99,13 @@ def render_installed(result: Any, console: Console) -> None:
             soft_wrap=True,
         )
     if rec.mode == "side-by-side":
-        # bench's baseline defaults to mpsup's own Python: name the user's when it is another one.
-        baseline = (
-            ""
-            if Path(rec.baseline_python).absolute() == Path(sys.executable).absolute()
-            else f"--baseline {rec.baseline_python} "
-        )
         console.print(
-            f"Compare it with your environment: [bold]{safe(f'mpsup bench {baseline}--candidate {rec.name}')}[/] "
-            "then [bold]mpsup report[/]",
+            f"Compare it with your environment: [bold]{safe(done.next_command)}[/] then [bold]mpsup report[/]",
             highlight=False,
             soft_wrap=True,
         )
     else:
-        console.print(
-            f"Undo with: [bold]{safe(f'mpsup install-rc --rollback --python {rec.python}')}[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
+        console.print(f"Undo with: [bold]{safe(done.next_command)}[/]", highlight=False, soft_wrap=True)
 
 
 def _listed(wheel: Any) -> str:
@@ -129,25 +122,48 @@ def _sha_short(wheel: Any) -> str:
     return sha[:12] + (" (computed)" if wheel.get("sha256_from") == "download" else "")
 
 
+def _cells(d: dict[str, Any]) -> dict[str, str]:
+    wheel = d.get("wheel")
+    cells = {
+        "name": d.get("name"),
+        "torch": d.get("torch_version"),
+        "python": d.get("python_version", ""),
+        "channel": d.get("channel", ""),
+        "sha256": _sha_short(wheel),
+        "listed": _listed(wheel),
+        "mode": d.get("mode"),
+        "created": str(d.get("created_at", ""))[:16].replace("T", " "),
+        "path": d.get("prefix", d.get("python")),
+    }
+    return {k: safe(v if v is not None else "") for k, v in cells.items()}
+
+
 def render_environments(docs: list[dict[str, Any]], console: Console) -> None:
+    if console.width < NARROW:
+        _render_environments_stacked(docs, console)
+        return
     t = Table(title=f"{len(docs)} recorded environments")
     for col in ("name", "torch", "python", "channel", "sha256", "listed", "mode", "created", "path"):
         t.add_column(col, overflow="fold")
     for d in docs:
-        wheel = d.get("wheel")
-        cells = (
-            d.get("name"),
-            d.get("torch_version"),
-            d.get("python_version", ""),
-            d.get("channel", ""),
-            _sha_short(wheel),
-            _listed(wheel),
-            d.get("mode"),
-            str(d.get("created_at", ""))[:16].replace("T", " "),
-            d.get("prefix", d.get("python")),
-        )
-        t.add_row(*(safe(c if c is not None else "") for c in cells))
+        t.add_row(*_cells(d).values())
     console.print(t)
+
+
+def _render_environments_stacked(docs: list[dict[str, Any]], console: Console) -> None:
+    """Nine columns do not fit 80: a heading line per environment, the rest indented below it."""
+    console.print(f"{len(docs)} recorded environments", style="italic", highlight=False)
+    for d in docs:
+        c = _cells(d)
+        facts = (f"torch {c['torch']}", c["python"] and f"Python {c['python']}", c["channel"])
+        console.print(f"[bold]{c['name']}[/]: " + ", ".join(v for v in facts if v), highlight=False)
+        t = Table.grid()
+        t.add_column(width=2)
+        t.add_column(overflow="fold")
+        t.add_row("", ", ".join(v for v in (c["mode"], c["created"] and f"created {c['created']}") if v))
+        t.add_row("", f"sha256 {c['sha256']}" + (f", listed {c['listed']}" if c["listed"] else ""))
+        t.add_row("", c["path"])
+        console.print(t)
 
 
 class _DownloadOnly(ProgressColumn):
@@ -197,3 +213,51 @@ def install_progress(console: Console) -> Iterator[RichInstallProgress]:
         reporter = RichInstallProgress(progress)
         yield reporter
         reporter.finish()
+
+
+def terminal_hooks(as_json: bool) -> command.Hooks:
+    """Spinner, progress and question on stderr; the plan too under --json, where stdout holds one JSON document."""
+    return command.Hooks(
+        busy=stderr_console.status,
+        show_plan=lambda plan: render_plan(plan, stderr_console if as_json else stdout_console),
+        ask=_ask,
+        progress=lambda: install_progress(stderr_console),
+    )
+
+
+def _ask(question: str) -> bool:
+    from rich.prompt import Confirm
+
+    return Confirm.ask(safe(question), console=stderr_console, default=False)
+
+
+def render_result(result: command.InstallRcResult, *, as_json: bool) -> None:
+    """The one place install-rc's outcome is shown; the plan itself was shown by the hooks, before the question."""
+    if isinstance(result, command.ListResult):
+        for problem in result.problems:
+            stderr_console.print(f"[yellow]warning:[/] skipped {safe(problem)}", highlight=False, soft_wrap=True)
+    if isinstance(result, command.Declined):
+        stderr_console.print("Nothing was changed.")
+    if as_json:
+        if (doc := result.to_json()) is not None:  # a "no" leaves stdout empty
+            emit_json(doc)
+        return
+    out = stdout_console
+    match result:
+        case command.ListResult(environments=docs):
+            render_environments(docs, out)
+        case command.RemoveResult(removed=removed):
+            for d in removed:
+                in_place = d.get("mode") == "in-place"
+                what = "record (your environment itself was not touched)" if in_place else "environment"
+                out.print(safe(f"Removed the {what} {d['name']} (torch {d.get('torch_version')})"), highlight=False)
+        case command.RolledBack(target=target, result=rolled):
+            text = (
+                f"Restored {target}: reinstalled {len(rolled.reinstalled)}, removed {len(rolled.removed)} packages "
+                f"(saved set {rolled.saved})"
+            )
+            out.print(safe(text), highlight=False, soft_wrap=True)
+        case command.NothingNew(nothing=nothing):
+            out.print(safe(nothing.message), highlight=False, soft_wrap=True)
+        case command.Installed():
+            render_installed(result, out)

@@ -8,15 +8,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from mpsup.errors import UserError
-from mpsup.render import NARROW, emit_json, safe
-from mpsup.report import load
-from mpsup.report.analysis import Analysis, analyze, matching_aa, merge_single_runs
-from mpsup.report.render import multi_json, render_html, render_markdown, render_multi_terminal, render_terminal
+from mpsup.render import emit_json, safe
+from mpsup.report.analysis import Analysis, analyze, matching_aa
+from mpsup.report.render import (
+    multi_json,
+    render_html,
+    render_markdown,
+    render_multi_terminal,
+    render_run_list,
+    render_terminal,
+)
+from mpsup.runs import select
+from mpsup.runs.schema import RunRecord
+from mpsup.runs.select import StoredRun, Warn, merge_single_runs
 from mpsup.store import finite_json, write_file_through
 
 FORMATS = ("terminal", "markdown", "json", "html")
@@ -36,30 +43,40 @@ class ReportRequest:
     fail_on_regression: bool = False
 
 
-def run_report(req: ReportRequest, out: Console, err: Console) -> int:
-    """Do what the request asks; returns the exit code (bad input raises UserError)."""
+@dataclass(frozen=True)
+class ReportResult:
+    """What a report found: the analyses (or, for --list, the stored runs) and the exit code they carry."""
 
-    def warn(msg: str) -> None:
-        err.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
+    analyses: tuple[Analysis, ...] = ()
+    stored: tuple[StoredRun, ...] | None = None
+    exit_code: int = 0
 
+
+def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
+    """Records -> analyses -> the exit code. Bad input raises UserError; nothing is printed here."""
     if req.list_runs:
-        _list_runs(load.stored_runs(warn), req.fmt, out)
-        return 0
+        return ReportResult(stored=tuple(select.stored_runs(warn)))
     if req.output is not None and req.fmt == "terminal":
         raise UserError("-o needs --format markdown, json or html")
-
-    def note(msg: str) -> None:
-        # stderr: stdout stays the report alone (a JSON document, a page), and the choice still shows on a terminal.
-        err.print(safe(msg), highlight=False, soft_wrap=True)
-
     records = _records(req, warn, note)
     # An A/A run of the same machine, device and torch shows how far two workers of one build drift
     # apart; its spread becomes each workload's floor, so that drift is never called a torch change.
-    aa_runs = load.stored_aa_runs(warn)
-    analyses = [
+    aa_runs = select.stored_aa_runs(warn)
+    analyses = tuple(
         analyze(r, threshold=req.threshold, seed=req.seed, aa_reference=matching_aa(r, aa_runs)) for r in records
-    ]
-    if req.fmt == "terminal":
+    )
+    return ReportResult(analyses=analyses, exit_code=_exit_code(analyses) if req.fail_on_regression else 0)
+
+
+def deliver(result: ReportResult, req: ReportRequest, out: Console, err: Console) -> None:
+    """The one rendering the request asked for: the terminal, stdout, or the file named by -o."""
+    analyses = list(result.analyses)
+    if result.stored is not None:
+        if req.fmt == "json":
+            emit_json([r.to_json() for r in result.stored])
+        else:
+            render_run_list(list(result.stored), out)
+    elif req.fmt == "terminal":
         if len(analyses) > 1:
             render_multi_terminal(analyses, out)
         else:
@@ -72,19 +89,38 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
         emit_json(_json_doc(analyses))
     else:
         sys.stdout.write(_document(analyses, req.fmt))
-    return _exit_code(analyses) if req.fail_on_regression else 0
 
 
-def _records(req: ReportRequest, warn: load.Warn, note: load.Warn) -> list[dict[str, Any]]:
+def console_messages(err: Console) -> tuple[Warn, Warn]:
+    """Warnings and notes go to stderr: stdout stays the report alone (a JSON document, a page)."""
+
+    def warn(msg: str) -> None:
+        err.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
+
+    def note(msg: str) -> None:
+        err.print(safe(msg), highlight=False, soft_wrap=True)
+
+    return warn, note
+
+
+def run_report(req: ReportRequest, out: Console, err: Console) -> int:
+    """build + deliver, for callers that want both; returns the exit code."""
+    warn, note = console_messages(err)
+    result = build(req, warn, note)
+    deliver(result, req, out, err)
+    return result.exit_code
+
+
+def _records(req: ReportRequest, warn: Warn, note: Warn) -> list[RunRecord]:
     if (req.baseline is None) != (req.candidate is None):
         raise UserError("--baseline and --candidate go together (two single runs to pair)")
     if req.baseline is not None and req.candidate is not None:
-        return [merge_single_runs(load.by_id(req.baseline, warn), load.by_id(req.candidate, warn))]
+        return [merge_single_runs(select.by_id(req.baseline, warn), select.by_id(req.candidate, warn))]
     if req.run is not None:
-        return [load.by_id(req.run, warn)]
+        return [select.by_id(req.run, warn)]
     if req.paths:
-        return load.records_from_paths(req.paths, warn)
-    return [load.newest_paired(warn, note)]
+        return select.records_from_paths(req.paths, warn)
+    return [select.newest_paired(warn, note)]
 
 
 def _json_doc(analyses: list[Analysis]) -> dict[str, Any]:
@@ -101,59 +137,8 @@ def _document(analyses: list[Analysis], fmt: str) -> str:
     return render_html(analyses[0])
 
 
-def _exit_code(analyses: list[Analysis]) -> int:
+def _exit_code(analyses: tuple[Analysis, ...]) -> int:
     verdicts = {a.verdict for a in analyses}
     if "regression" in verdicts:
         return 1
     return 3 if "inconclusive" in verdicts else 0
-
-
-def _list_runs(rows: list[dict[str, Any]], fmt: str, out: Console) -> None:
-    if fmt == "json":
-        emit_json(rows)
-        return
-    if not rows:
-        out.print(
-            "No stored runs yet: `mpsup bench` records one (add --candidate VERSION or --aa to pair two torches).",
-            highlight=False,
-        )
-        return
-    narrow = out.width < NARROW
-    t = Table(
-        title=f"{len(rows)} stored run{'s' * (len(rows) != 1)}",
-        title_justify="left",
-        box=None if narrow else box.HEAVY_HEAD,
-        pad_edge=not narrow,
-        header_style="bold",
-    )
-    t.add_column("id", no_wrap=True)  # what --run, --baseline and --candidate take: never cut
-    for c in ("created", "mode", "device", "torch", "n"):
-        t.add_column(c, no_wrap=c != "torch", justify="right" if c == "n" else "left")
-    if not narrow:
-        t.add_column("model", overflow="fold")
-    for r in rows:
-        cells = [
-            safe(r["id"]),
-            safe(_when(r["created_at"])),
-            safe(r["mode"]) + (" (partial)" if r["partial"] else ""),
-            safe(r["device"]),
-            safe(_torches(r["torch"])),
-            str(r["workloads"]),
-        ]
-        t.add_row(*cells, *([] if narrow else [safe(r["model"] or "")]))
-    out.print(t)
-    if narrow and any(r["model"] for r in rows):
-        out.print("Model paths: 100+ columns or --list --json.", highlight=False)
-
-
-def _when(created: object) -> str:
-    # 2026-12-03T12:04:07Z -> 2026-12-03 12:04: minutes tell runs apart; the id carries the rest.
-    text = str(created or "")
-    return text[:16].replace("T", " ") if len(text) >= 16 else text
-
-
-def _torches(versions: list[object]) -> str:
-    names = [str(v) for v in versions]
-    if len(names) == 2 and names[0] == names[1]:
-        return f"{names[0]} (A/A)"
-    return " -> ".join(names)

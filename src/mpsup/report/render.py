@@ -15,6 +15,7 @@ from rich.text import Text
 
 from mpsup.render import NARROW, safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
+from mpsup.runs.select import StoredRun
 from mpsup.stats import Interval
 from mpsup.units import fmt_time
 
@@ -431,3 +432,52 @@ def multi_json(analyses: list[Analysis]) -> dict[str, Any]:
             worst = an.verdict
     first = analyses[0].to_json()
     return {**first, "verdict": worst, "machines": [an.to_json() for an in analyses]}
+
+
+def render_run_list(rows: list[StoredRun], out: Console) -> None:
+    """`report --list` on a terminal: what --run, --baseline and --candidate take, newest last."""
+    if not rows:
+        out.print(
+            "No stored runs yet: `mpsup bench` records one (add --candidate VERSION or --aa to pair two torches).",
+            highlight=False,
+        )
+        return
+    narrow = out.width < NARROW
+    t = Table(
+        title=f"{len(rows)} stored run{'s' * (len(rows) != 1)}",
+        title_justify="left",
+        box=None if narrow else box.HEAVY_HEAD,
+        pad_edge=not narrow,
+        header_style="bold",
+    )
+    t.add_column("id", no_wrap=True)  # what --run, --baseline and --candidate take: never cut
+    for c in ("created", "mode", "device", "torch", "n"):
+        t.add_column(c, no_wrap=c != "torch", justify="right" if c == "n" else "left")
+    if not narrow:
+        t.add_column("model", overflow="fold")
+    for r in rows:
+        cells = [
+            safe(r.id),
+            safe(_when(r.created_at)),
+            safe(r.mode) + (" (partial)" if r.partial else ""),
+            safe(r.device),
+            safe(_torches(r.torch)),
+            str(r.workloads),
+        ]
+        t.add_row(*cells, *([] if narrow else [safe(r.model or "")]))
+    out.print(t)
+    if narrow and any(r.model for r in rows):
+        out.print("Model paths: 100+ columns or --list --json.", highlight=False)
+
+
+def _when(created: object) -> str:
+    # 2026-12-03T12:04:07Z -> 2026-12-03 12:04: minutes tell runs apart; the id carries the rest.
+    text = str(created or "")
+    return text[:16].replace("T", " ") if len(text) >= 16 else text
+
+
+def _torches(versions: list[str | None]) -> str:
+    names = [str(v) for v in versions]
+    if len(names) == 2 and names[0] == names[1]:
+        return f"{names[0]} (A/A)"
+    return " -> ".join(names)
