@@ -1,7 +1,8 @@
 """Calibration on synthetic paired runs with known truth: drift, heavy tails, outliers, first-mover
 effects and per-process placement biases. Compares the per-workload calls and the suite verdict of
 the method before issue 12 (per-workload bootstrap, no multiplicity control, within-workload suite
-bootstrap) with the current one (`mpsup.report.analysis.analyze`).
+bootstrap) with the current one (`mpsup.report.analysis.analyze`), and the anchors' per-workload
+rules (pyperf's t-test, asv's Mann-Whitney + factor 1.1; `anchors_compare.py`) on the same samples.
 
     python benchmarks/calibrate_synthetic.py [--reps 40] [--workloads 118] [--json out.json]
 
@@ -18,6 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from anchors_compare import anchor_calls
 
 from mpsup.report.analysis import analyze
 from mpsup.stats import bootstrap_geomean_ci, classify_change, paired_ratio_ci
@@ -37,6 +41,9 @@ class Scenario:
     changed: int = 0  # workloads with a real change
     change: float = 1.0  # its size (speedup)
 
+
+# The method before issue 12, the current one (alone and with an A/A floor), and the anchors' rules.
+METHODS = ("before", "after", "after+aa", "pyperf", "asv")
 
 SCENARIOS = [
     Scenario("aa-plain", rounds=16),
@@ -129,15 +136,24 @@ def after(
     return [by_name[w["name"]] for w in rec["workloads"]], (s.estimate, s.low, s.high), a.verdict
 
 
+def anchor(rec: dict[str, Any], method: str) -> list[str]:
+    """pyperf's or asv's call per workload on the same record (each side's per-round samples)."""
+    got = anchor_calls(rec)
+    return [got[w["name"]][method] if w["name"] in got else "n/a" for w in rec["workloads"]]
+
+
 def evaluate(sc: Scenario, reps: int, n_workloads: int, seed: int) -> dict[str, Any]:
     rows: dict[str, dict[str, float]] = {}
-    for method in ("before", "after", "after+aa"):
+    for method in METHODS:
         fp_runs = fp_runs2 = flagged_null = found = wrong_dir = truly_changed = suite_excl1 = 0
         for rep in range(reps):
             rng = random.Random(seed * 1000 + rep)
             rec, truths = make_record(sc, n_workloads, rng)
+            suite: tuple[float, float, float] | None = None
             if method == "before":
                 calls, suite = before(rec, rep)
+            elif method in ("pyperf", "asv"):
+                calls = anchor(rec, method)  # no suite-level call
             elif method == "after":
                 calls, suite, _ = after(rec, rep)
             else:
@@ -157,14 +173,14 @@ def evaluate(sc: Scenario, reps: int, n_workloads: int, seed: int) -> dict[str, 
                     want = "faster" if t > 1 else "slower"
                     found += c == want
                     wrong_dir += c not in (want, "same", "n/a")
-            suite_excl1 += suite[1] > 1 or suite[2] < 1
+            suite_excl1 += suite is not None and (suite[1] > 1 or suite[2] < 1)
         rows[method] = {
             "runs_with_any_null_flagged": fp_runs / reps,
             "runs_with_2plus_null_flagged": fp_runs2 / reps,
             "null_flagged_per_run": flagged_null / reps,
             "power": found / truly_changed if truly_changed else float("nan"),
             "wrong_direction": wrong_dir,
-            "suite_interval_excludes_1": suite_excl1 / reps,
+            "suite_interval_excludes_1": suite_excl1 / reps if method not in ("pyperf", "asv") else float("nan"),
         }
     return {"scenario": sc.__dict__, "reps": reps, "workloads": n_workloads, **rows}
 
@@ -184,13 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     hdr = f"{'scenario':20} {'method':8} {'P(>=1 FP)':>9} {'P(>=2 FP)':>9} {'FP/run':>7} {'power':>6} {'suite!=1':>8}"
     print(hdr)
     for r in results:
-        for m in ("before", "after", "after+aa"):
+        for m in METHODS:
             x = r[m]
             pw = "-" if math.isnan(x["power"]) else f"{x['power']:.2f}"
+            s1 = "-" if math.isnan(x["suite_interval_excludes_1"]) else f"{x['suite_interval_excludes_1']:.2f}"
             print(
                 f"{r['scenario']['name']:20} {m:8} {x['runs_with_any_null_flagged']:9.2f} "
                 f"{x['runs_with_2plus_null_flagged']:9.2f} "
-                f"{x['null_flagged_per_run']:7.2f} {pw:>6} {x['suite_interval_excludes_1']:8.2f}"
+                f"{x['null_flagged_per_run']:7.2f} {pw:>6} {s1:>8}"
             )
     print(f"({args.reps} runs x {args.workloads} workloads per scenario; {time.monotonic() - t0:.0f} s)")
     args.json.write_text(json.dumps({"results": results, "seconds": time.monotonic() - t0}, indent=1, default=str))

@@ -521,7 +521,7 @@ def run_records(draw: st.DrawFn) -> bytes:
 
 
 def feed_record(value: bytes, work: Path) -> None:
-    from mpsup.bench.record import load_record
+    from mpsup.runs.store import load_record
 
     path = work / "record.json"
     path.write_bytes(value)
@@ -532,9 +532,9 @@ def feed_record_to_report(value: bytes, work: Path) -> None:
     """A record the loader accepts must not crash the analysis or any renderer either."""
     from rich.console import Console
 
-    from mpsup.bench.record import load_record
     from mpsup.report.analysis import analyze
     from mpsup.report.render import render_html, render_markdown, render_terminal
+    from mpsup.runs.store import load_record
 
     path = work / "record.json"
     path.write_bytes(value)
@@ -640,7 +640,7 @@ READERS = [
         feed_state_dict,
         _base_members,
     ),
-    Reader("run-record", "bench.record.load_record", run_records(), feed_record),
+    Reader("run-record", "runs.store.load_record", run_records(), feed_record),
     Reader("record-to-report", "load_record -> report analyze + renderers", run_records(), feed_record_to_report),
     Reader("index-page-html", "envs.index.parse_html_page", html_pages(), feed_html_page),
     Reader("index-page-json", "envs.index.parse_json_page", json_pages(), feed_json_page),

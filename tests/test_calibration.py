@@ -85,14 +85,17 @@ def test_aa_floor_raises_the_threshold_and_says_so():
     aa["mode"], aa["id"] = "aa", "aa-run"
     rec["id"] = "cand-run"
     assert sum(w.change == "faster" for w in analyze(rec).workloads) == 12
-    ref = matching_aa(rec, [aa])
-    assert ref is aa
-    assert all(f > math.log(1.03) for f in aa_floors(aa).values())
+    # matching_aa and aa_floors take typed records (what the store loads); analyze also takes documents.
+    from mpsup.runs.schema import as_record
+
+    ref = matching_aa(as_record(rec), [as_record(aa)])
+    assert ref is not None and ref.id == "aa-run"
+    assert all(f > math.log(1.03) for f in aa_floors(ref).values())
     b = analyze(rec, aa_reference=ref)
     assert sum(w.significant for w in b.workloads) <= 2  # an estimate may still land past the A/A run's far end
     assert any("A/A floor from run aa-run" in n for n in b.notes)
     other = {**aa, "device": "mps"}
-    assert matching_aa(rec, [other]) is None
+    assert matching_aa(as_record(rec), [as_record(other)]) is None
 
 
 def test_interval_carries_n():
@@ -107,16 +110,258 @@ def test_row_times_agree_with_the_speedup():
         assert w.candidate_measured_s is not None and w.to_json()["candidate_measured_s"] == w.candidate_measured_s
 
 
-def test_anchor_rules_flag_a_clear_shift_only():
-    from anchors_compare import asv_like, mann_whitney_p, pyperf_like
+# The anchors' rules, pinned on samples whose real behaviour is known: the examples in pyperf's own
+# tests (pyperf/tests/test_utils.py) and asv's (test/test_statistics.py, checked there against R's
+# wilcox.test), and cases that follow from the rules as written in their source.
+_DATA1 = [89.2, 78.2, 89.3, 88.3, 87.3, 90.1, 95.2, 94.3, 78.3, 89.3]
+_DATA2 = [79.3, 78.3, 85.3, 79.3, 88.9, 91.2, 87.2, 89.2, 93.3, 79.9]
 
-    rng = random.Random(5)
-    a = [1.0 + rng.gauss(0, 0.01) for _ in range(40)]
-    same = [1.0 + rng.gauss(0, 0.01) for _ in range(40)]
-    slow = [1.3 + rng.gauss(0, 0.01) for _ in range(40)]
-    assert pyperf_like(a, slow) and asv_like(a, slow)
-    assert not asv_like(a, same)
-    assert mann_whitney_p(a, slow) < 1e-10 and mann_whitney_p(a, a) > 0.9
+
+def test_pyperf_t_test_matches_pyperfs_own_examples():
+    from anchors_compare import pyperf_compare
+
+    c = pyperf_compare(_DATA1, _DATA2)
+    assert not c.significant and c.t is not None and math.isclose(c.t, 1.0947229724603977, rel_tol=1e-9)
+    assert pyperf_compare(_DATA2, _DATA1).t == -c.t
+    big = pyperf_compare([x * 10 for x in _DATA1], _DATA1)
+    assert big.significant and big.t is not None and math.isclose(big.t, 43.76839453227327, rel_tol=1e-9)
+
+
+def test_pyperf_critical_values_follow_its_table_then_steps():
+    from anchors_compare import pyperf_t_critical
+
+    assert pyperf_t_critical(1) == 12.706 and pyperf_t_critical(18) == 2.101 and pyperf_t_critical(30) == 2.042
+    assert pyperf_t_critical(39) == 2.042  # past the table, before the first step
+    assert [pyperf_t_critical(d) for d in (40, 49, 50, 59, 60, 79, 80, 99, 100, 199, 200, 10_000)] == [
+        2.021, 2.021, 2.009, 2.009, 2.000, 2.000, 1.990, 1.990, 1.984, 1.984, 1.960, 1.960
+    ]  # fmt: skip
+
+
+def test_pyperf_calls_significant_where_its_t_test_cannot_run():
+    from anchors_compare import pyperf_compare
+
+    # Zero variance and unequal lengths raise inside pyperf's tscore; compare_to catches the error and
+    # reports the pair as significant, even for identical samples.
+    assert pyperf_compare([1.0] * 5, [1.0] * 5).significant
+    assert pyperf_compare([1.0, 1.1, 0.9], [1.0, 1.1]).significant
+    assert pyperf_compare([1.0], [1.0]).significant  # one value each: no test at all
+    # --min-speed (unset by default) is the only practical threshold.
+    rng = random.Random(2)
+    a = [1.0 + rng.gauss(0, 0.001) for _ in range(50)]
+    b = [1.02 + rng.gauss(0, 0.001) for _ in range(50)]
+    assert pyperf_compare(a, b).significant and not pyperf_compare(a, b, min_speed=5).significant
+
+
+def test_asv_mann_whitney_matches_asvs_exact_examples():
+    from anchors_compare import asv_mann_whitney_u
+
+    u, p = asv_mann_whitney_u([1, 2, 3, 4], [0.9, 1.1, 0.7])
+    assert u == 11 and math.isclose(p, 0.11428571428571428, rel_tol=1e-10)
+    u, p = asv_mann_whitney_u([1, 2], [1.5])
+    assert u == 1 and math.isclose(p, 1.0)
+    u, p = asv_mann_whitney_u([1, 2], [2.5])
+    assert u == 0 and math.isclose(p, 2 / 3)
+
+
+def test_asv_normal_approximation_has_no_continuity_or_tie_correction():
+    from anchors_compare import asv_mann_whitney_u
+
+    # Fully separated, 21 a side (past asv's exact limit of 20): z = -(mn/2) / sqrt(mn(N+1)/12).
+    u, p = asv_mann_whitney_u([float(i) for i in range(21)], [float(i) + 100 for i in range(21)])
+    assert u == 0
+    z = -(21 * 21 / 2) / math.sqrt(21 * 21 * 43 / 12)
+    assert math.isclose(p, math.erfc(-z / math.sqrt(2)), rel_tol=1e-12)
+    # All ties: split towards m*n/2, the least significant outcome.
+    assert asv_mann_whitney_u([1.0] * 25, [1.0] * 25)[1] > 0.99
+
+
+def test_asv_needs_seven_samples_a_side_to_call_anything_by_rank():
+    from anchors_compare import asv_is_different
+
+    # 1/C(12, 6) < 0.002 selects the U test, but even full separation gives p = 2/924 > 0.002.
+    assert asv_is_different([1.0 + i / 100 for i in range(6)], [2.0 + i / 100 for i in range(6)]) == (
+        False,
+        "mann-whitney",
+    )
+    assert asv_is_different([1.0 + i / 100 for i in range(7)], [2.0 + i / 100 for i in range(7)]) == (
+        True,
+        "mann-whitney",
+    )
+    # 5 vs 5 cannot reach p < 0.002 at all: asv falls back to its 99% intervals of the median.
+    assert asv_is_different([1.0] * 5, [2.0] * 5)[1] == "ci-overlap"
+
+
+def test_asv_flags_only_past_the_factor_and_never_the_wrong_way():
+    from anchors_compare import asv_compare, asv_like
+
+    rng = random.Random(4)
+    base = [1.0 + rng.gauss(0, 0.002) for _ in range(40)]
+    assert asv_compare(base, [x / 1.2 for x in base]).change == "faster"
+    assert asv_compare(base, [x * 1.2 for x in base]).change == "slower"
+    assert asv_compare(base, [x * 1.05 for x in base]).change == "same"  # significant, but under 1.1
+    assert not asv_like(base, [1.0 + rng.gauss(0, 0.002) for _ in range(40)])
+    # One sample a side: no statistics, the factor alone decides (asv's repeat == 1 case).
+    one = asv_compare([1.0], [1.2])
+    assert one.change == "slower" and one.branch == "factor-only"
+
+
+def test_anchor_calls_read_paired_rounds():
+    from anchors_compare import anchor_calls
+
+    rng = random.Random(6)
+    rounds = [
+        {
+            "first": "a",
+            "a": [1.0 + rng.gauss(0, 0.005) for _ in range(5)],
+            "b": [1.3 + rng.gauss(0, 0.005) for _ in range(5)],
+        }
+        for _ in range(12)
+    ]
+    rec = {
+        "environments": [{"label": "a"}, {"label": "b"}],
+        "workloads": [{"name": "w", "ratios": [1 / 1.3] * 12, "rounds": rounds}, {"name": "single"}],
+    }
+    got = anchor_calls(rec)
+    assert list(got) == ["w"]
+    assert got["w"]["pyperf"] == "slower" and got["w"]["asv"] == "slower"
+
+
+def test_anchors_compare_rejects_an_unreadable_file(tmp_path: Path, capsys) -> None:
+    from anchors_compare import main
+
+    bad = tmp_path / "run.json"
+    bad.write_text("{not json")
+    assert main([str(bad), "--json", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0]
+
+
+def test_reference_rounds_are_classified_by_every_round():
+    from calibrate_h200 import classify_reference
+
+    assert classify_reference([1.06, 1.2, 1.051]) == "faster"
+    assert classify_reference([0.9, 0.951]) == "slower"
+    assert classify_reference([0.9, 0.953]) == "unclear"  # 0.953 is within 5% of 1 (1/1.05 = 0.952)
+    assert classify_reference([1.06, 0.9]) == "unclear"  # beyond 5% both ways is not one change
+    assert classify_reference([1.009, 0.992, 1.0]) == "flat"
+    assert classify_reference([1.009, 1.011]) == "unclear"
+    assert classify_reference([]) == "unclear"
+
+
+def _per(mpsup: str, before: str = "same", pyperf: str = "same", asv: str = "same") -> dict[str, str]:
+    return {"mpsup": mpsup, "before": before, "pyperf": pyperf, "asv": asv}
+
+
+def test_score_counts_found_wrong_way_and_flat_flags():
+    from calibrate_h200 import score
+
+    ref = {
+        "f1": [1.1, 1.2],
+        "f2": [1.1, 1.08],
+        "s1": [0.8, 0.9],
+        "flat1": [1.0, 1.005],
+        "flat2": [0.998, 1.0],
+        "mixed": [1.02, 1.2],
+        "not-run": [1.2, 1.2],
+    }
+    per = {
+        "f1": _per("faster", pyperf="faster"),
+        "f2": _per("slower", pyperf="faster"),
+        "s1": _per("slower", pyperf="slower", asv="slower"),
+        "flat1": _per("same", pyperf="faster"),
+        "flat2": _per("n/a", before="slower", pyperf="slower"),
+        "mixed": _per("faster"),
+    }
+    sc = score(ref, per)
+    assert sc["mpsup"] == {"clear": 3, "found": 2, "wrong_direction": 1, "flat": 2, "flat_flagged": 0}
+    assert sc["pyperf"] == {"clear": 3, "found": 3, "wrong_direction": 0, "flat": 2, "flat_flagged": 2}
+    assert sc["asv"]["found"] == 1 and sc["before"]["flat_flagged"] == 1
+
+
+def _aa_row(flagged: dict[str, int]) -> dict[str, object]:
+    return {
+        "wall_s": 40.0,
+        "workloads": 118,
+        "flagged": flagged,
+        "suite_after": [1.001, 0.99, 1.012],
+        "median_half_width": 0.012,
+        "p90_half_width": 0.08,
+    }
+
+
+def test_h200_summary_fits_one_screen_and_counts_runs():
+    from calibrate_h200 import METHODS, summary_lines
+
+    cub = {
+        "workloads": 118,
+        "wall_s": 150.0,
+        "verdict": "regression",
+        "suite_after": [0.95, 0.93, 0.97],
+        "reference_geomean": 0.963,
+        "score": {m: {"clear": 10, "found": 9, "wrong_direction": 0, "flat": 13, "flat_flagged": 0} for m in METHODS},
+        "flagged": dict.fromkeys(METHODS, 12),
+        "mpsup_vs_reference_median": 0.02,
+        "mpsup_vs_reference_p90": 0.078,
+        "min_rounds": 9,
+        "per_workload": {
+            "linear/8192x28672/t512": {
+                **_per("faster", pyperf="faster", asv="faster"),
+                "reference": "faster",
+                "reference_rounds": [1.08, 1.1, 1.09],
+                "mpsup_speedup": 1.085,
+            },
+            "linear/896x896/t1": {**_per("same"), "reference": "flat", "reference_rounds": [1.0], "mpsup_speedup": 1.0},
+        },
+    }
+    aa = [_aa_row({"mpsup": k % 2, "before": 3, "pyperf": 40, "asv": 2 * (k % 2)}) for k in range(6)]
+    doc = {"args": {"work": "w"}, "cublaslt": cub, "aa": aa, "seconds": 530.0, "aa_stopped": "20 s left"}
+    lines = summary_lines(doc)
+    assert len(lines) <= 24 and max(len(x) for x in lines) <= 100
+    text = "\n".join(lines)
+    assert "0.963x" in text and "9 / 10" in text
+    assert "linear/8192x28672/t512    1.090  1.085  faster   same faster faster" in text
+    assert "linear/896x896/t1" not in text  # flat shapes are counted, not listed
+    assert "mpsup   runs flagging >= 1: 3/6, >= 2: 0/6" in text
+    assert "asv     runs flagging >= 1: 3/6, >= 2: 3/6" in text
+    assert "no further run (20 s left)" in text
+
+
+def test_cpu_summary_says_which_calls_are_right():
+    from calibrate_cpu import summary_lines
+
+    per = {
+        "linear/4096x4096/t128": {"rounds": 14, "speedup": [0.55, 0.52, 0.58], "mpsup": "slower", "right": True,
+                                  "before": "slower", "pyperf": "slower", "asv": "slower"},
+        "linear/4096x1024/t128": {"rounds": 6, "speedup": [0.9, None, None], "mpsup": "n/a", "right": False,
+                                  "before": "slower", "pyperf": "slower", "asv": "same"},
+    }  # fmt: skip
+    known = {
+        "wall_s": 50.0,
+        "threads": {"baseline": 2, "candidate": 1},
+        "verdict": "regression",
+        "per_workload": per,
+        "workloads": 2,
+        "right": {"mpsup": 1, "before": 2, "pyperf": 2, "asv": 1},
+        "wrong_direction": {"mpsup": 0, "before": 0, "pyperf": 0, "asv": 0},
+    }
+    aa = [_aa_row({"mpsup": 0, "before": k, "pyperf": 2, "asv": 0}) for k in range(3)]
+    lines = summary_lines({"args": {"work": "w"}, "known": known, "aa": aa, "seconds": 400.0})
+    text = "\n".join(lines)
+    assert "0.550x (0.520-0.580)" in text and "0.900x (n/a)" in text and " NO " in text
+    assert "right (slower): mpsup 1/2, before 2/2, pyperf 2/2, asv 1/2" in text
+    assert "before     2/3       1/3         1.00" in text
+
+
+def test_bench_failure_is_one_clear_line(tmp_path: Path) -> None:
+    import argparse
+
+    import pytest
+    from calibrate_h200 import BenchFailed, bench
+
+    with pytest.raises(BenchFailed) as exc:
+        bench(tmp_path / "h", [], argparse.Namespace(device="nope", only="linear"), 0.1, timeout_s=60)
+    msg = str(exc.value)
+    assert "\n" not in msg and "exited 2" in msg and str(tmp_path / "h" / "bench.log") in msg
 
 
 def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -> None:
@@ -126,8 +371,8 @@ def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -
 
     from typer.testing import CliRunner
 
-    from mpsup.bench.record import validate_record
     from mpsup.cli import app
+    from mpsup.runs.schema import RunRecord
 
     sc = Scenario(
         "bias", rounds=20, noise=0.005, outlier_rate=0, drift=0, first_mover=0, placement=0, changed=10**9, change=1.04
@@ -139,7 +384,7 @@ def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -
     runs = tmp_path / "runs"
     runs.mkdir()
     for doc in (aa, rec):
-        validate_record(doc, runs / f"{doc['id']}.json")  # the fixture is a record the loader accepts
+        RunRecord.from_json(doc, runs / f"{doc['id']}.json")  # the fixture is a record the loader accepts
         (runs / f"{doc['id']}.json").write_text(json.dumps(doc))
     monkeypatch.setenv("MPSUP_HOME", str(tmp_path))
     result = CliRunner().invoke(app, ["report", "--run", rec["id"], "--json"])
