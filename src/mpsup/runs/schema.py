@@ -309,6 +309,23 @@ class WorkloadRun:
         """The usable per-round ratios: a ratio <= 0 or non-finite is no measurement."""
         return [float(r) for r in self.ratios if r and r > 0 and math.isfinite(r)]
 
+    @property
+    def ratios_by_visit(self) -> list[list[float]]:
+        """The usable per-round ratios grouped by the pair of worker processes that measured them: a bench
+        comes back to each workload with fresh processes, and each visit's rounds say `visit`. Records
+        without visits (or with rounds that do not line up with the ratios) give one group."""
+        rounds = self.extra.get("rounds")
+        if not isinstance(rounds, list) or len(rounds) != len(self.ratios):
+            return [self.paired_ratios] if self.paired_ratios else []
+        groups: dict[int, list[float]] = {}
+        for r, rd in zip(self.ratios, rounds, strict=True):
+            visit = rd.get("visit", 1) if isinstance(rd, dict) else 1
+            if not isinstance(visit, int) or isinstance(visit, bool):
+                visit = 1
+            if r and r > 0 and math.isfinite(r):
+                groups.setdefault(visit, []).append(float(r))
+        return [groups[k] for k in sorted(groups)]
+
     def env(self, label: str) -> EnvRun:
         return self.envs.get(label) or EnvRun()
 
