@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpsup.bench.command import parse_resolution
-from mpsup.bench.render import model_forward_estimate
+from mpsup.bench.figures import model_forward_estimate
 from mpsup.errors import UserError
 
 

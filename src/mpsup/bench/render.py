@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from mpsup.bench.figures import model_forward_estimate, run_figures
 from mpsup.render import NARROW, emit_json, error_line, safe
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
@@ -306,58 +307,36 @@ def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]],
     return t
 
 
-def _best(ws: list[dict[str, Any]], label: str, key: str) -> float | None:
-    rates = [e[key] / e["median"] for w in ws for e in [w["envs"].get(label, {})] if e.get("median") and e.get(key)]
-    return max(rates) if rates else None
-
-
 def meaning_lines(record: dict[str, Any]) -> list[str]:
     """What a single run's figures say about this machine, and what to run next (rich markup)."""
-    label = record["environments"][0]["label"]
-    ws = record["workloads"]
+    f = run_figures(record)
     lines = []
-    roof = [w for w in ws if w.get("part") == "roofline"]
-    bw, fl = _best(roof, label, "bytes_per_call"), _best(roof, label, "flops_per_call")
-    if bw or fl:
+    if f.copy_bandwidth or f.matmul_rate:
         peaks = " and ".join(
-            x for x in (bw and fmt_rate(bw, "B/s") + " copy bandwidth", fl and fmt_rate(fl, "FLOP/s") + " matmul") if x
+            x
+            for x in (
+                f.copy_bandwidth and fmt_rate(f.copy_bandwidth, "B/s") + " copy bandwidth",
+                f.matmul_rate and fmt_rate(f.matmul_rate, "FLOP/s") + " matmul",
+            )
+            if x
         )
         lines.append(f"This machine's roofline, measured here: {peaks}.")
-        decode = [w for w in ws if w.get("part") == "linear" and w.get("tokens") == 1]
-        got = _best(decode, label, "bytes_per_call")
-        if bw and got:
+        if f.copy_bandwidth and f.decode_bandwidth:
             lines.append(
-                f"Single-token linear layers reach up to {fmt_rate(got, 'B/s')} ({got / bw:.0%} of that bandwidth): "
-                "decoding is bound by memory traffic."
+                f"Single-token linear layers reach up to {fmt_rate(f.decode_bandwidth, 'B/s')} "
+                f"({f.decode_bandwidth / f.copy_bandwidth:.0%} of that bandwidth): decoding is bound by memory traffic."
             )
     else:
         lines.append(
             "No roofline probe in this selection: add `--only 'roofline/*'` to see what the memory system and the"
             " arithmetic units can do."
         )
-    spent: dict[str, float] = {}
-    for w in ws:
-        med = w["envs"].get(label, {}).get("median")
-        if med:
-            spent[w.get("part", "other")] = spent.get(w.get("part", "other"), 0.0) + w.get("count", 1) * med
-    total = sum(spent.values())
-    if total and len(spent) > 1:
+    if len(f.time_shares) > 1:
+        lines.append("Where the time goes: " + ", ".join(f"{safe(k)} {v:.0%}" for k, v in f.time_shares) + ".")
+    if f.median_width is not None and f.widest_width is not None:
         lines.append(
-            "Where the time goes: "
-            + ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
-            + "."
-        )
-    widths = [
-        (e["ci_high"] - e["ci_low"]) / 2 / e["median"]
-        for w in ws
-        for e in [w["envs"].get(label, {})]
-        if e.get("median") and e.get("ci_low") is not None and e.get("ci_high") is not None
-    ]
-    if widths:
-        widths.sort()
-        lines.append(
-            f"Each median is known to +-{widths[len(widths) // 2]:.1%} (half the workloads closer, "
-            f"the widest +-{widths[-1]:.0%}) for this process, now. A single run cannot tell whether another "
+            f"Each median is known to +-{f.median_width:.1%} (half the workloads closer, "
+            f"the widest +-{f.widest_width:.0%}) for this process, now. A single run cannot tell whether another "
             "torch, or this one tomorrow, is faster: times move by a few % between processes and with heat "
             "and load, so compare two environments interleaved, not two tables."
         )
@@ -368,29 +347,6 @@ def meaning_lines(record: dict[str, Any]) -> list[str]:
         "  mpsup report                       # the verdict",
     ]
     return lines
-
-
-def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
-    """Sum over workloads of count x median, with an interval from the per-workload intervals summed
-    end to end (conservative: it treats the workloads' errors as if they all leaned the same way)."""
-    if not record.get("model"):
-        return None
-    est = low = high = 0.0
-    bounded = True
-    for w in record["workloads"]:
-        env = w["envs"].get(label, {})
-        # An "alternative" is another way to run a layer already counted (FP8 scaled_mm beside the
-        # upcast bf16 path): adding it would count that layer's time twice.
-        if not env.get("median") or "alternative" in w.get("tags", ()):
-            continue
-        c = w.get("count", 1)
-        est += c * env["median"]
-        if env.get("ci_low") is None or env.get("ci_high") is None:
-            bounded = False
-        else:
-            low += c * env["ci_low"]
-            high += c * env["ci_high"]
-    return {"estimate": est, "low": low if bounded else None, "high": high if bounded else None}
 
 
 def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:

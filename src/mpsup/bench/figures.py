@@ -1,0 +1,75 @@
+"""What one run's figures add up to: the roofline it measured, where the time goes, how well each
+median is known, and a model's estimated forward time. Computed here, printed by bench/render.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    copy_bandwidth: float | None  # bytes/s, the best roofline copy
+    matmul_rate: float | None  # FLOP/s, the best roofline matmul
+    decode_bandwidth: float | None  # bytes/s, the best single-token linear layer
+    time_shares: tuple[tuple[str, float], ...]  # (part, share of the run's time), largest first
+    median_width: float | None  # relative half-width of the median workload's interval
+    widest_width: float | None
+
+
+def _best(ws: list[dict[str, Any]], label: str, key: str) -> float | None:
+    rates = [e[key] / e["median"] for w in ws for e in [w["envs"].get(label, {})] if e.get("median") and e.get(key)]
+    return max(rates) if rates else None
+
+
+def run_figures(record: dict[str, Any]) -> RunFigures:
+    """The first environment's figures (a single run has one)."""
+    label = record["environments"][0]["label"]
+    ws = record["workloads"]
+    roof = [w for w in ws if w.get("part") == "roofline"]
+    decode = [w for w in ws if w.get("part") == "linear" and w.get("tokens") == 1]
+    spent: dict[str, float] = {}
+    for w in ws:
+        med = w["envs"].get(label, {}).get("median")
+        if med:
+            part = w.get("part", "other")
+            spent[part] = spent.get(part, 0.0) + w.get("count", 1) * med
+    total = sum(spent.values())
+    shares = tuple((k, v / total) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])) if total else ()
+    widths = sorted(
+        (e["ci_high"] - e["ci_low"]) / 2 / e["median"]
+        for w in ws
+        for e in [w["envs"].get(label, {})]
+        if e.get("median") and e.get("ci_low") is not None and e.get("ci_high") is not None
+    )
+    return RunFigures(
+        copy_bandwidth=_best(roof, label, "bytes_per_call"),
+        matmul_rate=_best(roof, label, "flops_per_call"),
+        decode_bandwidth=_best(decode, label, "bytes_per_call"),
+        time_shares=shares,
+        median_width=widths[len(widths) // 2] if widths else None,
+        widest_width=widths[-1] if widths else None,
+    )
+
+
+def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
+    """Sum over workloads of count x median, with an interval from the per-workload intervals summed
+    end to end (conservative: it treats the workloads' errors as if they all leaned the same way)."""
+    if not record.get("model"):
+        return None
+    est = low = high = 0.0
+    bounded = True
+    for w in record["workloads"]:
+        env = w["envs"].get(label, {})
+        # An "alternative" is another way to run a layer already counted (FP8 scaled_mm beside the
+        # upcast bf16 path): adding it would count that layer's time twice.
+        if not env.get("median") or "alternative" in w.get("tags", ()):
+            continue
+        c = w.get("count", 1)
+        est += c * env["median"]
+        if env.get("ci_low") is None or env.get("ci_high") is None:
+            bounded = False
+        else:
+            low += c * env["ci_low"]
+            high += c * env["ci_high"]
+    return {"estimate": est, "low": low if bounded else None, "high": high if bounded else None}
