@@ -74,3 +74,16 @@ def test_the_editable_install_finds_the_shaders(tmp_path: Path):
     if Path(found["dir"]).resolve() != METAL.resolve():
         pytest.skip(f"mpsup is installed from a wheel here ({found['dir']}), not editable")
     assert found["n"] == len(json.loads((METAL / "manifest.json").read_text())["kernels"]) and found["sources"]
+
+
+def test_a_checkout_on_pythonpath_finds_the_shaders(tmp_path: Path):
+    """`PYTHONPATH=src` with nothing installed (site disabled: no editable finder) still finds mpsup.metal."""
+    code = "import mpsup.metal as m; print(len(m.load_manifest()), m.METAL_DIR)"
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-500:]
+    count, where = proc.stdout.split(maxsplit=1)
+    assert int(count) == len(json.loads((METAL / "manifest.json").read_text())["kernels"])
+    assert Path(where.strip()).resolve() == METAL.resolve()
