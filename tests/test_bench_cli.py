@@ -123,7 +123,7 @@ def test_crash_and_raise_are_recorded_and_run_goes_on(monkeypatch: pytest.Monkey
     try:
         first_pid = runner.sessions[0].worker.proc.pid
         results = [
-            runner.measure(w)
+            runner.measure(w).to_json()
             for w in (
                 _tiny("before"),
                 _tiny("killed", "__crash__"),
@@ -151,7 +151,7 @@ def test_memory_guard_skips_oversized_workload():
         huge = Workload(
             "huge", "linear", "linear", "fp32", {"tokens": 1, "in_features": 8, "out_features": 8}, memory_bytes=1 << 50
         )
-        r = runner.measure(huge)
+        r = runner.measure(huge).to_json()
     finally:
         runner.close()
     assert r["status"] == "skipped" and "freeze" in r["reason"]
@@ -264,8 +264,9 @@ def test_paired_rounds_discard_the_switch_block_in_the_same_request():
     runner.start()
     tiny = Workload("tiny", "linear", "linear", "fp32", {"tokens": 2, "in_features": 8, "out_features": 8})
     try:
-        r = runner.measure(tiny)
-        assert runner.extend(tiny, r, 0.05, min_new=2)
+        m = runner.measure(tiny)
+        assert runner.extend(tiny, m, 0.05, min_new=2)
+        r = m.to_json()
     finally:
         runner.close()
     rounds = len(r["ratios"])

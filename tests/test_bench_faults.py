@@ -204,7 +204,7 @@ def test_crash_in_the_statistics_mid_run_keeps_finished_workloads(mpsup_home: Pa
 
 
 def test_crash_in_a_summary_costs_the_summary_not_the_samples(mpsup_home: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr("mpsup.bench.runner.median_ci", lambda *_a, **_k: 1 / 0)
+    monkeypatch.setattr("mpsup.bench.measurement.median_ci", lambda *_a, **_k: 1 / 0)
     record, path = _bench(2)
     assert path is not None and record["partial"] is False
     for w in load_record(path).to_json()["workloads"]:

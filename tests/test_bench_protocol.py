@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -65,12 +66,12 @@ def test_stray_output_is_harmless_and_a_malformed_answer_is_one_crash(tmp_path: 
         results = [runner.measure(w) for w in (_tiny("garbage", "__garbage__"), _tiny("after"))]
     finally:
         runner.close()
-    assert r["status"] == "ok", r.get("reason")
-    env = r["envs"]["baseline"]
-    assert env["samples"] and all(isinstance(s, float) and s > 0 for s in env["samples"])
+    assert r.status == "ok", r.reason
+    env = r.envs["baseline"]
+    assert env.samples and all(isinstance(s, float) and s > 0 for s in env.samples)
     assert '{"type": "ready"}' in log  # kept in the worker's log for a crash report, never parsed
-    assert [x["status"] for x in results] == ["crash", "ok"]
-    assert "not JSON" in results[0]["reason"]
+    assert [x.status for x in results] == ["crash", "ok"]
+    assert "not JSON" in (results[0].reason or "")
     assert runner.sessions[0].crashes == 1
 
 
@@ -157,3 +158,53 @@ def test_unusable_python_is_one_line_and_exit_2(tmp_path: Path, mpsup_home: Path
     assert "libtorch_cpu.so" in res.stderr
     assert not (mpsup_home / "runs").exists()
     assert os.access(sys.executable, os.X_OK)
+
+
+def test_a_ready_answer_is_parsed_once_into_typed_fields():
+    from mpsup.bench.measurement import EnvMeasurement
+
+    ans = {"type": "ready", "calls": 3, "per_call_s": 0.002, "bytes_per_call": 4096, "flops_per_call": "lots"}
+    env = EnvMeasurement.ready(ans)
+    assert env.ok and env.calls == 3 and env.sample_s == pytest.approx(0.006)
+    # A figure the protocol check does not cover is kept only when it is a number (an int stays an int);
+    # anything else would make the saved record unreadable.
+    assert env.bytes_per_call == 4096 and isinstance(env.bytes_per_call, int)
+    assert env.flops_per_call is None and env.items_per_call is None
+    assert "sample_s" not in env.to_json() and "_sample_s" not in env.to_json()
+
+
+def test_a_measurement_is_written_with_the_record_layout_and_reads_back():
+    from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
+    from mpsup.runs.schema import WorkloadRun
+
+    w = _tiny("w")
+    ready = {"type": "ready", "calls": 2, "per_call_s": 1e-3, "bytes_per_call": 64, "flops_per_call": 512.0}
+    a, b = EnvMeasurement.ready(ready), EnvMeasurement.ready(ready)
+    a.samples += [1.0e-3, 1.1e-3, 0.9e-3]
+    b.samples += [2.0e-3, 2.2e-3, 1.8e-3]
+    a.stop = b.stop = "rounds"
+    b.fail("crash", "worker died")  # after its rule had stopped it: the reason follows the stop
+    for env in (a, b):
+        env.summarize()
+    m = WorkloadMeasurement(w, {"baseline": a, "candidate": b}, rounds=[], ratios=[0.5], samples_per_round=3)
+    m.rounds = [Round("candidate", 1, {"baseline": a.samples, "candidate": b.samples})]
+    m.status, m.reason, m.elapsed_s, m.visits = "crash", "worker died", 0.25, 1
+    doc = m.to_json()
+    assert list(doc)[: len(w.to_json())] == list(w.to_json())
+    assert list(doc)[len(w.to_json()) :] == [
+        "envs", "rounds", "ratios", "samples_per_round", "status", "reason", "elapsed_s", "visits",
+    ]  # fmt: skip
+    head = ["status", "calls", "bytes_per_call", "flops_per_call", "items_per_call", "warmup", "samples"]
+    assert list(doc["envs"]["baseline"]) == [*head, "device_samples", "memory", "stop", "median", "ci_low", "ci_high"]
+    assert list(doc["envs"]["candidate"]) == [
+        *head, "device_samples", "memory", "stop", "reason", "median", "ci_low", "ci_high",
+    ]  # fmt: skip
+    assert doc["rounds"] == [{"first": "candidate", "visit": 1, "baseline": a.samples, "candidate": b.samples}]
+    run = WorkloadRun.from_json(json.loads(json.dumps(doc)), "workloads[0]")
+    assert run.ratios == (0.5,) and run.env("candidate").samples == tuple(b.samples)
+    assert run.env("baseline").median == a.summary.median == pytest.approx(1.0e-3)
+    # Nothing measured: a failed setup is three keys, a skipped workload has no time and no visits.
+    failed = EnvMeasurement.failed("crash", "died in setup", "tail")
+    assert failed.to_json() == {"status": "crash", "reason": "died in setup", "stderr": "tail"}
+    skipped = WorkloadMeasurement(w, status="skipped", reason="too big").to_json()
+    assert list(skipped)[len(w.to_json()) :] == ["envs", "status", "reason"] and skipped["envs"] == {}

@@ -17,8 +17,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from mpsup.bench.measurement import WorkloadMeasurement
 from mpsup.bench.policy import converged, eta_s, next_allotment, widest_first
-from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress, interval_width
+from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
 from mpsup.host.hygiene import conditions_changed, hygiene_now
@@ -115,7 +116,7 @@ def run_bench(
     options: BenchOptions,
     *,
     mode: str = "single",
-    model: dict[str, Any] | None = None,
+    model: dict[str, object] | None = None,
     progress: Progress = _no_progress,
     save: bool = True,
     warn: Warn = _no_warn,
@@ -144,7 +145,7 @@ def _measure(
     workloads: list[Workload],
     options: BenchOptions,
     mode: str,
-    model: dict[str, Any] | None,
+    model: dict[str, object] | None,
     progress: Progress,
     journal: Journal | None,
     stops: StopSignals,
@@ -177,7 +178,7 @@ def _measure(
     record["model"] = model
     record["hygiene"]["before"] = before
 
-    def keep(kind: str, doc: dict[str, Any]) -> None:
+    def keep(kind: str, doc: dict[str, object]) -> None:
         with stops.critical():
             record[kind].append(doc)
             if journal is not None:
@@ -219,7 +220,7 @@ def _two_passes(
     workloads: list[Workload],
     options: BenchOptions,
     record: dict[str, Any],
-    keep: Callable[[str, dict[str, Any]], None],
+    keep: Callable[[str, dict[str, object]], None],
     progress: Progress,
     journal: Journal | None,
     stops: StopSignals,
@@ -237,6 +238,8 @@ def _two_passes(
     share1 = first / 2 if split else first
     rest = max(0.0, budget - share1)
     n = len(workloads)
+    base = len(record["workloads"])  # workload i is record["workloads"][base + i]
+    measured: list[WorkloadMeasurement] = []
     took: list[float] = []
     open_: list[bool] = []
     pool = 0.0
@@ -247,36 +250,47 @@ def _two_passes(
         eta = eta_s(n - i, per, pool, 1.0 if split else share_open if pol.leftover else 0.0, rest)
         progress("workload", {"name": w.name, "eta_s": eta, "pass": 1})
         t0 = clock()
-        doc = runner.measure(w, share1, half_rounds if split else None)
-        keep("workloads", doc)
+        m = runner.measure(w, share1, half_rounds if split else None)
+        keep("workloads", m.to_json())
+        measured.append(m)
         took.append(clock() - t0)
-        unconverged = doc["status"] == "ok" and not converged(interval_width(doc), pol.target_rel_ci)
+        unconverged = m.status == "ok" and not converged(m.interval_width(), pol.target_rel_ci)
         open_.append(unconverged)
         if unconverged:
-            pool += max(0.0, budget - float(doc.get("elapsed_s", took[-1])))
-        progress("done", {"name": w.name, "status": doc["status"]})
-    docs = record["workloads"][-n:]
+            pool += max(0.0, budget - (took[-1] if m.elapsed_s is None else m.elapsed_s))
+        progress("done", {"name": w.name, "status": m.status})
+
+    def extend(i: int, share_s: float, min_new: int = 2) -> bool:
+        try:
+            extended = runner.extend(workloads[i], measured[i], share_s, min_new=min_new)
+        finally:
+            # Whatever stops the visit, the record holds what it took (as the saved record always has);
+            # the journal only gets a finished visit.
+            record["workloads"][base + i] = measured[i].to_json()
+        if extended and journal is not None:
+            # Its own kind: a journal recovered after a crash keeps the first visit's entry, whole.
+            with stops.critical():
+                journal.append("workload-extended", record["workloads"][base + i])
+        return extended
+
     per = sum(took) / len(took) if took else first
     if split:
-        ok = [i for i, d in enumerate(docs) if d["status"] == "ok"]
+        ok = [i for i, m in enumerate(measured) if m.status == "ok"]
         if not ok:
             return
         progress("restart", {"eta_s": len(ok) * per + pool})
         runner.restart()
         for j, i in enumerate(ok):
-            progress("extend", {"name": docs[i]["name"], "eta_s": (len(ok) - j) * per})
-            if runner.extend(workloads[i], docs[i], share1, min_new=half_rounds) and journal is not None:
-                # Its own kind: a journal recovered after a crash keeps the first visit's entry, whole.
-                with stops.critical():
-                    journal.append("workload-extended", docs[i])
+            progress("extend", {"name": measured[i].name, "eta_s": (len(ok) - j) * per})
+            extend(i, share1, min_new=half_rounds)
         pool = sum(
-            max(0.0, budget - float(d.get("elapsed_s", 0.0)))
-            for d in docs
-            if d["status"] == "ok" and not converged(interval_width(d), pol.target_rel_ci)
+            max(0.0, budget - (m.elapsed_s or 0.0))
+            for m in measured
+            if m.status == "ok" and not converged(m.interval_width(), pol.target_rel_ci)
         )
     if not pol.leftover or pool <= 0:
         return
-    widths = {str(i): interval_width(d) for i, d in enumerate(docs) if d["status"] == "ok"}
+    widths = {str(i): m.interval_width() for i, m in enumerate(measured) if m.status == "ok"}
     order = [int(k) for k in widest_first(widths, pol.target_rel_ci)]
     # Too little time for a visit to add anything: a setup and two rounds cost about this much.
     least = max(0.1 * budget, 0.05)
@@ -289,13 +303,10 @@ def _two_passes(
         allot = next_allotment(pool, [widths[str(k)] for k in order[j:]], pol.max_extension * budget)
         if allot < least:
             break
-        progress("extend", {"name": docs[i]["name"], "eta_s": eta_s(0, per, pool, 0.0, 0.0, len(order) - j)})
+        progress("extend", {"name": measured[i].name, "eta_s": eta_s(0, per, pool, 0.0, 0.0, len(order) - j)})
         t0 = clock()
-        extended = runner.extend(workloads[i], docs[i], allot)
+        extend(i, allot)
         pool -= clock() - t0
-        if extended and journal is not None:
-            with stops.critical():
-                journal.append("workload-extended", docs[i])
         if pool <= 0:
             break
 

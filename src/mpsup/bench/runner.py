@@ -6,7 +6,6 @@ hit both alike; each round yields one paired ratio."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,11 +13,11 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 from mpsup.errors import UserError
-from mpsup.stats import finite_or_none, median_ci, round_ratio_ci
 from mpsup.workloads import Workload
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -114,34 +113,6 @@ def _guard(w: Workload, sessions: list[EnvSession], share: float) -> str | None:
     return None
 
 
-def _env_result(ready: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "status": "ok",
-        "calls": ready["calls"],
-        "bytes_per_call": ready.get("bytes_per_call"),
-        "flops_per_call": ready.get("flops_per_call"),
-        "items_per_call": ready.get("items_per_call"),
-        "warmup": [],
-        "samples": [],
-        "device_samples": [],
-        "memory": {},
-    }
-
-
-def _summarize(r: dict[str, Any]) -> None:
-    """Median and interval from the raw samples. A failure here costs the summary, never the samples:
-    they stay in the record, where a later mpsup can summarize them."""
-    if not r.get("samples"):
-        return
-    try:
-        ci = median_ci(r["samples"])
-        r["median"], r["ci_low"], r["ci_high"] = ci.estimate, finite_or_none(ci.low), finite_or_none(ci.high)
-        if r.get("device_samples"):
-            r["device_median"] = median(r["device_samples"])
-    except Exception as exc:
-        r["summary_error"] = f"{type(exc).__name__}: {exc}"[:300]
-
-
 class Runner:
     def __init__(self, envs: list[EnvSpec], options: BenchOptions, progress: Progress = _no_progress) -> None:
         self.options = options
@@ -165,7 +136,7 @@ class Runner:
         for s in self.sessions:
             s.start()
 
-    def _setup(self, s: EnvSession, w: Workload, calls: int | None, share_s: float | None = None) -> dict[str, Any]:
+    def _setup(self, s: EnvSession, w: Workload, calls: int | None, share_s: float | None = None) -> EnvMeasurement:
         pol = self.options.policy
         target = pol.target_sample_s
         if len(self.sessions) == 2 and share_s is not None:
@@ -173,104 +144,98 @@ class Runner:
         try:
             ans = s.request({"op": "setup", "workload": w.spec(), "calls": calls, "target_sample_s": target})
         except WorkerDied as exc:
-            return {"status": "crash", "reason": str(exc), "stderr": exc.stderr_tail[-1000:]}
+            return EnvMeasurement.failed("crash", str(exc), exc.stderr_tail[-1000:])
         if ans.get("type") == "error":
-            return {"status": ans.get("status", "error"), "reason": ans.get("message", "")}
-        r = _env_result(ans)
-        r["_sample_s"] = float(ans.get("per_call_s") or 0.0) * int(ans["calls"])
-        return r
+            return EnvMeasurement.failed(ans.get("status", "error"), ans.get("message", ""))
+        return EnvMeasurement.ready(ans)
 
-    def _sample(self, s: EnvSession, r: dict[str, Any], count: int, into: str, discard: int = 0) -> list[float]:
+    def _sample(self, s: EnvSession, r: EnvMeasurement, count: int, *, warmup: bool, discard: int = 0) -> list[float]:
         ans = s.request({"op": "sample", "count": count, "discard": discard})
         if ans.get("type") == "error":
             raise RuntimeError(ans.get("message", "sampling failed"))
+        host: list[float] = ans["host"]  # finite numbers: the worker protocol checked them
         if discard:
-            r["warmup"].extend(x for x in ans.get("discarded") or [] if isinstance(x, float))
-        r[into].extend(ans["host"])
-        if into == "samples" and ans.get("device"):
-            r["device_samples"].extend(ans["device"])
-        return ans["host"]
+            r.warmup.extend(x for x in ans.get("discarded") or [] if isinstance(x, float))
+        if warmup:
+            r.warmup.extend(host)
+        else:
+            r.samples.extend(host)
+            if ans.get("device"):
+                r.device_samples.extend(ans["device"])
+        return host
 
-    def _teardown(self, s: EnvSession, r: dict[str, Any]) -> None:
+    def _teardown(self, s: EnvSession, r: EnvMeasurement) -> None:
         ans = s.request({"op": "teardown"})
-        if not r.get("memory"):
-            r["memory"] = ans.get("memory", {})
+        if not r.memory:
+            r.memory = ans.get("memory", {})
 
-    def measure(self, w: Workload, share_s: float | None = None, min_rounds: int | None = None) -> dict[str, Any]:
+    def measure(self, w: Workload, share_s: float | None = None, min_rounds: int | None = None) -> WorkloadMeasurement:
         """One workload, from setup to teardown, within `share_s` seconds (default: its whole budget);
         paired, at least `min_rounds` rounds (default: the policy's)."""
         t0 = self.options.clock()
         share = self.options.policy.budget_s if share_s is None else share_s
-        result: dict[str, Any] = {**w.to_json(), "envs": {}}
+        m = WorkloadMeasurement(w)
         skip = _guard(w, self.sessions, self.options.memory_share)
         if skip:
-            result.update(status="skipped", reason=skip)
-            return result
-        envs: dict[str, dict[str, Any]] = {}
+            m.status, m.reason = "skipped", skip
+            return m
         live: list[EnvSession] = []
         calls: int | None = None
         for s in self.sessions:
             r = self._setup(s, w, calls, share)
-            envs[s.env.label] = r
-            if r["status"] == "ok":
-                calls = calls or r["calls"]
+            m.envs[s.env.label] = r
+            if r.ok:
+                calls = calls or r.calls
                 live.append(s)
-        result["envs"] = envs
         try:
-            self._visit(live, envs, result, share, t0, min_rounds, 0)
+            self._visit(live, m, share, t0, min_rounds, 0)
         except WorkerDied as exc:
             for s in live:
-                if envs[s.env.label]["status"] == "ok":
-                    envs[s.env.label].update(status="crash", reason=str(exc))
+                if m.envs[s.env.label].ok:
+                    m.envs[s.env.label].fail("crash", str(exc))
         except RuntimeError as exc:
             for s in live:
-                envs[s.env.label].update(status="error", reason=str(exc))
-        for r in envs.values():
-            r.pop("_sample_s", None)
-            _summarize(r)
-        statuses = {r["status"] for r in envs.values()}
-        result["status"] = "ok" if statuses == {"ok"} else sorted(statuses - {"ok"})[0]
-        bad = next((r for r in envs.values() if r["status"] != "ok"), None)
+                m.envs[s.env.label].fail("error", str(exc))
+        for r in m.envs.values():
+            r.summarize()
+        statuses = {r.status for r in m.envs.values()}
+        m.status = "ok" if statuses == {"ok"} else sorted(statuses - {"ok"})[0]
+        bad = next((r for r in m.envs.values() if not r.ok), None)
         if bad:
-            result["reason"] = bad.get("reason", "")
-        result["elapsed_s"] = self.options.clock() - t0
-        result["visits"] = 1
-        return result
+            m.reason = bad.reason or ""
+        m.elapsed_s = self.options.clock() - t0
+        m.visits = 1
+        return m
 
-    def extend(self, w: Workload, result: dict[str, Any], share_s: float, min_new: int = 2) -> bool:
-        """A second visit: more rounds (or samples) for a finished workload, added to its result. The
+    def extend(self, w: Workload, m: WorkloadMeasurement, share_s: float, min_new: int = 2) -> bool:
+        """A second visit: more rounds (or samples) for a finished workload, added to its measurement. The
         calls per sample stay those of the first visit, so old and new samples measure the same thing.
         A failure here costs only the extra time: the first visit's figures stay as they were."""
         t0 = self.options.clock()
-        envs = result.get("envs") or {}
-        if result.get("status") != "ok" or not envs:
+        if m.status != "ok" or not m.envs:
             return False
-        calls = next(iter(envs.values())).get("calls")
-        live = [s for s in self.sessions if s.env.label in envs]
+        calls = next(iter(m.envs.values())).calls
+        live = [s for s in self.sessions if s.env.label in m.envs]
         try:
             for s in live:
                 fresh = self._setup(s, w, calls)
-                if fresh["status"] != "ok":
+                if not fresh.ok:
                     return False
-                envs[s.env.label]["_sample_s"] = fresh["_sample_s"]
-            self._visit(live, envs, result, share_s, t0, None, min_new)
+                m.envs[s.env.label].sample_s = fresh.sample_s
+            self._visit(live, m, share_s, t0, None, min_new)
         except (WorkerDied, RuntimeError) as exc:
-            result["extend_error"] = str(exc)[:300]
+            m.extend_error = str(exc)[:300]
             return False
-        finally:
-            for r in envs.values():
-                r.pop("_sample_s", None)
-        for r in envs.values():
-            _summarize(r)
-        result["elapsed_s"] = result.get("elapsed_s", 0.0) + self.options.clock() - t0
-        result["visits"] = result.get("visits", 1) + 1
+        for r in m.envs.values():
+            r.summarize()
+        m.elapsed_s = (m.elapsed_s or 0.0) + self.options.clock() - t0
+        m.visits = (m.visits or 1) + 1
         return True
 
     def _visit(
         self,
         live: list[EnvSession],
-        envs: dict[str, dict[str, Any]],
-        result: dict[str, Any],
+        m: WorkloadMeasurement,
         share: float,
         t0: float,
         min_rounds: int | None,
@@ -278,50 +243,49 @@ class Runner:
     ) -> None:
         if not live:
             return
-        self._warmup(live, envs, share, t0)
+        self._warmup(live, m, share, t0)
         if len(live) == 2:
-            self._paired(live, envs, result, share, t0, min_rounds, min_new)
+            self._paired(live, m, share, t0, min_rounds, min_new)
         else:
-            self._single(live[0], envs[live[0].env.label], share, t0)
+            self._single(live[0], m.envs[live[0].env.label], share, t0)
         for s in live:
-            self._teardown(s, envs[s.env.label])
+            self._teardown(s, m.envs[s.env.label])
 
-    def _warmup(self, live: list[EnvSession], envs: dict[str, dict[str, Any]], share: float, t0: float) -> None:
+    def _warmup(self, live: list[EnvSession], m: WorkloadMeasurement, share: float, t0: float) -> None:
         pol = self.options.policy
         settled = {s.env.label: False for s in live}
-        start = {s.env.label: len(envs[s.env.label]["warmup"]) for s in live}
+        start = {s.env.label: len(m.envs[s.env.label].warmup) for s in live}
         while not all(settled.values()):
             for s in live:
                 if settled[s.env.label]:
                     continue
-                r = envs[s.env.label]
-                self._sample(s, r, 1, "warmup")
-                mine = r["warmup"][start[s.env.label] :]
+                r = m.envs[s.env.label]
+                self._sample(s, r, 1, warmup=True)
+                mine = r.warmup[start[s.env.label] :]
                 settled[s.env.label] = (
                     self.options.clock() - t0 >= pol.warmup_share * share
                     or pol.warmup_settled(mine, 0.0)
                     or len(mine) >= 50
                 )
 
-    def _single(self, s: EnvSession, r: dict[str, Any], share: float, t0: float) -> None:
+    def _single(self, s: EnvSession, r: EnvMeasurement, share: float, t0: float) -> None:
         pol = self.options.policy
         while True:
             # Never more samples than the share has room for: a slow workload (one call, a tenth of a
             # second) stops at six, not ten.
-            room = (share - (self.options.clock() - t0)) / r["_sample_s"] if r.get("_sample_s") else pol.batch
-            need = max(0, 6 - len(r["samples"]))
+            room = (share - (self.options.clock() - t0)) / r.sample_s if r.sample_s else pol.batch
+            need = max(0, 6 - len(r.samples))
             count = max(1, min(pol.batch, max(need, int(room))))
-            self._sample(s, r, count, "samples")
-            stop, why = pol.should_stop(r["samples"], self.options.clock() - t0, share)
+            self._sample(s, r, count, warmup=False)
+            stop, why = pol.should_stop(r.samples, self.options.clock() - t0, share)
             if stop:
-                r["stop"] = why
+                r.stop = why
                 return
 
     def _paired(
         self,
         live: list[EnvSession],
-        envs: dict[str, dict[str, Any]],
-        result: dict[str, Any],
+        m: WorkloadMeasurement,
         share: float,
         t0: float,
         min_rounds: int | None,
@@ -329,12 +293,12 @@ class Runner:
     ) -> None:
         pol = self.options.policy
         a, b = live
-        ra, rb = envs[a.env.label], envs[b.env.label]
-        rounds: list[dict[str, Any]] = result.setdefault("rounds", [])
-        ratios: list[float] = result.setdefault("ratios", [])
-        sample_s = max(ra.get("_sample_s", 0.0), rb.get("_sample_s", 0.0))
-        per_round = pol.samples_per_round(sample_s, share)
-        visit = int(result.get("visits", 0)) + 1
+        ra, rb = m.envs[a.env.label], m.envs[b.env.label]
+        if m.rounds is None:
+            m.rounds = []
+        rounds, ratios = m.rounds, m.ratios
+        per_round = pol.samples_per_round(max(ra.sample_s, rb.sample_s), share)
+        visit = m.visits + 1
         new = 0
         while True:
             # A B, then B A: whoever goes second in one round goes first in the next.
@@ -343,30 +307,25 @@ class Runner:
             for s in order:
                 # The first block after the other worker had the device pays for the switch
                 # (GPU context, caches, clocks): taken in the same request, kept out of the comparison.
-                got[s.env.label] = self._sample(s, envs[s.env.label], per_round, "samples", discard=1)
+                got[s.env.label] = self._sample(s, m.envs[s.env.label], per_round, warmup=False, discard=1)
             ma, mb = median(got[a.env.label]), median(got[b.env.label])
             ratios.append(ma / mb)
             rounds.append(
-                {
-                    "first": order[0].env.label,
-                    "visit": visit,
-                    a.env.label: got[a.env.label],
-                    b.env.label: got[b.env.label],
-                }
+                Round(order[0].env.label, visit, {a.env.label: got[a.env.label], b.env.label: got[b.env.label]})
             )
             new += 1
             stop, why = pol.should_stop_rounds(ratios, self.options.clock() - t0, share, min_rounds)
             # A later visit adds at least `min_new` rounds (two: one ABBA pair), whatever the interval says.
             if stop and new >= min_new:
-                ra["stop"] = rb["stop"] = why
+                ra.stop = rb.stop = why
                 break
-        result["samples_per_round"] = per_round
+        m.samples_per_round = per_round
 
     def smoke_features(self) -> tuple[str, ...]:
         return SMOKE_FEATURES
 
-    def smoke_one(self, feature: str, kernels: list[Any]) -> dict[str, Any]:
-        entry: dict[str, Any] = {"feature": feature, "envs": {}}
+    def smoke_one(self, feature: str, kernels: list[Any]) -> dict[str, object]:
+        envs: dict[str, object] = {}
         for s in self.sessions:
             try:
                 ans = s.request({"op": "smoke", "feature": feature, "kernels": kernels}, timeout=300)
@@ -376,26 +335,12 @@ class Runner:
                 ans.pop("feature", None)
             except WorkerDied as exc:
                 ans = {"status": "crash", "message": str(exc)}
-            entry["envs"][s.env.label] = ans
+            envs[s.env.label] = ans
             self.progress("smoke", {"feature": feature, "env": s.env.label, "status": ans["status"]})
-        return entry
+        return {"feature": feature, "envs": envs}
 
-    def smoke(self, features: tuple[str, ...] = SMOKE_FEATURES) -> list[dict[str, Any]]:
+    def smoke(self, features: tuple[str, ...] = SMOKE_FEATURES) -> list[dict[str, object]]:
         from mpsup.metal import load_manifest
 
         kernels = load_manifest()
         return [self.smoke_one(feature, kernels) for feature in features]
-
-
-def interval_width(result: dict[str, Any]) -> float:
-    """The relative half-width the stopping rule watches: the paired-ratio interval the report prints,
-    or the median's interval for one environment; inf while it is unbounded or nothing was measured."""
-    try:
-        if result.get("ratios"):
-            return float(round_ratio_ci(result["ratios"]).rel_half_width)
-        envs: dict[str, dict[str, Any]] = result.get("envs") or {}
-        first: dict[str, Any] = next(iter(envs.values()), {})
-        samples = first.get("samples") or []
-        return float(median_ci(samples).rel_half_width) if samples else math.inf
-    except (ValueError, ZeroDivisionError):
-        return math.inf
