@@ -76,6 +76,17 @@ def order_statistic_rank(n: int, confidence: float = 0.95) -> int:
     return j
 
 
+def percentile_interval(estimate: float, stats: Sequence[float], confidence: float = 0.95) -> Interval:
+    """The central `confidence` share of bootstrap statistics (sorted here) around `estimate`: the one
+    place where a resampling's percentile indices are computed."""
+    xs = sorted(stats)
+    if not xs:
+        raise ValueError("no bootstrap statistics")
+    lo_i = math.floor((1 - confidence) / 2 * len(xs))
+    hi_i = min(len(xs) - 1, math.ceil((1 + confidence) / 2 * len(xs)) - 1)
+    return Interval(estimate, xs[lo_i], xs[hi_i])
+
+
 def bootstrap_median_ci(
     values: Sequence[float], *, seed: int = 0, resamples: int = 2000, confidence: float = 0.95
 ) -> Interval:
@@ -88,10 +99,7 @@ def bootstrap_median_ci(
         return Interval(est, -math.inf, math.inf)
     rng = random.Random(seed)
     n = len(xs)
-    meds = sorted(median(rng.choices(xs, k=n)) for _ in range(resamples))
-    lo_i = math.floor((1 - confidence) / 2 * resamples)
-    hi_i = min(resamples - 1, math.ceil((1 + confidence) / 2 * resamples) - 1)
-    return Interval(est, meds[lo_i], meds[hi_i])
+    return percentile_interval(est, [median(rng.choices(xs, k=n)) for _ in range(resamples)], confidence)
 
 
 def paired_ratio_ci(ratios: Sequence[float], *, seed: int = 0, confidence: float = 0.95) -> Interval:
@@ -118,10 +126,7 @@ def bootstrap_geomean_ci(
     for _ in range(resamples):
         logs = [math.log(median(rng.choices(list(g), k=len(g)))) for g in groups]
         stats.append(math.exp(sum(logs) / len(logs)))
-    stats.sort()
-    lo_i = math.floor((1 - confidence) / 2 * resamples)
-    hi_i = min(resamples - 1, math.ceil((1 + confidence) / 2 * resamples) - 1)
-    return Interval(est, stats[lo_i], stats[hi_i])
+    return percentile_interval(est, stats, confidence)
 
 
 def classify_change(ci: Interval, threshold: float = 0.03) -> str:

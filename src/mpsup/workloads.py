@@ -31,6 +31,10 @@ SAFETENSORS_ITEMSIZE = {
 _SAFETENSORS_NAME = {"bf16": "BF16", "fp16": "F16", "fp32": "F32", "fp8": "F8_E4M3", "int8": "I8", "uint8": "U8"}
 ITEMSIZE = {name: SAFETENSORS_ITEMSIZE[st] for name, st in _SAFETENSORS_NAME.items()}
 
+# The whole model run once per call (a .pt2 export or module:function): bench names it, the report
+# takes its speedup as the model's figure instead of the sum over layers.
+END_TO_END = "model/end-to-end"
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.workloads import Workload, select
+from mpsup.workloads import END_TO_END, Workload, select
 
-END_TO_END = "model/end-to-end"
 DTYPES = ("bf16", "fp16", "fp32")
 
 

@@ -118,7 +118,6 @@ class Runner:
         self.options = options
         self.sessions = [EnvSession(e, options) for e in envs]
         self.progress = progress
-        self.interrupted = False
 
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]

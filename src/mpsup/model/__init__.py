@@ -1,1 +1,1 @@
-"""Reading model checkpoints for their shapes, never their weights (issue 5: in progress)."""
+"""Reading model checkpoints for their shapes, never their weights."""

@@ -43,7 +43,7 @@ INDEX_MAX_BYTES = 64 << 20
 PT2_SAMPLE_BYTES = 1 << 20
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadedModel:
     path: Path
     format: str

@@ -21,10 +21,12 @@ from mpsup.stats import (
     decide,
     finite_or_none,
     geometric_mean,
+    percentile_interval,
     round_ratio_ci,
     sign_test_p,
     suite_geomean_ci,
 )
+from mpsup.workloads import END_TO_END
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
 
@@ -80,7 +82,7 @@ class WorkloadChange:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Analysis:
     run_ids: list[str]
     machine: str
@@ -156,7 +158,7 @@ def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval
     rng = random.Random(seed)
     est = median(a) / median(b)
     boots = sorted(median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))) for _ in range(2000))
-    return Interval(est, boots[49], boots[1949]), boots
+    return percentile_interval(est, boots), boots
 
 
 def _labels(record: RunRecord) -> tuple[str, str]:
@@ -205,8 +207,7 @@ def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
         for c, t, _ in usable:
             forward += t / median(rng.choices(c.ratios, k=len(c.ratios)))
         boots.append(total_base / forward)
-    boots.sort()
-    return Interval(est, boots[24], boots[974])
+    return percentile_interval(est, boots)
 
 
 def _apply_fdr(changes: list[WorkloadChange], threshold: float, floors: dict[str, float]) -> None:
@@ -408,7 +409,7 @@ def analyze(
         group = [c.ratios for c in linear if tag in c.tags]
         if group:
             split[tag] = suite_geomean_ci(group, seed=seed)
-    end_to_end = next((c for c in changes if c.name == "model/end-to-end" and c.speedup), None)
+    end_to_end = next((c for c in changes if c.name == END_TO_END and c.speedup), None)
     model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.model else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
     mem = geometric_mean(mem_ratios) if mem_ratios else None
