@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 import signal
 import sys
 from collections.abc import Callable
@@ -13,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.workloads import END_TO_END, Workload, select
+from mpsup.workloads import Workload, select
 
 DTYPES = ("bf16", "fp16", "fp32")
 
@@ -78,88 +75,28 @@ def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
     return int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
 
 
-def is_factory(text: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(
-        text
-    )  # never raises (a name too long)
-
-
 def prepare(req: BenchRequest) -> BenchPlan:
     """Choose the workloads: the bundled suite, a checkpoint's layers, or a whole model end to end."""
     device = req.device or default_device()
     if req.dtype is not None and req.dtype not in DTYPES:
         raise UserError(f"--dtype {req.dtype!r}: expected bf16, fp16 or fp32")
-    if req.model is not None and (req.model.suffix == ".pt2" or is_factory(str(req.model))):
-        workloads, doc = end_to_end_workloads(str(req.model), req.compile_too)
-        return BenchPlan(req, device, tuple(workloads), doc)
+    from mpsup.bench.suite import build_suite, default_tokens
+
     if req.model is not None:
-        return _layer_plan(req, device)
-    from mpsup.bench.suite import build_suite
+        from mpsup.model.sources import open_model
+
+        model = open_model(
+            req.model,
+            tokens=parse_tokens(req.tokens) or default_tokens(device),
+            dtype=req.dtype,
+            resolution=parse_resolution(req.resolution),
+            compile_too=req.compile_too,
+        )
+        # A whole model is one workload (or two, with --compile): --only selects among layers only.
+        chosen = select(list(model.workloads), req.only) if req.only and not model.end_to_end else model.workloads
+        return BenchPlan(req, device, tuple(chosen), model.doc, model.not_measured)
 
     return BenchPlan(req, device, tuple(select(build_suite(device, parse_tokens(req.tokens)), req.only)), None)
-
-
-def _layer_plan(req: BenchRequest, device: str) -> BenchPlan:
-    from mpsup.bench.suite import default_tokens
-    from mpsup.model.extract import extract_model
-    from mpsup.model.load import load_model
-
-    assert req.model is not None
-    loaded = load_model(req.model)
-    ex = extract_model(
-        loaded.tensors,
-        loaded.config,
-        tokens=parse_tokens(req.tokens) or default_tokens(device),
-        dtype=req.dtype,
-        components=loaded.components,
-        resolution=parse_resolution(req.resolution),
-    )
-    if not ex.workloads:
-        raise UserError(f"{req.model}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
-    workloads = select(ex.workloads, req.only) if req.only else ex.workloads
-    doc = {
-        **loaded.describe(),
-        "linear_weight_bytes": ex.linear_weight_bytes,
-        "fp8_weight_bytes": ex.fp8_weight_bytes,
-        "fp8_stored_bytes": ex.fp8_stored_bytes,
-        "fp8_upcast_bytes": ex.fp8_upcast_bytes,
-        "notes": list(ex.notes),
-        "not_measured": ex.not_measured,
-    }
-    return BenchPlan(req, device, tuple(workloads), doc, tuple(ex.not_measured))
-
-
-def end_to_end_workloads(target: str, compile_too: bool) -> tuple[list[Workload], dict[str, Any]]:
-    if target.endswith(".pt2"):
-        from mpsup.model.load import pt2_fingerprint
-
-        path = Path(target)
-        fingerprint = pt2_fingerprint(path)  # a regular zip file, or one line; reads at most 2 MiB
-        params: dict[str, Any] = {"source": "pt2", "path": os.path.realpath(path)}
-        doc: dict[str, Any] = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
-    else:
-        params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
-        doc = {
-            "path": target,
-            "format": "module:function",
-            "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16],
-        }
-    doc |= {"linear_weight_bytes": 0, "fp8_weight_bytes": 0, "not_measured": []}
-    variants = [(END_TO_END, False)] + ([(f"{END_TO_END}/compiled", True)] if compile_too else [])
-    workloads = [
-        Workload(
-            name,
-            "end_to_end",
-            "model",
-            "fp32",
-            {**params, "compile": comp},
-            tags=("end-to-end",),
-            source=doc["path"],
-            role="end-to-end",
-        )
-        for name, comp in variants
-    ]
-    return workloads, doc
 
 
 def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: Callable[[str], None]) -> BenchResult:

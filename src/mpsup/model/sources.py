@@ -1,0 +1,105 @@
+"""Every way to name a model, behind one call: open_model(target) -> the workloads to time and the
+record's description of the model. Checkpoints (safetensors, sharded folders, Diffusers and ComfyUI
+layouts, GGUF, .pt state dicts) give their layers, read from headers only; a .pt2 export or a
+module:function gives the whole model, run end to end in the worker."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpsup.errors import UserError
+from mpsup.workloads import END_TO_END, Workload
+
+
+@dataclass(frozen=True)
+class ModelWorkloads:
+    workloads: tuple[Workload, ...]
+    doc: dict[str, Any]  # the run record's `model` entry
+    not_measured: tuple[dict[str, Any], ...] = field(default=())
+    end_to_end: bool = False
+
+
+def is_factory(text: str) -> bool:
+    """`package.module:function` that is not also a path on disk (never raises, whatever its length)."""
+    return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)
+
+
+def open_model(
+    target: Path | str,
+    *,
+    tokens: tuple[int, ...],
+    dtype: str | None = None,
+    resolution: int | tuple[int, int] | None = None,
+    compile_too: bool = False,
+) -> ModelWorkloads:
+    text = str(target)
+    if text.endswith(".pt2") or is_factory(text):
+        return _end_to_end(text, compile_too)
+    return _layers(Path(target), tokens=tokens, dtype=dtype, resolution=resolution)
+
+
+def _layers(
+    path: Path, *, tokens: tuple[int, ...], dtype: str | None, resolution: int | tuple[int, int] | None
+) -> ModelWorkloads:
+    from mpsup.model.extract import extract_model
+    from mpsup.model.load import load_model
+
+    loaded = load_model(path)
+    ex = extract_model(
+        loaded.tensors,
+        loaded.config,
+        tokens=tokens,
+        dtype=dtype,
+        components=loaded.components,
+        resolution=resolution,
+    )
+    if not ex.workloads:
+        raise UserError(f"{path}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
+    doc = {
+        **loaded.describe(),
+        "linear_weight_bytes": ex.linear_weight_bytes,
+        "fp8_weight_bytes": ex.fp8_weight_bytes,
+        "fp8_stored_bytes": ex.fp8_stored_bytes,
+        "fp8_upcast_bytes": ex.fp8_upcast_bytes,
+        "notes": list(ex.notes),
+        "not_measured": ex.not_measured,
+    }
+    return ModelWorkloads(tuple(ex.workloads), doc, tuple(ex.not_measured))
+
+
+def _end_to_end(target: str, compile_too: bool) -> ModelWorkloads:
+    if target.endswith(".pt2"):
+        from mpsup.model.load import pt2_fingerprint
+
+        path = Path(target)
+        fingerprint = pt2_fingerprint(path)  # a regular zip file, or one line; reads at most 2 MiB
+        params: dict[str, Any] = {"source": "pt2", "path": os.path.realpath(path)}
+        doc: dict[str, Any] = {"path": str(path), "format": "pt2", "fingerprint": fingerprint}
+    else:
+        params = {"source": "factory", "target": target, "cwd": str(Path.cwd())}
+        doc = {
+            "path": target,
+            "format": "module:function",
+            "fingerprint": hashlib.sha256(target.encode()).hexdigest()[:16],
+        }
+    doc |= {"linear_weight_bytes": 0, "fp8_weight_bytes": 0, "not_measured": []}
+    variants = [(END_TO_END, False)] + ([(f"{END_TO_END}/compiled", True)] if compile_too else [])
+    workloads = tuple(
+        Workload(
+            name,
+            "end_to_end",
+            "model",
+            "fp32",
+            {**params, "compile": comp},
+            tags=("end-to-end",),
+            source=doc["path"],
+            role="end-to-end",
+        )
+        for name, comp in variants
+    )
+    return ModelWorkloads(workloads, doc, end_to_end=True)
