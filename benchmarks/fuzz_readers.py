@@ -45,6 +45,7 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from mpsup.errors import OperationFailed, UserError  # noqa: E402
+from mpsup.workloads import SAFETENSORS_ITEMSIZE  # noqa: E402
 
 HANG_SECONDS = 10
 PAGE_URL = "https://example.org/simple/torch/"
@@ -65,23 +66,7 @@ DTYPES = [
     "U64",
     "F64",
 ]
-ITEMSIZE = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-}
+ITEMSIZE = SAFETENSORS_ITEMSIZE
 HOSTILE_TEXT = [
     "[/x]",
     "[bold]",

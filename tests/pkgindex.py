@@ -164,3 +164,15 @@ def serve_routes(routes: Routes) -> Iterator[str]:
 
     with _serving(Handler) as url:
         yield url
+
+
+# What the interpreter probe reports for a Linux CPython 3.11 with torch 2.15.0: the target of most plans.
+LINUX_PROBE = {
+    "version": "3.11.7",
+    "implementation": "cpython",
+    "platform": "linux",
+    "machine": "x86_64",
+    "libc": "glibc 2.36",
+    "pip": False,
+    "torch": {"version": "2.15.0"},
+}

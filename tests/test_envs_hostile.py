@@ -29,17 +29,8 @@ from mpsup.envs.plan import InstallPlan, InstallRequest, plan_install
 from mpsup.envs.tags import Target
 from mpsup.errors import OperationFailed, UserError
 from tests.conftest import run_cli
-from tests.pkgindex import Routes, build_wheel, fake_torch_files, serve_routes
+from tests.pkgindex import LINUX_PROBE, Routes, build_wheel, fake_torch_files, serve_routes
 
-LINUX_PROBE = {
-    "version": "3.11.7",
-    "implementation": "cpython",
-    "platform": "linux",
-    "machine": "x86_64",
-    "libc": "glibc 2.36",
-    "pip": False,
-    "torch": {"version": "2.15.0"},
-}
 MAC = Target((3, 11), "cpython", False, "darwin", "arm64", macos=(15, 1))
 
 

@@ -17,17 +17,9 @@ import pytest
 from mpsup.envs import execute
 from mpsup.envs.plan import InstallPlan, InstallRequest, NothingToDo, plan_install
 from mpsup.errors import OperationFailed
-from tests.pkgindex import build_wheel, fake_torch_files, write_index
+from tests.pkgindex import LINUX_PROBE, build_wheel, fake_torch_files, write_index
 
-BASELINE = {
-    "version": "3.11.7",
-    "implementation": "cpython",
-    "platform": "linux",
-    "machine": "x86_64",
-    "libc": "glibc 2.36",
-    "pip": False,
-    "torch": {"version": "2.15.0"},
-}
+BASELINE = LINUX_PROBE
 NEW = {**BASELINE, "torch": {"version": "2.16.0rc1", "mps_built": False, "mps_available": False}}
 
 

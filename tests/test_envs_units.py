@@ -18,6 +18,7 @@ from mpsup.envs.plan import InstallPlan, PlannedWheel, is_root_refused
 from mpsup.envs.tags import Target, supported_tags, target_from_probe
 from mpsup.errors import OperationFailed, UserError
 from mpsup.probe import PROBE_SCRIPT
+from tests.pkgindex import LINUX_PROBE
 
 MAC_311 = Target((3, 11), "cpython", False, "darwin", "arm64", macos=(15, 1))
 
@@ -298,15 +299,7 @@ def test_an_https_page_linking_a_plain_http_wheel_is_refused(tmp_path: Path) -> 
     from mpsup.envs.plan import InstallRequest, plan_install
 
     page = '<a href="http://mirror.example/torch-2.16.0rc1-py3-none-any.whl#sha256=' + "0" * 64 + '">t</a>'
-    probe = {
-        "version": "3.11.7",
-        "implementation": "cpython",
-        "platform": "linux",
-        "machine": "x86_64",
-        "libc": "glibc 2.36",
-        "pip": False,
-        "torch": {"version": "2.15.0"},
-    }
+    probe = dict(LINUX_PROBE)
     request = InstallRequest(python=Path(sys.executable), installer="uv")
     with pytest.raises(UserError, match="plain http is refused"):
         plan_install(request, fetch=lambda url: Fetched(page, url, "text/html"), probe=lambda _p: probe)
