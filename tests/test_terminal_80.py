@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -141,13 +142,11 @@ def test_report_at_80_columns_keeps_names_and_no_nested_parentheses():
 
 
 def test_published_claim_only_where_comparable():
-    mps = analyze(paired_record(1.2, seed=4))
-    mps.candidate_torch = "2.15.0"
+    mps = dataclasses.replace(analyze(paired_record(1.2, seed=4)), candidate_torch="2.15.0")
     assert any("2.15 release notes" in ln for ln in summary_lines(mps))
     cpu_aa = analyze({**paired_record(1.0, seed=4, mode="aa"), "device": "cpu"})
     assert not any("2.15" in ln for ln in summary_lines(cpu_aa))
-    other = analyze(paired_record(1.2, seed=4))
-    other.candidate_torch = "2.16.0"
+    other = dataclasses.replace(analyze(paired_record(1.2, seed=4)), candidate_torch="2.16.0")
     assert not any("release notes" in ln for ln in summary_lines(other))
 
 
