@@ -73,6 +73,22 @@ def test_dead_run_is_recovered_once_as_a_partial_record(mpsup_home: Path):
     assert len(select.stored_runs(warnings.append)) == 1 and warnings == []
 
 
+def test_a_later_visit_replaces_its_workload_in_the_recovered_record(mpsup_home: Path):
+    """A second visit (fresh workers) or a leftover visit is journaled with the workload's position: a run
+    killed after it is recovered with every round, not only the first visit's."""
+    j = _journal_with(3)
+    j.append("workload-extended", {"index": 1, "workload": _workload("w1", [2.0, 2.1, 2.2, 2.05, 2.15])})
+    j.append("workload-extended", {"index": 7, "workload": _workload("w7", [9.0])})  # out of range: ignored
+    j.append("workload-extended", {"index": 0, "workload": "not a workload"})  # hostile: ignored
+    j.close()
+    record = rebuild_record(j.path.read_bytes(), j.path)
+    assert record is not None
+    doc = record.to_json()
+    assert [w["name"] for w in doc["workloads"]] == ["w0", "w1", "w2"]
+    assert doc["workloads"][1]["envs"]["baseline"]["samples"] == [2.0, 2.1, 2.2, 2.05, 2.15]
+    assert doc["workloads"][0]["envs"]["baseline"]["samples"] == [1.0, 1.1, 1.2]
+
+
 def test_torn_last_line_costs_only_that_line(mpsup_home: Path):
     j = _journal_with(2)
     j.close()

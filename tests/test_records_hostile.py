@@ -318,3 +318,44 @@ def test_list_and_report_share_the_validation(mpsup_home: Path):
     rows = select.stored_runs(lambda _msg: None)
     assert [r.id for r in rows] == ["20261202T100000Z-good00"]
     assert rows[0].torch == ["2.14.1", "2.15.0"]
+
+
+def test_a_journal_whose_id_climbs_out_is_recovered_inside_the_runs_folder(mpsup_home: Path):
+    """The id names the saved file: `../../escaped` from a hostile journal must not write beside MPSUP_HOME."""
+    from mpsup.runs.journal import Journal
+
+    j = Journal.create("20261203T100000Z-abcdef")
+    header = _valid()
+    header["id"] = "../../escaped"
+    j.append("header", header)
+    j.append("workload", header["workloads"][0])
+    j.close()
+    warnings: list[str] = []
+    select.stored_runs(warnings.append)
+    saved = list((mpsup_home / "runs").glob("*.json"))
+    assert len(saved) == 1 and saved[0].parent == mpsup_home / "runs"
+    assert not (mpsup_home.parent / "escaped.json").exists() and not (mpsup_home / "escaped.json").exists()
+    assert store_mod.SAFE_ID.fullmatch(load_record(saved[0]).id)
+
+
+def test_extreme_ratios_with_two_visits_give_a_report_not_an_overflow(tmp_path: Path):
+    doc = paired_record(1.0, count=16, rounds=12)
+    for w in doc["workloads"]:
+        w["ratios"] = [1e30] * 6 + [1e-250] * 6
+        w["rounds"] = [{"first": "baseline", "visit": 1}] * 6 + [{"first": "candidate", "visit": 2}] * 6
+    path = tmp_path / "extreme.json"
+    path.write_text(json.dumps(doc))
+    res = run_cli("report", str(path), "--json")
+    assert res.returncode == 0, res.stderr[-800:]
+    assert "Traceback" not in res.stderr and json.loads(res.stdout)["workloads"]
+    # A stored A/A run with such ratios, as the floor of a good one, must not break it either.
+    aa = {**copy.deepcopy(doc), "mode": "aa"}
+    analyze(_valid(count=3), aa_reference={**aa, "id": "20261202T100000Z-aa0000"})
+
+
+def test_more_values_than_a_record_may_hold_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(schema_mod, "MAX_VALUES", 50)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(_valid(count=3)))
+    with pytest.raises(UserError, match=r"big\.json.*samples and ratios in all"):
+        load_record(path)

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mpsup.bench.measurement import EnvMeasurement, WorkloadMeasurement
+from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.stats import median_ci
 from mpsup.worker.timing import calibrate_calls, time_block
@@ -292,6 +292,8 @@ class _FakeRunner:
         t0, new = self.clock[0], 0
         while True:
             m.ratios.append(math.exp(self.rng.gauss(0.0, self.spreads[name])))
+            assert m.rounds is not None
+            m.rounds.append(Round("baseline", m.visits + 1, {}))
             self.clock[0] += self.round_s
             new += 1
             stop, _ = pol.should_stop_rounds(m.ratios, self.clock[0] - t0, share, least_total)
@@ -359,9 +361,9 @@ def test_every_finished_visit_is_journaled_as_the_record_holds_it():
     runner, record, _ = _two_pass_run({"quiet": 0.0005, "wild": 0.3}, journal=journal)
     assert journal.lines and {kind for kind, _ in journal.lines} == {"workload-extended"}
     assert len(journal.lines) == len(runner.visits) - 2  # every visit after the first of each workload
-    last = {doc["name"]: doc for _, doc in journal.lines}
-    assert [last[d["name"]] for d in record["workloads"]] == record["workloads"]
-    assert all(doc["visits"] >= 2 and doc["rounds"] == [] for doc in last.values())
+    last = {line["index"]: line["workload"] for _, line in journal.lines}
+    assert [last[i] for i in range(len(record["workloads"]))] == record["workloads"]
+    assert all(doc["visits"] >= 2 and len(doc["rounds"]) == len(doc["ratios"]) for doc in last.values())
 
 
 class _StoppedMidVisit(_FakeRunner):
@@ -370,6 +372,7 @@ class _StoppedMidVisit(_FakeRunner):
     def extend(self, w, m, share_s, min_new=2):
         self.visits.append(w.name)
         m.ratios.append(2.0)
+        m.rounds.append(Round("baseline", m.visits + 1, {}))
         raise KeyboardInterrupt
 
 
@@ -411,3 +414,15 @@ def test_two_passes_spend_no_more_than_the_budgets_plus_the_floors():
     assert spent <= len(spreads) * 1.0 + 1e-6
     quiet = [d for d in record["workloads"] if d["name"] in ("w0", "w4", "w8")]
     assert all(d["elapsed_s"] < 0.2 for d in quiet)  # converged early: their time is saved, not spent
+
+
+def test_a_round_cut_between_its_two_appends_is_not_written():
+    """A signal between `ratios.append` and `rounds.append` must not shift every later round's visit."""
+    from mpsup.workloads import Workload
+
+    w = Workload("linear/8x8/t1", "linear", "linear", "bf16", {"in_features": 8, "out_features": 8, "tokens": 1})
+    envs = {"baseline": EnvMeasurement("ok"), "baseline-2": EnvMeasurement("ok")}
+    m = WorkloadMeasurement(w, envs, rounds=[Round("baseline", 1, {})], status="ok")
+    m.ratios.extend([1.01, 0.5])  # the second ratio's round never made it
+    doc = m.to_json()
+    assert doc["ratios"] == [1.01] and len(doc["rounds"]) == 1

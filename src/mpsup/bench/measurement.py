@@ -173,8 +173,11 @@ class WorkloadMeasurement:
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {**self.workload.to_json(), "envs": {k: e.to_json() for k, e in self.envs.items()}}
         if self.rounds is not None:
-            doc["rounds"] = [r.to_json() for r in self.rounds]
-            doc["ratios"] = list(self.ratios)
+            # A signal between a round's two appends leaves one list a step ahead: write only whole rounds,
+            # so that rounds[i] (and its visit) always belongs to ratios[i].
+            whole = min(len(self.rounds), len(self.ratios))
+            doc["rounds"] = [r.to_json() for r in self.rounds[:whole]]
+            doc["ratios"] = list(self.ratios[:whole])
         if self.samples_per_round is not None:
             doc["samples_per_round"] = self.samples_per_round
         doc["status"] = self.status

@@ -268,9 +268,10 @@ def _two_passes(
             # the journal only gets a finished visit.
             record["workloads"][base + i] = measured[i].to_json()
         if extended and journal is not None:
-            # Its own kind: a journal recovered after a crash keeps the first visit's entry, whole.
+            # Its own kind, with the workload's position: a recovery puts the visit in its place, and a
+            # journal cut off before it still has the first visit's entry, whole.
             with stops.critical():
-                journal.append("workload-extended", record["workloads"][base + i])
+                journal.append("workload-extended", {"index": base + i, "workload": record["workloads"][base + i]})
         return extended
 
     per = sum(took) / len(took) if took else first
@@ -282,7 +283,9 @@ def _two_passes(
         runner.restart()
         for j, i in enumerate(ok):
             progress("extend", {"name": measured[i].name, "eta_s": (len(ok) - j) * per})
-            extend(i, share1, min_new=half_rounds)
+            # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
+            # overrun cap), so both process pairs weigh alike and the caps still bound the time.
+            extend(i, share1, min_new=min(half_rounds, len(measured[i].ratios)))
         pool = sum(
             max(0.0, budget - (m.elapsed_s or 0.0))
             for m in measured
@@ -303,6 +306,9 @@ def _two_passes(
         allot = next_allotment(pool, [widths[str(k)] for k in order[j:]], pol.max_extension * budget)
         if allot < least:
             break
+        m = measured[i]
+        if m.elapsed_s and m.visits and allot < 0.5 * m.elapsed_s / m.visits:
+            continue  # a setup and two rounds of this workload alone cost more than it would be given
         progress("extend", {"name": measured[i].name, "eta_s": eta_s(0, per, pool, 0.0, 0.0, len(order) - j)})
         t0 = clock()
         extend(i, allot)

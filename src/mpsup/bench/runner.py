@@ -215,6 +215,8 @@ class Runner:
             return False
         calls = next(iter(m.envs.values())).calls
         live = [s for s in self.sessions if s.env.label in m.envs]
+        rounds_before = len(m.ratios)
+        samples_before = sum(len(r.samples) for r in m.envs.values())
         try:
             for s in live:
                 fresh = self._setup(s, w, calls)
@@ -225,10 +227,14 @@ class Runner:
         except (WorkerDied, RuntimeError) as exc:
             m.extend_error = str(exc)[:300]
             return False
-        for r in m.envs.values():
-            r.summarize()
-        m.elapsed_s = (m.elapsed_s or 0.0) + self.options.clock() - t0
-        m.visits = (m.visits or 1) + 1
+        finally:
+            # However the visit ended (done, failed, or cut short by a signal), what it took counts: the
+            # summary covers every sample, and rounds labelled with this visit's number mean a visit made.
+            for r in m.envs.values():
+                r.summarize()
+            if len(m.ratios) > rounds_before or sum(len(r.samples) for r in m.envs.values()) > samples_before:
+                m.elapsed_s = (m.elapsed_s or 0.0) + self.options.clock() - t0
+                m.visits = (m.visits or 1) + 1
         return True
 
     def _visit(
@@ -252,6 +258,8 @@ class Runner:
 
     def _warmup(self, live: list[EnvSession], m: WorkloadMeasurement, share: float, t0: float) -> None:
         pol = self.options.policy
+        # Warmup's own clock: the setups before it (two, when paired) must not use up its share.
+        w0 = self.options.clock()
         settled = {s.env.label: False for s in live}
         start = {s.env.label: len(m.envs[s.env.label].warmup) for s in live}
         while not all(settled.values()):
@@ -262,7 +270,7 @@ class Runner:
                 self._sample(s, r, 1, warmup=True)
                 mine = r.warmup[start[s.env.label] :]
                 settled[s.env.label] = (
-                    self.options.clock() - t0 >= pol.warmup_share * share
+                    self.options.clock() - w0 >= pol.warmup_share * share
                     or pol.warmup_settled(mine, 0.0)
                     or len(mine) >= 50
                 )

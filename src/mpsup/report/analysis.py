@@ -290,6 +290,11 @@ def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
     return None
 
 
+# No floor above a thousand-fold: beyond it every call is off anyway, and exp() of a hostile record's
+# log-distances (ratios of 1e-300) would overflow.
+FLOOR_CAP = math.log(1000.0)
+
+
 def aa_floors(aa: RunRecord) -> dict[str, float]:
     """Per workload, how far from 1x an A/A run of the same setup lands: the farther end of its 95%
     interval. A systematic difference between two worker processes (placement, caches) shows here, and
@@ -301,7 +306,7 @@ def aa_floors(aa: RunRecord) -> dict[str, float]:
             continue
         ci = round_ratio_ci(rs)
         if ci.bounded:
-            floors[w.name] = max(abs(math.log(ci.low)), abs(math.log(ci.high)))
+            floors[w.name] = min(max(abs(math.log(ci.low)), abs(math.log(ci.high))), FLOOR_CAP)
     return floors
 
 
@@ -338,8 +343,8 @@ def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], flo
         here = math.log(base)
         nearest = sorted(points, key=lambda p: abs(p[0] - here))[:PROCESS_NEIGHBOURS]
         typical = median(d for _, d in nearest)
-        worst = max(worst, typical)
-        floors[w.name] = PROCESS_FLOOR_FACTOR * typical
+        worst = max(worst, min(typical, FLOOR_CAP))
+        floors[w.name] = min(PROCESS_FLOOR_FACTOR * typical, FLOOR_CAP)
     return floors, worst
 
 

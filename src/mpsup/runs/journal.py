@@ -27,7 +27,7 @@ from mpsup.clock import iso_now
 from mpsup.errors import UserError
 from mpsup.paths import runs_dir
 from mpsup.runs.schema import RunRecord
-from mpsup.runs.store import save_record
+from mpsup.runs.store import SAFE_ID, save_record
 from mpsup.store import DEFAULT_MAX_JSON_BYTES, finite_json
 
 JOURNAL_SCHEMA = "mpsup.journal/1"
@@ -164,7 +164,14 @@ def rebuild_record(data: bytes, source: Path) -> RunRecord | None:
         raise UserError(f"{source}: the journal's header is not a JSON object")
     record = dict(header)
     record["smoke"] = [doc for kind, doc in entries if kind == "smoke"]
-    record["workloads"] = [doc for kind, doc in entries if kind == "workload"]
+    workloads = [doc for kind, doc in entries if kind == "workload"]
+    for kind, doc in entries:
+        # A later visit of a workload (fresh workers, leftover time) replaces its entry: it holds every round.
+        if kind == "workload-extended" and isinstance(doc, dict):
+            index, visit = doc.get("index"), doc.get("workload")
+            if type(index) is int and 0 <= index < len(workloads) and isinstance(visit, dict):
+                workloads[index] = visit
+    record["workloads"] = workloads
     end = next((doc for kind, doc in entries if kind == "end"), None)
     if isinstance(end, dict):
         record.update({k: v for k, v in end.items() if k not in ("workloads", "smoke")})
@@ -216,7 +223,7 @@ def recover_one(path: Path, warn: Warn) -> Path | None:
             path.unlink(missing_ok=True)
             return None
         existing = path.parent / f"{record.id}.json"
-        if existing.exists():
+        if SAFE_ID.fullmatch(record.id) and existing.exists():
             # The bench wrote its record and died before removing the journal.
             path.unlink(missing_ok=True)
             return existing

@@ -26,8 +26,11 @@ memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load t
 # so a hostile or damaged record cannot make the report's bootstraps run for hours.
 MAX_ENVIRONMENTS = 16
 MAX_WORKLOADS = 20_000
-MAX_SAMPLES = 100_000
+MAX_SAMPLES = 20_000
 MAX_ROUNDS = 20_000
+# Over the whole record: what the report resamples. A full suite with two visits and leftover time keeps
+# well under 200,000; this bound keeps one report of a hostile record to minutes, not hours.
+MAX_VALUES = 2_000_000
 MAX_SMOKE = 1_000
 MAX_TAGS = 64
 MAX_COUNT = 10**9  # calls of one layer in one forward
@@ -513,6 +516,10 @@ class RunRecord:
         envs = _list(d.get("environments"), "environments", MAX_ENVIRONMENTS)
         workloads = _list(d.get("workloads"), "workloads", MAX_WORKLOADS)
         smoke = _list(d.get("smoke"), "smoke", MAX_SMOKE, optional=True)
+        parsed = tuple(WorkloadRun.from_json(w, f"workloads[{i}]") for i, w in enumerate(workloads))
+        values = sum(len(w.ratios) + sum(len(e.samples) for e in w.envs.values()) for w in parsed)
+        if values > MAX_VALUES:
+            raise Corrupt(f"workloads: {values:,} samples and ratios in all, over the {MAX_VALUES:,} a record may hold")
         return cls(
             id=run_id,
             device=device,
@@ -521,7 +528,7 @@ class RunRecord:
             partial=bool(partial),
             environments=tuple(Environment.from_json(e, f"environments[{i}]") for i, e in enumerate(envs)),
             options=_obj(d.get("options"), "options", optional=True),
-            workloads=tuple(WorkloadRun.from_json(w, f"workloads[{i}]") for i, w in enumerate(workloads)),
+            workloads=parsed,
             smoke=tuple(SmokeRun.from_json(s, f"smoke[{i}]") for i, s in enumerate(smoke)),
             hygiene=Hygiene.from_json(d.get("hygiene"), "hygiene"),
             model=ModelInfo.from_json(d["model"], "model") if d.get("model") is not None else None,

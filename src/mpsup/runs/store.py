@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,17 @@ def new_record(mode: str, device: str, environments: list[dict[str, Any]], optio
     }
 
 
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+
+
 def save_record(record: dict[str, Any] | RunRecord, directory: Path | None = None) -> Path:
     """Each run gets its own file. The name is claimed with a hard link, which fails if the name is
     taken: two benches at once (even with the same id) never overwrite each other's record. A document
     gets a fresh id in place when its own is taken; the returned path always names the saved one."""
     doc = record.to_json() if isinstance(record, RunRecord) else record
+    if not SAFE_ID.fullmatch(str(doc.get("id", ""))):
+        # The id names the file: one from a damaged or hostile journal (`../x`) gets a fresh one.
+        doc["id"] = new_run_id()
     d = directory or runs_dir()
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{doc['id']}.{secrets.token_hex(4)}.tmp"
