@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -141,7 +142,9 @@ def test_terminal_shows_markup_literally():
 def test_list_shows_ids_devices_and_models_literally(mpsup_home: Path):
     rec = _hostile(MARKUP, run_id="20261202T100000Z-[b]x")
     rec["model"] = {"path": "models/[old] llama", "fingerprint": "ab"}
-    save_record(rec, mpsup_home / "runs")
+    # save_record gives such an id a fresh, file-safe one; a file put there by hand keeps it.
+    (mpsup_home / "runs").mkdir(parents=True, exist_ok=True)
+    (mpsup_home / "runs" / "20261202T100000Z-bx.json").write_text(json.dumps(rec))
     out = Console(file=io.StringIO(), width=400, color_system=None)
     run_report(ReportRequest(list_runs=True), out, Console(file=io.StringIO()))
     text = out.file.getvalue()  # type: ignore[attr-defined]
