@@ -257,3 +257,22 @@ def test_real_pair_baseline_vs_candidate_torch(mpsup_home: Path):
     assert doc["baseline_torch"] != doc["candidate_torch"]
     assert doc["verdict"] in ("benefit", "no-change", "mixed", "regression", "inconclusive")
     assert len(doc["workloads"]) == 31 and all(w["speedup"] for w in doc["workloads"])
+
+
+@pytest.mark.parametrize("extra", [["-o", "OUT"], ["--run", "20261202T100000Z-aaaaaa"], ["some.json"]])
+def test_list_refuses_what_it_would_ignore(mpsup_home: Path, tmp_path: Path, extra: list[str]):
+    out = tmp_path / "out.md"
+    res = run_cli("report", "--list", *[str(out) if a == "OUT" else a for a in extra])
+    assert res.returncode == 2 and "--list takes no" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_html_of_several_runs_is_refused_not_cut_to_the_first(mpsup_home: Path, tmp_path: Path):
+    paths = []
+    for i, seed in enumerate((1, 2)):
+        p = tmp_path / f"run{i}.json"
+        p.write_text(json.dumps(paired_record(1.0, seed=seed, run_id=f"20261202T10000{i}Z-aaaaaa")))
+        paths.append(str(p))
+    res = run_cli("report", *paths, "--format", "html")
+    assert res.returncode == 2 and "--format html shows one run; 2 were given" in res.stderr
+    assert run_cli("report", *paths, "--format", "markdown").returncode == 0

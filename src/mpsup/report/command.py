@@ -55,10 +55,20 @@ class ReportResult:
 def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
     """Records -> analyses -> the exit code. Bad input raises UserError; nothing is printed here."""
     if req.list_runs:
+        # --list shows what is stored; a record choice or a file to write would be silently ignored.
+        chosen = (("-o", req.output), ("--run", req.run), ("--baseline", req.baseline), ("--candidate", req.candidate))
+        extra = [o for o, v in chosen if v]
+        if extra or req.paths:
+            raise UserError(f"--list takes no {', '.join(extra) or 'record paths'}: it lists the stored runs")
         return ReportResult(stored=tuple(select.stored_runs(warn)))
     if req.output is not None and req.fmt == "terminal":
         raise UserError("-o needs --format markdown, json or html")
     records = _records(req, warn, note)
+    if req.fmt == "html" and len(records) > 1:
+        # One page per report: several machines' pages would not make one valid HTML document.
+        raise UserError(
+            f"--format html shows one run; {len(records)} were given (use --format markdown or json for several)"
+        )
     # An A/A run of the same machine, device and torch shows how far two workers of one build drift
     # apart; its spread becomes each workload's floor, so that drift is never called a torch change.
     aa_runs = select.stored_aa_runs(warn)
