@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from mpsup.render import safe, stderr_console, stdout_console
+from mpsup.render import stderr_console, stdout_console, warning_line
 
 app = typer.Typer(
     add_completion=False,
@@ -138,13 +138,9 @@ def bench(
         render_list(plan, as_json, stdout_console)
         return
     with bench_progress(stderr_console) as on_event:
-        result = command.run(plan, progress=on_event, warn=_warn)
+        result = command.run(plan, progress=on_event, warn=warning_line)
     render_result(result, as_json, stdout_console)
     raise typer.Exit(result.exit_code)
-
-
-def _warn(msg: str) -> None:
-    stderr_console.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
 
 
 class ReportFormat(StrEnum):

@@ -31,5 +31,10 @@ def safe(text: object) -> str:
     return rich_escape(str(text))
 
 
+def warning_line(message: str, console: Console = stderr_console) -> None:
+    """A problem mpsup stepped around (a bad record skipped): one yellow line on stderr."""
+    console.print(f"[yellow]warning:[/] {safe(message)}", highlight=False, soft_wrap=True)
+
+
 def error_line(message: str) -> None:
     stderr_console.print(f"[bold red]mpsup:[/] {safe(message)}", markup=True, highlight=False, soft_wrap=True)

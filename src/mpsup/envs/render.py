@@ -29,7 +29,7 @@ from rich.table import Table
 
 from mpsup.envs import command
 from mpsup.envs.plan import InstallPlan
-from mpsup.render import NARROW, emit_json, safe, stderr_console, stdout_console
+from mpsup.render import NARROW, emit_json, safe, stderr_console, stdout_console, warning_line
 
 
 def human_size(size: int | None) -> str:
@@ -235,7 +235,7 @@ def render_result(result: command.InstallRcResult, *, as_json: bool) -> None:
     """The one place install-rc's outcome is shown; the plan itself was shown by the hooks, before the question."""
     if isinstance(result, command.ListResult):
         for problem in result.problems:
-            stderr_console.print(f"[yellow]warning:[/] skipped {safe(problem)}", highlight=False, soft_wrap=True)
+            warning_line(f"skipped {problem}")
     if isinstance(result, command.Declined):
         stderr_console.print("Nothing was changed.")
     if as_json:

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from mpsup.errors import UserError
-from mpsup.render import emit_json, safe
+from mpsup.render import emit_json, safe, warning_line
 from mpsup.report.analysis import Analysis, analyze, matching_aa
 from mpsup.report.render import (
     multi_json,
@@ -105,7 +105,7 @@ def console_messages(err: Console) -> tuple[Warn, Warn]:
     """Warnings and notes go to stderr: stdout stays the report alone (a JSON document, a page)."""
 
     def warn(msg: str) -> None:
-        err.print(f"[yellow]warning:[/] {safe(msg)}", highlight=False, soft_wrap=True)
+        warning_line(msg, err)
 
     def note(msg: str) -> None:
         err.print(safe(msg), highlight=False, soft_wrap=True)
