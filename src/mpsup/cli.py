@@ -89,6 +89,10 @@ def bench(
     threads: Annotated[
         int | None, typer.Option("--threads", min=1, help="CPU threads in the worker (recorded).")
     ] = None,
+    affinity: Annotated[
+        str | None,
+        typer.Option("--affinity", help="Pin the workers: auto (one CPU for cuda), none, or CPUs such as 3 or 2-3."),
+    ] = None,
     list_only: Annotated[bool, _flag("--list", help="Print the workloads without running them.")] = False,
     smoke: Annotated[bool, _flag("--smoke/--no-smoke", help="Run the feature smoke tests first.")] = True,
     baseline: Annotated[
@@ -123,6 +127,7 @@ def bench(
         python=python,
         tokens=tokens,
         threads=threads,
+        affinity=affinity,
         smoke=smoke,
         baseline=baseline,
         candidate=candidate,

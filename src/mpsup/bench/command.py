@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.host.affinity import Affinity, choose
 from mpsup.workloads import Workload, select
 
 DTYPES = ("bf16", "fp16", "fp32")
+NOT_PINNED = Affinity(None, "not pinned")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class BenchRequest:
     dtype: str | None = None
     compile_too: bool = False
     resolution: str | None = None
+    affinity: str | None = None  # auto, none, or a CPU list (host/affinity.py)
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class BenchPlan:
     workloads: tuple[Workload, ...]
     model_doc: dict[str, Any] | None
     not_measured: tuple[dict[str, Any], ...] = ()
+    affinity: Affinity = NOT_PINNED
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
 def prepare(req: BenchRequest) -> BenchPlan:
     """Choose the workloads: the bundled suite, a checkpoint's layers, or a whole model end to end."""
     device = req.device or default_device()
+    affinity = choose(req.affinity, device)
     if req.dtype is not None and req.dtype not in DTYPES:
         raise UserError(f"--dtype {req.dtype!r}: expected bf16, fp16 or fp32")
     from mpsup.bench.suite import build_suite, default_tokens
@@ -94,9 +99,10 @@ def prepare(req: BenchRequest) -> BenchPlan:
         )
         # A whole model is one workload (or two, with --compile): --only selects among layers only.
         chosen = select(list(model.workloads), req.only) if req.only and not model.end_to_end else model.workloads
-        return BenchPlan(req, device, tuple(chosen), model.doc, model.not_measured)
+        return BenchPlan(req, device, tuple(chosen), model.doc, model.not_measured, affinity)
 
-    return BenchPlan(req, device, tuple(select(build_suite(device, parse_tokens(req.tokens)), req.only)), None)
+    suite = select(build_suite(device, parse_tokens(req.tokens)), req.only)
+    return BenchPlan(req, device, tuple(suite), None, affinity=affinity)
 
 
 def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: Callable[[str], None]) -> BenchResult:
@@ -108,7 +114,11 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
     req = plan.request
     envs, mode = _environments(req)
     options = BenchOptions(
-        device=plan.device, policy=SamplingPolicy(budget_s=req.budget), threads=req.threads, smoke=req.smoke
+        device=plan.device,
+        policy=SamplingPolicy(budget_s=req.budget),
+        threads=req.threads,
+        smoke=req.smoke,
+        cpus=plan.affinity.cpus,
     )
     record, path = run_bench(
         envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn, exiting=True

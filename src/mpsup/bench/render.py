@@ -388,6 +388,8 @@ def print_plan_notes(plan: BenchPlan, console: Console) -> None:
         console.print(f"assumed: {safe(note)}", highlight=False, soft_wrap=True)
     for item in plan.not_measured[:5]:
         console.print(f"not measured: {safe(item['tensor'])}: {safe(item['reason'])}", highlight=False, soft_wrap=True)
+    if plan.affinity.cpus:
+        console.print(f"pinned: {safe(plan.affinity.why)}", highlight=False, soft_wrap=True)
 
 
 def render_list(plan: BenchPlan, as_json: bool, console: Console) -> None:

@@ -169,6 +169,7 @@ def _measure(
         {
             "budget_s": options.policy.budget_s,
             "threads": options.threads,
+            "cpus": list(options.cpus) if options.cpus else None,
             "memory_share": options.memory_share,
             "policy": dict(asdict(options.policy).items()),
         },

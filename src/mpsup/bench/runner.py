@@ -41,6 +41,7 @@ class BenchOptions:
     memory_share: float = 0.5  # of the device's safe memory a workload may take
     smoke: bool = True
     clock: Callable[[], float] = time.perf_counter
+    cpus: tuple[int, ...] | None = None  # every worker pinned to these (host/affinity.py); None: not pinned
 
 
 class EnvSession:
@@ -57,7 +58,13 @@ class EnvSession:
         self.worker = WorkerProcess(self.env.python, env=worker_env(self.options.threads))
         try:
             hello = self.worker.request(
-                {"op": "hello", "device": self.options.device, "threads": self.options.threads}, timeout=300
+                {
+                    "op": "hello",
+                    "device": self.options.device,
+                    "threads": self.options.threads,
+                    "cpus": list(self.options.cpus) if self.options.cpus else None,
+                },
+                timeout=300,
             )
         except NoTorch as exc:
             self.close(force=True)

@@ -36,6 +36,11 @@ class Worker:
         self.out.flush()
 
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
+        cpus = req.get("cpus")
+        if cpus and hasattr(os, "sched_setaffinity"):
+            # Before the device starts its threads, which inherit it. The pipe reader thread keeps the
+            # old mask; it only waits on a pipe.
+            os.sched_setaffinity(0, [int(c) for c in cpus])
         self.device = Device(req.get("device", "cpu"))
         threads = req.get("threads")
         if threads:
@@ -49,6 +54,7 @@ class Worker:
             "torch_version": str(torch.__version__),
             "threads": torch.get_num_threads(),
             "smoke_features": list(FEATURES),
+            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         }
         if ok:
             facts.update(self.device.facts())

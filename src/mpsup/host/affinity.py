@@ -1,0 +1,85 @@
+"""Which CPUs the workers run on (`bench --affinity`), as pyperf's `--affinity` does.
+
+Why pin at all: a GPU layer of 15-30 us is bound by the host issuing it, and two worker processes of
+the same torch left to the scheduler were measured issuing at persistently different speeds (on the
+H200's virtual machine, ~16 us in one and ~23 us in the other, for the life of the processes:
+docs/methodology.md, "Pinning the workers"). Both environments pinned to the same CPU take turns on
+the same core, so that difference cannot lean one way.
+
+macOS has no CPU affinity interface (threads only get QoS classes), so there `auto` means "not pinned"
+and a list is refused."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from mpsup.errors import UserError
+
+AUTO, NONE = "auto", "none"
+MAX_CPU = 1 << 16  # far above any machine; bounds what a hostile list may ask the kernel for
+
+
+@dataclass(frozen=True)
+class Affinity:
+    cpus: tuple[int, ...] | None  # None: not pinned
+    why: str  # for the record and the plan notes
+
+
+def allowed_cpus() -> tuple[int, ...] | None:
+    """The CPUs this process may run on, or None where the system cannot say (macOS)."""
+    get = getattr(os, "sched_getaffinity", None)
+    if get is None:
+        return None
+    return tuple(sorted(get(0)))
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """`3`, `2,3` or `0-3,8`: what taskset -c and pyperf --affinity take."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise UserError(f"--affinity {text!r}: expected auto, none, or CPUs such as 3, 2,3 or 0-3")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if first > last or last >= MAX_CPU:
+            raise UserError(f"--affinity {text!r}: {part} is not a CPU range")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def choose(text: str | None, device: str) -> Affinity:
+    """`auto` (the default) pins CUDA workers to one CPU, the last this process may use (CPU 0 takes
+    most interrupts): a GPU launch is single-threaded. CPU workloads are left unpinned: their threads
+    need every core, and both environments already share the same ones."""
+    choice = (text or AUTO).strip().lower()
+    allowed = allowed_cpus()
+    if choice == NONE:
+        return Affinity(None, "not pinned (--affinity none)")
+    if choice == AUTO:
+        if allowed is None:
+            return Affinity(None, "not pinned (this system has no CPU affinity interface)")
+        if device != "cuda":
+            return Affinity(None, f"not pinned (--device {device} uses every core)")
+        return Affinity((allowed[-1],), f"both environments on CPU {allowed[-1]} (--affinity auto)")
+    cpus = parse_cpu_list(choice)
+    if allowed is None:
+        raise UserError(f"--affinity {text}: this system has no CPU affinity interface; use auto or none")
+    outside = sorted(set(cpus) - set(allowed))
+    if outside:
+        raise UserError(f"--affinity {text}: CPU {outside[0]} is not one this process may use ({_ranges(allowed)})")
+    return Affinity(cpus, f"both environments on CPU {_ranges(cpus)} (--affinity)")
+
+
+def _ranges(cpus: tuple[int, ...]) -> str:
+    out: list[str] = []
+    start = prev = cpus[0]
+    for c in (*cpus[1:], None):
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ",".join(out)

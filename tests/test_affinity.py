@@ -1,0 +1,100 @@
+"""`bench --affinity`: parsing, the auto choice per device, refusals, and workers really pinned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpsup.errors import UserError
+from mpsup.host import affinity
+from mpsup.host.affinity import choose, parse_cpu_list
+
+linux_only = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux CPU affinity")
+
+
+def test_cpu_lists_parse_like_taskset() -> None:
+    assert parse_cpu_list("3") == (3,)
+    assert parse_cpu_list("2,3") == (2, 3)
+    assert parse_cpu_list("0-3,8, 5") == (0, 1, 2, 3, 5, 8)
+
+
+@pytest.mark.parametrize("text", ["", "x", "3-1", "1-", "-1", "1,,2", "0-99999999", "1.5"])
+def test_bad_cpu_lists_are_one_clear_error(text: str) -> None:
+    with pytest.raises(UserError, match="--affinity"):
+        parse_cpu_list(text)
+
+
+def test_auto_pins_cuda_to_the_last_allowed_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(affinity, "allowed_cpus", lambda: (0, 1, 2, 7))
+    assert choose(None, "cuda").cpus == (7,)
+    assert choose("auto", "cuda").cpus == (7,)
+    assert choose(None, "cpu").cpus is None
+    assert choose(None, "mps").cpus is None
+    assert choose("none", "cuda").cpus is None
+    assert choose("1-2", "cpu").cpus == (1, 2)
+
+
+def test_cpus_outside_the_allowed_set_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(affinity, "allowed_cpus", lambda: (0, 1))
+    with pytest.raises(UserError, match="CPU 5 is not one this process may use"):
+        choose("1,5", "cuda")
+
+
+def test_without_an_affinity_interface_auto_is_unpinned_and_lists_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(affinity, "allowed_cpus", lambda: None)
+    assert choose(None, "cuda").cpus is None
+    with pytest.raises(UserError, match="no CPU affinity interface"):
+        choose("0", "cuda")
+
+
+@linux_only
+def test_the_workers_run_on_the_chosen_cpu(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    env = {**os.environ, "MPSUP_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpsup",
+            "bench",
+            "--device",
+            "cpu",
+            "--aa",
+            "--only",
+            "linear/896x896/t1",
+            "--no-smoke",
+            "--budget",
+            "0.05",
+            "--affinity",
+            str(cpu),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pinned: both environments on CPU" in done.stderr
+    summary = json.loads(done.stdout)
+    record = json.loads(Path(summary["path"]).read_text())
+    assert record["options"]["cpus"] == [cpu]
+    assert [e["cpus"] for e in record["environments"]] == [[cpu], [cpu]]
+
+
+def test_a_bad_affinity_is_exit_2_with_one_line(tmp_path) -> None:
+    env = {**os.environ, "MPSUP_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "mpsup", "bench", "--device", "cpu", "--affinity", "9-1", "--list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "--affinity '9-1'" in done.stderr and "Traceback" not in done.stderr
