@@ -78,3 +78,23 @@ def test_rounds_that_do_not_line_up_with_ratios_count_as_one_visit():
     rec = as_record(doc)
     assert len(rec.workloads[0].ratios_by_visit) == 1
     assert len(rec.workloads[1].ratios_by_visit) == 2
+
+
+def test_a_quiet_aa_reference_does_not_lower_the_between_process_floor():
+    # Launch-bound workloads whose two process pairs disagree by ~15%: the run's own floor holds them.
+    # An A/A run that happened to be quiet on them must not replace that floor with its smaller one.
+    doc = _two_visits(paired_record(count=40, rounds=24, seed=5), short_spread=0.15, truth={}, seed=5)
+    quiet = paired_record(count=40, rounds=24, mode="aa", seed=6)
+    for w in quiet["workloads"]:
+        w["ratios"] = [1.0 + (0.001 if k % 2 else -0.001) for k in range(24)]
+    rec = as_record(doc)
+    floors, _ = process_floors(rec, "baseline")
+    plain = analyze(doc)
+    with_aa = analyze(doc, aa_reference=quiet)
+    assert any("A/A floor from run" in n for n in with_aa.notes)
+    short = [w.name for w in rec.workloads[:20]]
+    assert all(floors[n] > 0.10 for n in short)
+    flagged_plain = {w.name for w in plain.workloads if w.change in ("faster", "slower")}
+    flagged_aa = {w.name for w in with_aa.workloads if w.change in ("faster", "slower")}
+    assert flagged_aa <= flagged_plain  # a floor only ever removes calls
+    assert not flagged_aa & set(short)

@@ -397,7 +397,9 @@ def analyze(
                 status=status,
             )
         )
-    _apply_fdr(changes, threshold, {n: max(floors.get(n, 0.0), f) for n, f in {**by_process, **floors}.items()})
+    # Each floor is a lower bound on what this run cannot tell from noise: the higher one holds.
+    combined = {n: max(floors.get(n, 0.0), by_process.get(n, 0.0)) for n in {*floors, *by_process}}
+    _apply_fdr(changes, threshold, combined)
     for c in changes:
         # A paired speedup is the median of per-round ratios, not the ratio of pooled medians: show a
         # candidate time that agrees with it (93.3 us | 45.2 us | 1.004x appeared before), keep the pooled one.
