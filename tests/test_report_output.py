@@ -173,3 +173,25 @@ def test_report_output_through_a_link_says_where_it_went(three_runs: Path, tmp_p
     run_report(ReportRequest(fmt="json", output=tmp_path / "link.json"), Console(file=io.StringIO()), err)
     assert json.loads(real.read_text())["runs"] == [IDS[2]]
     assert f"-> {real}" in err.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_a_report_never_replaces_the_records_it_reads(three_runs: Path, tmp_path: Path):
+    record = three_runs / f"{IDS[0]}.json"
+    before = record.read_bytes()
+    res = run_cli("report", str(record), "--format", "json", "-o", str(record))
+    assert res.returncode == 2 and "the record being reported" in res.stderr and "Traceback" not in res.stderr
+    (tmp_path / "link.json").symlink_to(record)
+    res = run_cli("report", str(record), "--format", "json", "-o", str(tmp_path / "link.json"))
+    assert res.returncode == 2 and "the record being reported" in res.stderr
+    res = run_cli("report", "--run", IDS[1], "--format", "markdown", "-o", str(three_runs / "r.md"))
+    assert res.returncode == 2 and "inside mpsup's run records" in res.stderr
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "a.json").write_bytes(before)
+    res = run_cli("report", str(folder), "--format", "json", "-o", str(folder / "sub" / "report.json"))
+    assert res.returncode == 2 and "among the records being read" in res.stderr
+    assert record.read_bytes() == before and (folder / "a.json").read_bytes() == before
+    # A page beside the records it reads is fine: only .json files are read as records.
+    res = run_cli("report", str(folder), "--format", "markdown", "-o", str(folder / "report.md"))
+    assert res.returncode == 0, res.stderr
+    assert (folder / "report.md").read_text().strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,8 @@ def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
         return ReportResult(stored=tuple(select.stored_runs(warn)))
     if req.output is not None and req.fmt == "terminal":
         raise UserError("-o needs --format markdown, json or html")
+    if req.output is not None:
+        _refuse_overwriting_records(req.output, req.paths)
     records = _records(req, warn, note)
     if req.fmt == "html" and len(records) > 1:
         # One page per report: several machines' pages would not make one valid HTML document.
@@ -131,6 +134,23 @@ def _records(req: ReportRequest, warn: Warn, note: Warn) -> list[RunRecord]:
     if req.paths:
         return select.records_from_paths(req.paths, warn)
     return [select.newest_paired(warn, note)]
+
+
+def _refuse_overwriting_records(output: Path, inputs: list[Path]) -> None:
+    """`report run.json -o run.json` would replace the measurements with their report. Refused: a target
+    that is a record being read, anything in the data dir's runs/ (mpsup's own records), and a .json in a
+    folder of records being read (it would replace one, or be read as one next time)."""
+    from mpsup.paths import runs_dir
+
+    target = Path(os.path.abspath(output)).resolve()  # a symlink names the file it would overwrite
+    for p in inputs:
+        resolved = p.resolve()
+        if resolved == target:
+            raise UserError(f"-o {output}: that is the record being reported; write the report to another file")
+        if resolved.is_dir() and target.is_relative_to(resolved) and target.suffix.lower() == ".json":
+            raise UserError(f"-o {output}: a .json among the records being read in {p}; write the report elsewhere")
+    if target.is_relative_to(runs_dir().resolve()):
+        raise UserError(f"-o {output}: inside mpsup's run records ({runs_dir()}); write the report elsewhere")
 
 
 def _json_doc(analyses: list[Analysis]) -> dict[str, Any]:
