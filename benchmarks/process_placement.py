@@ -176,7 +176,7 @@ def pairs(args: argparse.Namespace, cpus: list[int]) -> dict[str, list[list[floa
     conditions: dict[str, tuple[tuple[list[int] | None, list[int] | None], bool]] = {
         "free": ((None, None), False),
         "same-core": (([cpus[-1]], [cpus[-1]]), False),
-        "two-cores": (([cpus[-1]], [cpus[-2]]), False),
+        "two-cores": (([cpus[-1]], [cpus[0]]), False),  # the same CPU on a one-CPU machine
         "no-aslr": ((None, None), True),
         "same-core+no-aslr": (([cpus[-1]], [cpus[-1]]), True),
     }

@@ -98,3 +98,36 @@ def test_a_bad_affinity_is_exit_2_with_one_line(tmp_path) -> None:
     )
     assert done.returncode == 2
     assert "--affinity '9-1'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "\uff10", "1" * 5000, "", "0\n1"])
+def test_odd_affinity_text_is_refused_not_a_traceback(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(affinity, "allowed_cpus", lambda: (0, 1))
+    with pytest.raises(UserError, match="--affinity"):
+        choose(text, "cuda")
+
+
+def test_pinned_workers_get_as_many_threads_as_cpus() -> None:
+    from mpsup.bench.runner import BenchOptions, EnvSession, EnvSpec
+
+    seen: list[dict[str, str]] = []
+
+    class FakeWorker:
+        def __init__(self, _python: object, *, env: dict[str, str]) -> None:
+            seen.append(env)
+
+        def request(self, doc: dict[str, object], timeout: float = 0) -> dict[str, object]:
+            seen.append({"hello_threads": str(doc["threads"])})
+            return {"type": "hello", "available": True}
+
+    import mpsup.bench.runner as runner
+
+    original = runner.WorkerProcess
+    runner.WorkerProcess = FakeWorker  # type: ignore[misc,assignment]
+    try:
+        EnvSession(EnvSpec("baseline", Path(sys.executable)), BenchOptions(device="cpu", cpus=(0, 1))).start()
+        EnvSession(EnvSpec("baseline", Path(sys.executable)), BenchOptions(device="cpu", cpus=(0,), threads=3)).start()
+    finally:
+        runner.WorkerProcess = original  # type: ignore[misc]
+    assert seen[0]["OMP_NUM_THREADS"] == "2" and seen[1] == {"hello_threads": "2"}
+    assert seen[2]["OMP_NUM_THREADS"] == "3"  # an explicit --threads wins

@@ -179,10 +179,10 @@ def test_a_report_never_replaces_the_records_it_reads(three_runs: Path, tmp_path
     record = three_runs / f"{IDS[0]}.json"
     before = record.read_bytes()
     res = run_cli("report", str(record), "--format", "json", "-o", str(record))
-    assert res.returncode == 2 and "the record being reported" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "a record being reported" in res.stderr and "Traceback" not in res.stderr
     (tmp_path / "link.json").symlink_to(record)
     res = run_cli("report", str(record), "--format", "json", "-o", str(tmp_path / "link.json"))
-    assert res.returncode == 2 and "the record being reported" in res.stderr
+    assert res.returncode == 2 and "a record being reported" in res.stderr
     res = run_cli("report", "--run", IDS[1], "--format", "markdown", "-o", str(three_runs / "r.md"))
     assert res.returncode == 2 and "inside mpsup's run records" in res.stderr
     folder = tmp_path / "mine"
@@ -195,3 +195,25 @@ def test_a_report_never_replaces_the_records_it_reads(three_runs: Path, tmp_path
     res = run_cli("report", str(folder), "--format", "markdown", "-o", str(folder / "report.md"))
     assert res.returncode == 0, res.stderr
     assert (folder / "report.md").read_text().strip()
+
+
+def test_links_and_loops_cannot_trick_report_into_replacing_a_record(three_runs: Path, tmp_path: Path):
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    record = real / "Run.json"
+    record.write_bytes((three_runs / f"{IDS[0]}.json").read_bytes())
+    before = record.read_bytes()
+    (tmp_path / "link").symlink_to(real / "sub")
+    res = run_cli("report", str(record), "--format", "json", "-o", str(tmp_path / "link" / ".." / "Run.json"))
+    assert res.returncode == 2 and "a record being reported" in res.stderr
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "x.json").symlink_to(record)
+    res = run_cli("report", str(folder), "--format", "json", "-o", str(record))
+    assert res.returncode == 2 and "a record being reported" in res.stderr
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for args in ((str(loop), "-o", str(tmp_path / "r.md")), (str(record), "-o", str(loop))):
+        res = run_cli("report", *args, "--format", "markdown")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert record.read_bytes() == before

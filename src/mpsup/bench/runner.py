@@ -55,14 +55,17 @@ class EnvSession:
         self.crashes = 0
 
     def start(self) -> dict[str, Any]:
-        self.worker = WorkerProcess(self.env.python, env=worker_env(self.options.threads))
+        # Pinned to k CPUs, torch would still start a thread per CPU of the machine: k threads, unless told.
+        cpus = self.options.cpus
+        threads = self.options.threads or (len(cpus) if cpus else None)
+        self.worker = WorkerProcess(self.env.python, env=worker_env(threads))
         try:
             hello = self.worker.request(
                 {
                     "op": "hello",
                     "device": self.options.device,
-                    "threads": self.options.threads,
-                    "cpus": list(self.options.cpus) if self.options.cpus else None,
+                    "threads": threads,
+                    "cpus": list(cpus) if cpus else None,
                 },
                 timeout=300,
             )

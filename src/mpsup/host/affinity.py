@@ -12,12 +12,14 @@ and a list is refused."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from mpsup.errors import UserError
 
 AUTO, NONE = "auto", "none"
 MAX_CPU = 1 << 16  # far above any machine; bounds what a hostile list may ask the kernel for
+_NUMBER = re.compile(r"[0-9]{1,6}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
     for part in text.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        # ASCII digits only, and few of them: str.isdigit() takes superscripts and other scripts' digits.
+        if not _NUMBER.fullmatch(lo) or (sep and not _NUMBER.fullmatch(hi)):
             raise UserError(f"--affinity {text!r}: expected auto, none, or CPUs such as 3, 2,3 or 0-3")
         first, last = int(lo), int(hi) if sep else int(lo)
         if first > last or last >= MAX_CPU:
@@ -53,7 +56,7 @@ def choose(text: str | None, device: str) -> Affinity:
     """`auto` (the default) pins CUDA workers to one CPU, the last this process may use (CPU 0 takes
     most interrupts): a GPU launch is single-threaded. CPU workloads are left unpinned: their threads
     need every core, and both environments already share the same ones."""
-    choice = (text or AUTO).strip().lower()
+    choice = (AUTO if text is None else text).strip().lower()
     allowed = allowed_cpus()
     if choice == NONE:
         return Affinity(None, "not pinned (--affinity none)")
@@ -65,7 +68,7 @@ def choose(text: str | None, device: str) -> Affinity:
         return Affinity((allowed[-1],), f"both environments on CPU {allowed[-1]} (--affinity auto)")
     cpus = parse_cpu_list(choice)
     if allowed is None:
-        raise UserError(f"--affinity {text}: this system has no CPU affinity interface; use auto or none")
+        raise UserError(f"--affinity {text!r}: this system has no CPU affinity interface; use auto or none")
     outside = sorted(set(cpus) - set(allowed))
     if outside:
         raise UserError(f"--affinity {text}: CPU {outside[0]} is not one this process may use ({_ranges(allowed)})")

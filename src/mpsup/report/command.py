@@ -138,19 +138,30 @@ def _records(req: ReportRequest, warn: Warn, note: Warn) -> list[RunRecord]:
 
 def _refuse_overwriting_records(output: Path, inputs: list[Path]) -> None:
     """`report run.json -o run.json` would replace the measurements with their report. Refused: a target
-    that is a record being read, anything in the data dir's runs/ (mpsup's own records), and a .json in a
-    folder of records being read (it would replace one, or be read as one next time)."""
+    that is (or links to) a record being read, anything in the data dir's runs/ (mpsup's own records), and
+    a .json inside a folder of records being read (it would be read as one next time)."""
     from mpsup.paths import runs_dir
 
-    target = Path(os.path.abspath(output)).resolve()  # a symlink names the file it would overwrite
-    for p in inputs:
-        resolved = p.resolve()
-        if resolved == target:
-            raise UserError(f"-o {output}: that is the record being reported; write the report to another file")
-        if resolved.is_dir() and target.is_relative_to(resolved) and target.suffix.lower() == ".json":
-            raise UserError(f"-o {output}: a .json among the records being read in {p}; write the report elsewhere")
-    if target.is_relative_to(runs_dir().resolve()):
-        raise UserError(f"-o {output}: inside mpsup's run records ({runs_dir()}); write the report elsewhere")
+    try:
+        # realpath, as the writer resolves it: `link/../x` is where the link leads, then up.
+        target = Path(os.path.realpath(output))
+        for p in inputs:
+            real = Path(os.path.realpath(p))
+            if real.is_dir():
+                if target.suffix.lower() == ".json" and target.is_relative_to(real):
+                    raise UserError(f"-o {output}: a .json among the records being read in {p}; write elsewhere")
+                files = [f for f in real.rglob("*.json") if not f.name.startswith(".")]
+            else:
+                files = [real]
+            for f in files:
+                # samefile: a link among the records, or another spelling on a case-insensitive disk
+                if target == Path(os.path.realpath(f)) or (target.exists() and f.exists() and target.samefile(f)):
+                    raise UserError(f"-o {output}: that is a record being reported ({f}); write to another file")
+        if target.is_relative_to(Path(os.path.realpath(runs_dir()))):
+            raise UserError(f"-o {output}: inside mpsup's run records ({runs_dir()}); write the report elsewhere")
+    except (OSError, RuntimeError) as exc:  # a link loop, a folder we may not read
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UserError(f"-o {output}: cannot check it against the records read ({why})") from None
 
 
 def _json_doc(analyses: list[Analysis]) -> dict[str, Any]:

@@ -40,7 +40,10 @@ class Worker:
         if cpus and hasattr(os, "sched_setaffinity"):
             # Before the device starts its threads, which inherit it. The pipe reader thread keeps the
             # old mask; it only waits on a pipe.
-            os.sched_setaffinity(0, [int(c) for c in cpus])
+            try:
+                os.sched_setaffinity(0, [int(c) for c in cpus])
+            except OSError as exc:  # a CPU gone offline, or one a container does not grant
+                raise RuntimeError(f"--affinity: cannot run on CPU {cpus} ({exc.strerror or exc})") from None
         self.device = Device(req.get("device", "cpu"))
         threads = req.get("threads")
         if threads:
