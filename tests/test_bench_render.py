@@ -93,3 +93,29 @@ def test_progress_shows_an_eta_and_keeps_smoke_steps_apart():
     assert "workloads" in text and "1/3" in text
     assert "ETA ~2 min" in text
     assert fmt_eta(0.2) == "~1 s" and fmt_eta(45) == "~45 s" and fmt_eta(600) == "~10 min"
+
+
+def test_a_paired_run_counts_a_workload_once_both_visits_are_done():
+    first_pass = [("start", {"total": 3, "visits": 2})]
+    for name in ("a", "b", "c"):
+        first_pass += [("workload", {"name": name, "eta_s": 10.0}), ("done", {"name": name, "status": "ok"})]
+    middle = [
+        *first_pass,
+        ("second-visits", {"count": 2}),  # c failed on its first visit: no second one, done now
+        ("restart", {"eta_s": 5.0}),
+        ("extend", {"name": "a", "eta_s": 5.0}),
+        ("visited", {"name": "a"}),
+    ]
+    end = [*middle, ("extend", {"name": "b", "eta_s": 2.0}), ("visited", {"name": "b"})]
+
+    def shown(events: list[tuple[str, dict]]) -> str:
+        # A console that is no terminal draws the bar once, when it stops: one run per state.
+        console = Console(record=True, width=200, color_system=None, force_terminal=False)
+        with bench_progress(console) as on_event:
+            for event, info in events:
+                on_event(event, info)
+        return console.export_text()
+
+    assert "0/3" in shown(first_pass)  # before: 3/3 with half the time still to come
+    assert "2/3" in shown(middle)
+    assert "3/3" in shown(end)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mpsup.bench.figures import model_forward_estimate, run_figures
@@ -88,7 +88,7 @@ def bench_progress(console: Console) -> Iterator[Any]:
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[count]}"),
         TimeElapsedColumn(),
         TextColumn("{task.fields[eta]}"),
         TextColumn("{task.fields[current]}"),
@@ -96,19 +96,35 @@ def bench_progress(console: Console) -> Iterator[Any]:
         transient=False,
     )
     tasks: dict[str, Any] = {}
+    # The bar moves per visit (a paired workload gets two, in two pairs of processes); the count shows
+    # workloads whose visits are all done, out of what --list shows.
+    state = {"visits": 1, "total": 0, "visits_done": 0, "first_done": 0, "workloads_done": 0}
+
+    def count() -> str:
+        return f"{state['workloads_done']}/{state['total']}"
+
+    def visit_done(task: Any, visits: int = 1, workloads: int = 0) -> None:
+        state["visits_done"] += visits
+        state["workloads_done"] += workloads
+        progress.update(task, completed=state["visits_done"] / state["visits"], count=count())
 
     def on_event(event: str, info: dict[str, Any]) -> None:
         if event == "start":
             # Shown only once measuring starts: an error before then stays one line, not a line and an empty bar.
             progress.start()
+            state.update(visits=max(1, int(info.get("visits") or 1)), total=int(info["total"]))
             if info.get("smoke"):
-                tasks["smoke"] = progress.add_task("smoke", total=info["smoke"], current="", eta="")
-            tasks["bench"] = progress.add_task("workloads", total=info["total"], current="", eta="")
+                n = info["smoke"]
+                tasks["smoke"] = progress.add_task("smoke", total=n, current="", eta="", count=f"0/{n}")
+            tasks["bench"] = progress.add_task("workloads", total=info["total"], current="", eta="", count=count())
             return
         if event == "smoke":
             if "smoke" in tasks and info.get("env") in (None, "baseline"):
-                progress.update(tasks["smoke"], current=safe(info.get("feature", "")))
                 progress.advance(tasks["smoke"])
+                task = progress.tasks[tasks["smoke"]]
+                progress.update(
+                    tasks["smoke"], current=safe(info.get("feature", "")), count=f"{task.completed:g}/{task.total:g}"
+                )
             return
         task = tasks.get("bench")
         if task is None:
@@ -117,7 +133,15 @@ def bench_progress(console: Console) -> Iterator[Any]:
         if event == "workload":
             progress.update(task, current=safe(info["name"]), **extra)
         elif event == "done":
-            progress.advance(task)
+            state["first_done"] += 1
+            visit_done(task, workloads=1 if state["visits"] == 1 else 0)
+        elif event == "visited":
+            visit_done(task, workloads=1)
+        elif event == "second-visits":
+            if state["visits"] > 1:
+                # Workloads that failed on their first visit get no second one: they are done now.
+                skipped = max(0, state["first_done"] - int(info["count"]))
+                visit_done(task, skipped, skipped)
         elif event == "restart":
             progress.update(task, current="more time for the widest intervals: new workers", **extra)
         elif event == "extend":

@@ -190,7 +190,9 @@ def _measure(
             with stops.critical():
                 journal.append("header", record)
         smoke_steps = len(runner.smoke_features()) if options.smoke else 0
-        progress("start", {"total": len(workloads), "smoke": smoke_steps})
+        # Paired runs with split pairs visit every workload twice: the bar counts a workload once both are done.
+        visits = 2 if len(runner.sessions) == 2 and options.policy.split_pairs else 1
+        progress("start", {"total": len(workloads), "smoke": smoke_steps, "visits": visits})
         if options.smoke:
             from mpsup.metal import load_manifest
 
@@ -278,6 +280,7 @@ def _two_passes(
     per = sum(took) / len(took) if took else first
     if split:
         ok = [i for i, m in enumerate(measured) if m.status == "ok"]
+        progress("second-visits", {"count": len(ok)})  # the others (failed, unsupported) are done
         if not ok:
             return
         progress("restart", {"eta_s": len(ok) * per + pool})
@@ -287,6 +290,7 @@ def _two_passes(
             # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
             # overrun cap), so both process pairs weigh alike and the caps still bound the time.
             extend(i, share1, min_new=min(half_rounds, len(measured[i].ratios)))
+            progress("visited", {"name": measured[i].name})
         pool = sum(
             max(0.0, budget - (m.elapsed_s or 0.0))
             for m in measured
