@@ -119,3 +119,12 @@ def test_a_paired_run_counts_a_workload_once_both_visits_are_done():
     assert "0/3" in shown(first_pass)  # before: 3/3 with half the time still to come
     assert "2/3" in shown(middle)
     assert "3/3" in shown(end)
+
+
+def test_every_part_of_the_suite_has_a_title():
+    from mpsup.bench.render import PART_TITLES
+    from mpsup.bench.suite import build_suite
+
+    for device in ("mps", "cuda", "cpu"):
+        parts = {w.part for w in build_suite(device, None)}
+        assert parts <= PART_TITLES.keys(), parts - PART_TITLES.keys()

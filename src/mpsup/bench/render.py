@@ -24,6 +24,8 @@ PART_TITLES = {
     "moe": "MoE grouped matmul vs per-expert loop",
     "fp8": "FP8",
     "pad": "Constant padding (Wan2.2 VAE decoder)",
+    "int8": "INT8 matmul (torch._int_mm)",
+    "conv3d": "3D convolutions (Wan2.2 VAE)",
     "roofline": "Roofline probes",
     "model": "Your model's workloads",
 }
