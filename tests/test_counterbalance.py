@@ -32,6 +32,7 @@ class _Session:
             self.log.append(("setup", self.env.label))
             return {"type": "ready", "calls": 4, "per_call_s": 1e-4}
         if op == "sample":
+            self.log.append(("sample", self.env.label))
             n = int(doc.get("count", 1)) + int(doc.get("discard", 0))
             return {
                 "type": "samples",
@@ -42,13 +43,27 @@ class _Session:
         return {"type": "done", "memory": {}}
 
 
-def test_the_second_visit_sets_up_and_starts_in_the_other_order() -> None:
-    log: list[tuple[str, str]] = []
+def _runner(log: list[tuple[str, str]], counterbalance: bool = True) -> Runner:
     runner = Runner(
         [EnvSpec("baseline", Path(sys.executable)), EnvSpec("candidate", Path(sys.executable))],
-        BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.05)),
+        BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.05, counterbalance=counterbalance)),
     )
     runner.sessions = [_Session("baseline", log), _Session("candidate", log)]  # type: ignore[list-item]
+    return runner
+
+
+def _after_setups(log: list[tuple[str, str]]) -> list[str]:
+    """Who samples first (warmup) after each pair of setups."""
+    firsts = []
+    for i in range(len(log) - 2):
+        if log[i][0] == "setup" and log[i + 1][0] == "setup" and log[i + 2][0] == "sample":
+            firsts.append(log[i + 2][1])
+    return firsts
+
+
+def test_the_second_visit_sets_up_and_starts_in_the_other_order() -> None:
+    log: list[tuple[str, str]] = []
+    runner = _runner(log)
     w = Workload("linear/a", "linear", "linear", "bf16", {"tokens": 1, "in_features": 8, "out_features": 8})
     m = runner.measure(w, 0.05, 4)
     assert m.status == "ok" and m.visits == 1
@@ -61,3 +76,15 @@ def test_the_second_visit_sets_up_and_starts_in_the_other_order() -> None:
     assert setups == ["baseline", "candidate", "candidate", "baseline", "baseline", "candidate"]
     assert starts == ["candidate", "baseline", "baseline", "candidate"]
     assert {r.visit for r in m.rounds or []} == {1, 2, 3}
+    assert _after_setups(log) == ["baseline", "candidate", "baseline"]  # warmup follows the setup order
+
+
+def test_counterbalance_off_keeps_the_baseline_first() -> None:
+    log: list[tuple[str, str]] = []
+    runner = _runner(log, counterbalance=False)
+    w = Workload("linear/a", "linear", "linear", "bf16", {"tokens": 1, "in_features": 8, "out_features": 8})
+    m = runner.measure(w, 0.05, 4)
+    runner.restart()
+    runner.extend(w, m, 0.05)
+    assert [label for op, label in log if op == "setup"] == ["baseline", "candidate"] * 2
+    assert [label for op, label in log if op == "start"] == ["baseline", "candidate"]

@@ -35,6 +35,9 @@ class SamplingPolicy:
     # one pair of processes has (placement, allocator state, per-process library heuristics) shows up as
     # spread between rounds instead of a consistent lean that the sign test would call a change.
     split_pairs: bool = True
+    # The second visit starts, sets up and warms up the other environment first (recorded, so runs from
+    # before it, whose baseline always went first, can be told apart).
+    counterbalance: bool = True
     # In the second pass one workload may take at most this many budgets: one wild workload must not
     # eat every other's time.
     max_extension: float = 3.0

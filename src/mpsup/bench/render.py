@@ -108,7 +108,9 @@ def bench_progress(console: Console) -> Iterator[Any]:
     def visit_done(task: Any, visits: int = 1, workloads: int = 0) -> None:
         state["visits_done"] += visits
         state["workloads_done"] += workloads
-        progress.update(task, completed=state["visits_done"] / state["visits"], count=count())
+        # Never quite full while running: a full bar stops rich's clock, and leftover visits may follow.
+        done = min(state["visits_done"] / state["visits"], state["total"] - 1e-3)
+        progress.update(task, completed=done, count=count())
 
     def on_event(event: str, info: dict[str, Any]) -> None:
         if event == "start":
@@ -152,6 +154,8 @@ def bench_progress(console: Console) -> Iterator[Any]:
     try:
         yield on_event
     finally:
+        if "bench" in tasks and state["total"] and state["workloads_done"] >= state["total"]:
+            progress.update(tasks["bench"], completed=state["total"])
         progress.stop()
 
 

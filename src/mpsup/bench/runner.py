@@ -146,7 +146,8 @@ class Runner:
         for s in self.sessions:
             s.close()
         self.restarts += 1
-        for s in self.sessions[::-1] if self.restarts % 2 else self.sessions:
+        reverse = self.options.policy.counterbalance and self.restarts % 2
+        for s in self.sessions[::-1] if reverse else self.sessions:
             s.start()
 
     def _setup(self, s: EnvSession, w: Workload, calls: int | None, share_s: float | None = None) -> EnvMeasurement:
@@ -236,13 +237,13 @@ class Runner:
             # their lean for layers above 30 us (correlation 0.57 over 321 of them), as if setting up first
             # (the first claim on device memory) gave something; reversed, that lean cancels between visits
             # and shows as their disagreement, which the report's between-process floor reads.
-            order = live[::-1] if (m.visits or 1) % 2 else live
+            order = live[::-1] if self.options.policy.counterbalance and (m.visits or 1) % 2 else live
             for s in order:
                 fresh = self._setup(s, w, calls)
                 if not fresh.ok:
                     return False
                 m.envs[s.env.label].sample_s = fresh.sample_s
-            self._visit(live, m, share_s, t0, None, min_new)
+            self._visit(live, m, share_s, t0, None, min_new, first=order[0])
         except (WorkerDied, RuntimeError) as exc:
             m.extend_error = str(exc)[:300]
             return False
@@ -264,10 +265,13 @@ class Runner:
         t0: float,
         min_rounds: int | None,
         min_new: int,
+        first: EnvSession | None = None,
     ) -> None:
+        """`first`: the environment that warms up first (the one set up first); the rounds keep their own
+        A B / B A alternation."""
         if not live:
             return
-        self._warmup(live, m, share, t0)
+        self._warmup(sorted(live, key=lambda s: s is not first), m, share, t0)
         if len(live) == 2:
             self._paired(live, m, share, t0, min_rounds, min_new)
         else:
