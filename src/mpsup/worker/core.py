@@ -69,14 +69,22 @@ def is_unsupported_error(exc: BaseException) -> bool:
 def rand(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torch.Tensor:
     # Random values, generated on the device: zeros run measurably faster on some GPUs.
     # uniform_ fills several times faster than randn on a CPU, which matters for GiB-sized weights.
-    if dtype.is_floating_point and dtype.itemsize >= 2:
-        return _uniform(shape, dtype, device)
     if dtype.is_floating_point:
-        return _uniform(shape, torch.bfloat16, device).to(dtype)
+        return _uniform(shape, dtype, device)
     return torch.randint(-8, 8, shape, dtype=dtype, device=device.torch_device)
 
 
 _TILE = 1 << 22  # elements drawn at random; a larger tensor repeats them (8 MiB in bf16: beyond any cache)
+
+
+def _draw(flat: torch.Tensor) -> None:
+    """Uniform values into a 1-D tensor. 1-byte floats (FP8) have no uniform_ kernel: a bf16 draw of the
+    same length is converted, so the temporary is at most a tile, never a bf16 copy of a whole table (that
+    copy had put an FP8 embedding's peak memory above its BF16 twin's)."""
+    if flat.dtype.itemsize >= 2:
+        flat.uniform_(-1.0, 1.0)
+    else:
+        flat.copy_(torch.empty(flat.shape, dtype=torch.bfloat16, device=flat.device).uniform_(-1.0, 1.0))
 
 
 def _uniform(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torch.Tensor:
@@ -86,9 +94,11 @@ def _uniform(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torc
     out = torch.empty(shape, dtype=dtype, device=device.torch_device)
     flat = out.view(-1)
     n = flat.numel()
-    if n <= 4 * _TILE:
-        return out.uniform_(-1.0, 1.0)
-    flat[:_TILE].uniform_(-1.0, 1.0)
+    # A 1-byte float draws through a bf16 temporary: one tile at most, whatever the tensor's size.
+    if n <= (4 * _TILE if dtype.itemsize >= 2 else _TILE):
+        _draw(flat)
+        return out
+    _draw(flat[:_TILE])
     filled = _TILE
     while filled < n:
         k = min(filled, n - filled)

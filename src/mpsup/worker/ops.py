@@ -95,7 +95,7 @@ def _fp8_cast(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
         src = rand((numel,), torch.bfloat16, d)
         src.to(fp8)
         return Built(lambda: src.to(fp8), numel * 3, None, None, src)
-    src8 = rand((numel,), torch.bfloat16, d).to(fp8)
+    src8 = rand((numel,), fp8, d)
     return Built(lambda: src8.to(torch.bfloat16), numel * 3, None, None, src8)
 
 
