@@ -131,3 +131,34 @@ def test_pinned_workers_get_as_many_threads_as_cpus() -> None:
         runner.WorkerProcess = original  # type: ignore[misc]
     assert seen[0]["OMP_NUM_THREADS"] == "2" and seen[1] == {"hello_threads": "2"}
     assert seen[2]["OMP_NUM_THREADS"] == "3"  # an explicit --threads wins
+
+
+@linux_only
+def test_a_workload_is_built_unpinned_and_timed_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from mpsup.worker import main as worker_main
+
+    everything = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+    real_build = worker_main.build
+
+    def build(spec, device):  # type: ignore[no-untyped-def]
+        seen.append(os.sched_getaffinity(0))  # torch.compile's workers would start here
+        return real_build(spec, device)
+
+    monkeypatch.setattr(worker_main, "build", build)
+    worker = worker_main.Worker(io.StringIO())
+    last = max(everything)
+    try:
+        hello = worker.hello({"device": "cpu", "cpus": [last]})
+        assert hello["cpus"] == [last]
+        spec = {"kind": "linear", "dtype": "fp32", "params": {"tokens": 1, "in_features": 8, "out_features": 8}}
+        worker.setup({"workload": spec, "calls": 2})
+        assert seen == [everything]
+        assert os.sched_getaffinity(0) == {last}
+    finally:
+        os.sched_setaffinity(0, everything)
+        import gc
+
+        gc.unfreeze()  # hello froze this test process's objects, as it does a worker's

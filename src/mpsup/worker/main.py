@@ -30,6 +30,18 @@ class Worker:
         self.device = Device("cpu")
         self.current: Built | None = None
         self.calls = 1
+        self.pinned: list[int] | None = None  # bench --affinity: the CPUs timing runs on
+        self.unpinned: set[int] | None = None
+
+    def pin(self, on: bool) -> None:
+        """Timing runs on the pinned CPUs; building a workload does not, so that processes it starts
+        (torch.compile's compile workers) do not all share one CPU."""
+        if self.pinned is None or self.unpinned is None:
+            return
+        try:
+            os.sched_setaffinity(0, self.pinned if on else self.unpinned)
+        except OSError as exc:  # a CPU gone offline, or one a container does not grant
+            raise RuntimeError(f"--affinity: cannot run on CPU {self.pinned} ({exc.strerror or exc})") from None
 
     def send(self, doc: dict[str, Any]) -> None:
         self.out.write(json.dumps(doc) + "\n")
@@ -40,10 +52,9 @@ class Worker:
         if cpus and hasattr(os, "sched_setaffinity"):
             # Before the device starts its threads, which inherit it. The pipe reader thread keeps the
             # old mask; it only waits on a pipe.
-            try:
-                os.sched_setaffinity(0, [int(c) for c in cpus])
-            except OSError as exc:  # a CPU gone offline, or one a container does not grant
-                raise RuntimeError(f"--affinity: cannot run on CPU {cpus} ({exc.strerror or exc})") from None
+            self.unpinned = os.sched_getaffinity(0)
+            self.pinned = [int(c) for c in cpus]
+            self.pin(True)
         self.device = Device(req.get("device", "cpu"))
         threads = req.get("threads")
         if threads:
@@ -78,10 +89,12 @@ class Worker:
             self.out.write("this is not a protocol message\n")  # a broken answer on the protocol pipe itself
         torch.manual_seed(0)
         self.device.reset_peak()
+        self.pin(False)
         built = build(spec, self.device)
         sync = self.device.synchronize
         built.fn()  # first call: kernel selection, compilation, allocator growth
         sync()
+        self.pin(True)
         forced = req.get("calls")
         if forced:
             calls, per_call = int(forced), time_block(built.fn, 1, sync).host_s
