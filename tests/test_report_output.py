@@ -217,3 +217,13 @@ def test_links_and_loops_cannot_trick_report_into_replacing_a_record(three_runs:
         res = run_cli("report", *args, "--format", "markdown")
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert record.read_bytes() == before
+
+
+def test_the_listed_id_is_the_one_run_takes_even_for_a_renamed_file(three_runs: Path):
+    (three_runs / f"{IDS[1]}.json").rename(three_runs / "mine.json")
+    res = run_cli("report", "--list", "--json")
+    rows = {r["id"]: r for r in json.loads(res.stdout)}
+    assert "mine" in rows and rows["mine"]["record_id"] == IDS[1]  # before: listed as IDS[1], which --run refused
+    res = run_cli("report", "--run", "mine", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["runs"] == [IDS[1]]

@@ -118,7 +118,8 @@ def stored_aa_runs(warn: Warn) -> list[RunRecord]:
 
 @dataclass(frozen=True)
 class StoredRun:
-    """One line of `report --list`."""
+    """One line of `report --list`. `id` is what --run, --baseline and --candidate take (the file's name
+    under runs/); `record_id` is the id written inside, which differs only for a file renamed by hand."""
 
     id: str
     created_at: str | None
@@ -129,6 +130,7 @@ class StoredRun:
     partial: bool
     model: str | None
     path: str
+    record_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -143,7 +145,7 @@ def stored_runs(warn: Warn) -> list[StoredRun]:
             continue
         rows.append(
             StoredRun(
-                id=rec.id,
+                id=path.stem,
                 created_at=rec.created_at,
                 mode=rec.mode,
                 device=rec.device,
@@ -152,6 +154,7 @@ def stored_runs(warn: Warn) -> list[StoredRun]:
                 partial=rec.partial,
                 model=rec.model.path if rec.model else None,
                 path=str(path),
+                record_id=rec.id,
             )
         )
     return rows
