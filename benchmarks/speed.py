@@ -11,7 +11,9 @@ Runs (each `python -m mpsup bench` in a fresh MPSUP_HOME, output discarded, the 
 - paired: `mpsup bench --device D --aa --only linear --no-smoke` (or --candidate C)  target <= 150 s,
           median per-workload 95% half-width <= 1% over workloads above 100 us and <= 3% over all
 
-Prints one table (and --json FILE writes it). Expected duration: the runs' own time plus worker startup.
+Prints two tables (and --json FILE writes them): the targets, and where each run's time went
+(timed samples, warmup, setup and the pipe, workloads visited again). Expected duration: the runs'
+own time plus worker startup.
 """
 
 from __future__ import annotations
@@ -71,6 +73,31 @@ def widths(rec: dict[str, Any]) -> tuple[list[float], list[float], list[int]]:
     return every, slow, units
 
 
+def breakdown(rec: dict[str, Any]) -> dict[str, float]:
+    """Where a run's time went, from its record: timed samples, warmup (with a paired round's discarded
+    block after each switch), the rest of each workload's time (setup, calibration, teardown, the pipe),
+    and the workloads that were visited more than once with what they took in all."""
+    timed = warm = inside = again = 0.0
+    revisited = 0
+    for w in rec["workloads"]:
+        inside += w.get("elapsed_s") or 0.0
+        if (w.get("visits") or 1) > 1:
+            revisited += 1
+            again += w.get("elapsed_s") or 0.0
+        for env in (w.get("envs") or {}).values():
+            calls = env.get("calls") or 0
+            timed += sum(env.get("samples") or []) * calls
+            warm += sum(x for x in env.get("warmup") or [] if isinstance(x, (int, float))) * calls
+    return {
+        "in_workloads_s": inside,
+        "timed_s": timed,
+        "warmup_s": warm,
+        "setup_and_pipe_s": max(0.0, inside - timed - warm),
+        "revisited": revisited,
+        "revisited_s": again,
+    }
+
+
 def run_one(run: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = command(run, args)
     with tempfile.TemporaryDirectory(prefix=f"mpsup-speed-{run}-") as home:
@@ -107,6 +134,7 @@ def run_one(run: str, args: argparse.Namespace) -> dict[str, Any]:
         "min_units": min(units) if units else None,
         "median_units": median(units) if units else None,
         "second_visits": sum(1 for w in rec["workloads"] if w.get("visits", 1) > 1),
+        **breakdown(rec),
     }
 
 
@@ -149,6 +177,18 @@ def main() -> None:
             f"{r['min_units']} / {r['median_units']} | {r['second_visits']} | "
             f"{pct(r['median_hw_all'])} / {pct(r['median_hw_over_100us'])} | {pct(r['p90_hw_all'])} |"
         )
+    print()
+    print(
+        "| run | wall | in workloads | timed samples | warmup + discarded "
+        "| setup, calibration, pipe | visited again (their time) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        if "error" not in r:
+            print(
+                f"| {r['run']} | {r['wall_s']:.0f} s | {r['in_workloads_s']:.1f} s | {r['timed_s']:.1f} s | "
+                f"{r['warmup_s']:.1f} s | {r['setup_and_pipe_s']:.1f} s | {r['revisited']} ({r['revisited_s']:.1f} s) |"
+            )
     for r in rows:
         print(f"{r['run']}: {r['command']}")
     if args.json:
