@@ -148,7 +148,8 @@ def test_list_shows_ids_devices_and_models_literally(mpsup_home: Path):
     out = Console(file=io.StringIO(), width=400, color_system=None)
     run_report(ReportRequest(list_runs=True), out, Console(file=io.StringIO()))
     text = out.file.getvalue()  # type: ignore[attr-defined]
-    assert "20261202T100000Z-[b]x" in text and "models/[old] llama" in text and "[bold red]loud" in text
+    assert "20261202T100000Z-bx (record id 20261202T100000Z-[b]x)" in text  # what --run takes, and the id inside
+    assert "models/[old] llama" in text and "[bold red]loud" in text
 
 
 def test_cli_html_report_from_a_hostile_record(mpsup_home: Path, tmp_path: Path):

@@ -456,8 +456,10 @@ def render_run_list(rows: list[StoredRun], out: Console) -> None:
     if not narrow:
         t.add_column("model", overflow="fold")
     for r in rows:
+        # A file renamed by hand: --run takes its name; the id written inside is shown beside it.
+        inside = f" (record id {r.record_id})" if r.record_id and r.record_id != r.id else ""
         cells = [
-            safe(r.id),
+            safe(r.id + inside),
             safe(_when(r.created_at)),
             safe(r.mode) + (" (partial)" if r.partial else ""),
             safe(r.device),
