@@ -150,7 +150,7 @@ def _refuse_overwriting_records(output: Path, inputs: list[Path]) -> None:
             if real.is_dir():
                 if target.suffix.lower() == ".json" and target.is_relative_to(real):
                     raise UserError(f"-o {output}: a .json among the records being read in {p}; write elsewhere")
-                files = [f for f in real.rglob("*.json") if not f.name.startswith(".")]
+                files = select.record_files_in(real)
             else:
                 files = [real]
             for f in files:

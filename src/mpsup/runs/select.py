@@ -25,6 +25,11 @@ def _try_load(path: Path, warn: Warn) -> RunRecord | None:
         return None
 
 
+def record_files_in(folder: Path) -> list[Path]:
+    """The files a folder given to `report` is read as: every .json below it, hidden ones left out."""
+    return sorted(x for x in folder.rglob("*.json") if not x.name.startswith("."))
+
+
 def records_from_paths(paths: list[Path], warn: Warn) -> list[RunRecord]:
     if len(paths) == 1 and not paths[0].is_dir() and paths[0].exists():
         # The one record asked for: its own problem is the error, not a warning before a vaguer one.
@@ -35,7 +40,7 @@ def records_from_paths(paths: list[Path], warn: Warn) -> list[RunRecord]:
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files += sorted(x for x in p.rglob("*.json") if not x.name.startswith("."))
+            files += record_files_in(p)
         elif p.exists():
             files.append(p)
         else:
