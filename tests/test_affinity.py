@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from mpsup.errors import UserError
 from mpsup.host import affinity
 from mpsup.host.affinity import choose, parse_cpu_list
+from tests.conftest import run_cli
 
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux CPU affinity")
 
@@ -53,31 +53,11 @@ def test_without_an_affinity_interface_auto_is_unpinned_and_lists_refused(monkey
 
 
 @linux_only
-def test_the_workers_run_on_the_chosen_cpu(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_workers_run_on_the_chosen_cpu(mpsup_home: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    env = {**os.environ, "MPSUP_HOME": str(tmp_path)}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mpsup",
-            "bench",
-            "--device",
-            "cpu",
-            "--aa",
-            "--only",
-            "linear/896x896/t1",
-            "--no-smoke",
-            "--budget",
-            "0.05",
-            "--affinity",
-            str(cpu),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
+    done = run_cli(
+        *("bench", "--device", "cpu", "--aa", "--only", "linear/896x896/t1", "--no-smoke", "--budget", "0.05"),
+        *("--affinity", str(cpu), "--json"),
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "pinned: both environments on CPU" in done.stderr
@@ -87,15 +67,8 @@ def test_the_workers_run_on_the_chosen_cpu(tmp_path, monkeypatch: pytest.MonkeyP
     assert [e["cpus"] for e in record["environments"]] == [[cpu], [cpu]]
 
 
-def test_a_bad_affinity_is_exit_2_with_one_line(tmp_path) -> None:
-    env = {**os.environ, "MPSUP_HOME": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "mpsup", "bench", "--device", "cpu", "--affinity", "9-1", "--list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+def test_a_bad_affinity_is_exit_2_with_one_line(mpsup_home: Path) -> None:
+    done = run_cli("bench", "--device", "cpu", "--affinity", "9-1", "--list")
     assert done.returncode == 2
     assert "--affinity '9-1'" in done.stderr and "Traceback" not in done.stderr
 
@@ -107,7 +80,8 @@ def test_odd_affinity_text_is_refused_not_a_traceback(text: str, monkeypatch: py
         choose(text, "cuda")
 
 
-def test_pinned_workers_get_as_many_threads_as_cpus() -> None:
+def test_pinned_workers_get_as_many_threads_as_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mpsup.bench.runner as runner
     from mpsup.bench.runner import BenchOptions, EnvSession, EnvSpec
 
     seen: list[dict[str, str]] = []
@@ -120,15 +94,9 @@ def test_pinned_workers_get_as_many_threads_as_cpus() -> None:
             seen.append({"hello_threads": str(doc["threads"])})
             return {"type": "hello", "available": True}
 
-    import mpsup.bench.runner as runner
-
-    original = runner.WorkerProcess
-    runner.WorkerProcess = FakeWorker  # type: ignore[misc,assignment]
-    try:
-        EnvSession(EnvSpec("baseline", Path(sys.executable)), BenchOptions(device="cpu", cpus=(0, 1))).start()
-        EnvSession(EnvSpec("baseline", Path(sys.executable)), BenchOptions(device="cpu", cpus=(0,), threads=3)).start()
-    finally:
-        runner.WorkerProcess = original  # type: ignore[misc]
+    monkeypatch.setattr(runner, "WorkerProcess", FakeWorker)
+    EnvSession(EnvSpec("baseline", Path(sys.executable)), BenchOptions(device="cpu", cpus=(0, 1))).start()
+    EnvSession(EnvSpec("baseline", Path(sys.executable)), BenchOptions(device="cpu", cpus=(0,), threads=3)).start()
     assert seen[0]["OMP_NUM_THREADS"] == "2" and seen[1] == {"hello_threads": "2"}
     assert seen[2]["OMP_NUM_THREADS"] == "3"  # an explicit --threads wins
 
