@@ -55,6 +55,10 @@ class SamplingPolicy:
         before = median(samples[-2 * w : -w])
         return abs(last - before) <= self.warmup_tolerance * before
 
+    def visits(self, paired: bool) -> int:
+        """Planned visits per workload: two (two pairs of processes) for a paired run with split pairs."""
+        return 2 if paired and self.split_pairs else 1
+
     @property
     def first_share_s(self) -> float:
         return self.first_pass_share * self.budget_s if self.leftover else self.budget_s

@@ -190,8 +190,8 @@ def _measure(
             with stops.critical():
                 journal.append("header", record)
         smoke_steps = len(runner.smoke_features()) if options.smoke else 0
-        # Paired runs with split pairs visit every workload twice: the bar counts a workload once both are done.
-        visits = 2 if len(runner.sessions) == 2 and options.policy.split_pairs else 1
+        # The bar counts a workload once all its planned visits are done.
+        visits = options.policy.visits(len(runner.sessions) == 2)
         progress("start", {"total": len(workloads), "smoke": smoke_steps, "visits": visits})
         if options.smoke:
             from mpsup.metal import load_manifest
@@ -236,7 +236,7 @@ def _two_passes(
     clock = options.clock
     budget, first = pol.budget_s, pol.first_share_s
     paired = len(runner.sessions) == 2
-    split = paired and pol.split_pairs
+    split = pol.visits(paired) == 2
     half_rounds = math.ceil(pol.min_rounds / 2)
     share1 = first / 2 if split else first
     rest = max(0.0, budget - share1)
