@@ -8,7 +8,7 @@
     the reference's direction), beside the method before issue 12 and the pyperf / asv decision rules;
 (b) A/A runs (`--aa`) while time remains, flagged workloads per run.
 
-    PYTHONPATH=src python benchmarks/calibrate_h200.py [--total-s 540] [--only linear] [--budget 1.0]
+    PYTHONPATH=src python benchmarks/calibrate_h200.py [--total-s 540] [--only linear] [--budget 0.5]
         [--candidate-budget 0.25] [--skip-cublaslt] [--skip-aa] [--json h200_issue12.json]
 
 Every subprocess gets at most the time left, so the whole run ends within --total-s (plus ~10 s of
@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from anchors_compare import anchor_calls
 
+from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.report.analysis import analyze
 from mpsup.stats import bootstrap_geomean_ci, classify_change, paired_ratio_ci
 
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--only", default="linear", help="the workloads of both parts (mpsup bench --only)")
-    p.add_argument("--budget", type=float, default=1.0, help="the A/A runs' --budget (1.0 is mpsup's default)")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="the A/A runs' --budget (default: mpsup's)")
     p.add_argument("--candidate-budget", type=float, default=0.25, help="the cuBLASLt run's --budget")
     p.add_argument("--aa-runs", type=int, default=0, help="stop after this many A/A runs (0: while time remains)")
     p.add_argument("--total-s", type=float, default=540, help="wall-time budget of the whole invocation")

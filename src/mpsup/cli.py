@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.render import stderr_console, stdout_console, warning_line
 
 app = typer.Typer(
@@ -80,7 +81,7 @@ def bench(
     budget: Annotated[
         float,
         typer.Option("--budget", min=0.001, help="Seconds per workload (both environments together when paired)."),
-    ] = 1.0,
+    ] = DEFAULT_BUDGET_S,
     only: Annotated[
         str | None, typer.Option("--only", help="Glob(s) on name, kind, part or tag; comma-separated; re:REGEX.")
     ] = None,

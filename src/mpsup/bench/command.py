@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.errors import UserError
 from mpsup.host.affinity import Affinity, choose
 from mpsup.workloads import Workload, select
@@ -20,7 +21,7 @@ NOT_PINNED = Affinity(None, "not pinned")
 @dataclass(frozen=True)
 class BenchRequest:
     device: str | None = None
-    budget: float = 1.0
+    budget: float = DEFAULT_BUDGET_S
     only: str | None = None
     python: Path | None = None
     tokens: str | None = None
