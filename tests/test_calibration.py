@@ -392,3 +392,67 @@ def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -
     doc = json.loads(result.stdout)
     assert any("A/A floor from run 20261201T000000Z-aaaaaa" in n for n in doc["notes"])
     assert sum(w["significant"] for w in doc["workloads"]) <= 2
+
+
+def _single_record(samples: list[float], warmup: list[float], elapsed: float = 0.3, visits: int = 1) -> dict:
+    return {
+        "mode": "single",
+        "environments": [{"label": "baseline"}],
+        "options": {"policy": {"budget_s": 0.5}},
+        "workloads": [
+            {
+                "name": "linear/64x64/t1",
+                "elapsed_s": elapsed,
+                "visits": visits,
+                "envs": {"baseline": {"calls": 100, "samples": samples, "warmup": warmup}},
+            }
+        ],
+    }
+
+
+def test_replay_stops_where_the_sampling_policy_would():
+    from replay_single import stop_at
+
+    from mpsup.bench.policy import SamplingPolicy
+
+    rng = random.Random(3)
+    pol = SamplingPolicy()
+    samples = [1e-4 * (1 + 0.04 * rng.gauss(0, 1)) for _ in range(60)]
+    for target in (0.01, 0.02, 0.05):
+        n = stop_at(samples, target, pol)
+        # The policy asked at the same batch boundaries agrees: converged there, and not one batch before.
+        loose = SamplingPolicy(target_rel_ci=target, budget_s=1e9)
+        assert n is not None
+        assert loose.should_stop(samples[:n], 0.0) == (True, "converged")
+        if n > pol.min_samples:
+            assert loose.should_stop(samples[: n - pol.batch], 0.0) == (False, "")
+
+
+def test_replay_warmup_ends_where_the_policy_settles():
+    from replay_single import warmup_end
+
+    from mpsup.bench.policy import SamplingPolicy
+
+    pol = SamplingPolicy(budget_s=1e9)
+    warm = [3.0, 2.0, 1.5, 1.2, 1.1, 1.0, 1.0, 1.01, 1.0, 1.0, 0.99, 1.0]
+    k = warmup_end(warm, pol.warmup_window, pol, 1e-6)
+    assert pol.warmup_settled(warm[:k], 0.0) and not any(pol.warmup_settled(warm[:j], 0.0) for j in range(k))
+    # A shorter window settles no later, and the cap on warmup time ends it whatever the samples do.
+    assert warmup_end(warm, 2, pol, 1e-6) <= k
+    capped = SamplingPolicy(budget_s=1.0)
+    assert warmup_end([float(i + 1) for i in range(40)], 3, capped, 0.1) == 2
+
+
+def test_replay_counts_time_saved_and_refuses_a_paired_record(tmp_path: Path, capsys) -> None:
+    from replay_single import main, replay_target, workloads
+
+    from mpsup.bench.policy import SamplingPolicy
+
+    flat = [1e-4] * 40  # converges at the first boundary: 30 samples of 10 ms saved
+    ws = workloads(_single_record(flat, [1e-4] * 6, elapsed=0.5))
+    r = replay_target(ws, 0.01, SamplingPolicy())
+    assert r["stopped"] == 1 and 0.29 < r["saved_s"] < 0.31
+    paired = tmp_path / "paired.json"
+    paired.write_text('{"mode": "paired", "workloads": []}')
+    assert main([str(paired)]) == 2
+    assert "replays single runs" in capsys.readouterr().err
