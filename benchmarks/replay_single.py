@@ -2,17 +2,24 @@
 
     python benchmarks/replay_single.py RECORD.json [--targets 0.01,0.015,0.02] [--windows 3,2]
 
-Two replays, each over the samples the run really took (seconds per call, in the order taken):
+Two replays, each over the samples the run really took (seconds per call, in the order taken), under
+the run's own recorded policy (a record without one is refused: an old default would replay wrongly):
 
-- target T: a workload stops at the first batch boundary (min_samples, then every `batch` samples) where
-  the 95% interval of the median is within +-T, as `SamplingPolicy.should_stop` decides. Saved time:
-  the samples after that point, and a second visit's setup and warmup when the stop falls inside what
-  the first visit could hold (its share of the budget, less one visit's setup and warmup).
+- target T: a workload stops at the first batch boundary where `SamplingPolicy.should_stop`, asked
+  with a +-T target, says converged (the runner asks after each request of `batch` samples). Saved
+  time: the samples after that point, and a second visit's setup and warmup when the stop falls inside
+  what the first visit could hold (its share of the budget, less one visit's setup and warmup).
 - warmup window W: over one-visit workloads (a revisited one's warmup samples are its visits' joined),
-  warmup ends at the first sample where the median of the last W is within the tolerance of the W
-  before, or at the recorded rule's caps. Saved time: the warmup samples after that point; bias: how
-  far those samples' median sits from the timed median (they would have been timed). The row for the
-  recorded window says how many recorded warmups the replay reproduces: a check on the replay itself.
+  warmup ends where the runner's `_warmup` would end it: the median of the last W within tolerance of
+  the W before, the warmup's share of the time spent (counted from the samples' own lengths, so
+  without the pipe), or `warmup_max_samples`. Saved time: the warmup samples after that point; bias:
+  how far their median sits from the timed median (they would have been timed). The row for the
+  recorded window says how many recorded warmups the replay ends at the same sample, and how many end
+  by no rule it can see (the pipe's time, which it cannot: those count as not reproduced).
+
+The two savings overlap (a workload that ends on its budget spends saved warmup time on samples), so
+they are not to be added. Workloads whose interval ends wider than 5% are listed with how far their
+first ten samples sat from their final median: level shifts no target reaches.
 
 A replay, not a measurement: it cannot see what the machine would have done in the saved time (a
 revisit's level shift, the pool handed to others), so its figures are estimates for choosing what to
@@ -23,63 +30,127 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, TypedDict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.stats import median_ci
 
+MAX_RECORD_BYTES = 256 << 20  # a run record of thousands of workloads is a few MB
+
+
+class BadRecord(ValueError):
+    """The record cannot be replayed; the message says why, in one line."""
+
 
 @dataclass
 class Workload:
     name: str
-    samples: list[float]  # seconds per call
+    samples: list[float]  # seconds per call, in the order taken
     warmup: list[float]
-    sample_s: float  # one sample's length
+    calls: int
     elapsed_s: float
     visits: int
 
     @property
+    def sample_s(self) -> float:
+        return median(self.samples) * self.calls
+
+    @property
     def overhead_s(self) -> float:
         """One visit's setup, calibration, warmup and pipe: what a visit costs beyond its timed samples."""
-        return max(0.0, self.elapsed_s - len(self.samples) * self.sample_s) / self.visits
+        return max(0.0, self.elapsed_s - sum(self.samples) * self.calls) / self.visits
+
+
+class TargetReplay(TypedDict):
+    target: float
+    workloads: int
+    stopped: int
+    saved_s: float
+
+
+class WindowReplay(TypedDict):
+    window: int
+    workloads: int
+    reproduced: int
+    unseen: int
+    shortened: int
+    saved_s: float
+    median_bias: float
+
+
+def _numbers(xs: object) -> list[float]:
+    if not isinstance(xs, list):
+        return []
+    real = (float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool))
+    return [x for x in real if math.isfinite(x) and x > 0]
+
+
+def policy_of(rec: dict[str, Any]) -> SamplingPolicy:
+    options = rec.get("options")
+    recorded = options.get("policy") if isinstance(options, dict) else None
+    if not isinstance(recorded, dict):
+        raise BadRecord("no recorded sampling policy (options.policy)")
+    known = {f.name for f in fields(SamplingPolicy)}
+    try:
+        pol = SamplingPolicy(**{k: v for k, v in recorded.items() if k in known})
+        if pol.batch < 1 or pol.min_samples < 1 or pol.budget_s <= 0 or pol.warmup_window < 1:
+            raise ValueError
+        return pol
+    except (TypeError, ValueError):
+        raise BadRecord("its sampling policy (options.policy) holds values no run could have used") from None
 
 
 def workloads(rec: dict[str, Any]) -> list[Workload]:
-    label = rec["environments"][0]["label"]
+    """The single run's measured workloads; anything else in the record (failed, paired) is left out."""
+    envs = rec.get("environments")
+    if not isinstance(envs, list) or not envs or not isinstance(envs[0], dict):
+        raise BadRecord("no environments")
+    label = envs[0].get("label")
+    items = rec.get("workloads")
+    if not isinstance(items, list):
+        raise BadRecord("no workloads list")
     out = []
-    for w in rec["workloads"]:
-        env = (w.get("envs") or {}).get(label) or {}
-        samples = [x for x in env.get("samples") or [] if isinstance(x, (int, float))]
-        calls = env.get("calls") or 0
-        if len(samples) < 6 or not calls or w.get("ratios"):
+    for w in items:
+        if not isinstance(w, dict) or w.get("ratios"):
+            continue
+        env = (w.get("envs") or {}).get(label) if isinstance(w.get("envs"), dict) else None
+        if not isinstance(env, dict):
+            continue
+        samples = _numbers(env.get("samples"))
+        calls, elapsed, visits = env.get("calls"), w.get("elapsed_s"), w.get("visits", 1)
+        if len(samples) < 6 or not all(isinstance(x, (int, float)) and x > 0 for x in (calls, elapsed, visits)):
             continue
         out.append(
             Workload(
-                name=w["name"],
+                name=str(w.get("name", "?")),
                 samples=samples,
-                warmup=[x for x in env.get("warmup") or [] if isinstance(x, (int, float))],
-                sample_s=median(samples) * calls,
-                elapsed_s=float(w.get("elapsed_s") or 0.0),
-                visits=int(w.get("visits") or 1),
+                warmup=_numbers(env.get("warmup")),
+                calls=int(calls),
+                elapsed_s=float(elapsed),
+                visits=int(visits),
             )
         )
     return out
 
 
 def stop_at(samples: list[float], target: float, pol: SamplingPolicy) -> int | None:
-    for n in range(pol.min_samples, len(samples) + 1, pol.batch):
-        if median_ci(samples[:n]).rel_half_width <= target:
+    """Where the runner would have stopped under a +-target: it asks `should_stop` after each request of
+    `batch` samples (the budget left out: the replay asks what precision alone would have done)."""
+    asked = replace(pol, target_rel_ci=target, budget_s=math.inf)
+    for n in range(pol.batch, len(samples) + 1, pol.batch):
+        if asked.should_stop(samples[:n], 0.0, math.inf) == (True, "converged"):
             return n
     return None
 
 
-def replay_target(ws: list[Workload], target: float, pol: SamplingPolicy) -> dict[str, float]:
+def replay_target(ws: list[Workload], target: float, pol: SamplingPolicy) -> TargetReplay:
     stopped = 0
     saved = 0.0
     for w in ws:
@@ -87,43 +158,88 @@ def replay_target(ws: list[Workload], target: float, pol: SamplingPolicy) -> dic
         if n is None:
             continue
         stopped += 1
-        fits_one_visit = w.overhead_s + n * w.sample_s <= pol.first_share_s
-        visits = 1 if fits_one_visit else w.visits
-        saved += max(0.0, w.elapsed_s - (visits * w.overhead_s + n * w.sample_s))
+        timed = sum(w.samples[:n]) * w.calls
+        visits = 1 if w.overhead_s + timed <= pol.first_share_s else w.visits
+        saved += max(0.0, w.elapsed_s - (visits * w.overhead_s + timed))
     return {"target": target, "workloads": len(ws), "stopped": stopped, "saved_s": saved}
 
 
-def warmup_end(warm: list[float], window: int, pol: SamplingPolicy, sample_s: float) -> int:
+def warmup_end(warm: list[float], window: int, pol: SamplingPolicy, calls: int) -> int | None:
+    """The sample after which the runner's `_warmup` would have ended a first visit's warmup, with a
+    window of `window` samples; None when no rule it can see fires within the recorded samples."""
     cap_s = pol.warmup_share * pol.first_share_s
+    asked = replace(pol, warmup_window=window, budget_s=math.inf)
+    spent = 0.0
     for k in range(1, len(warm) + 1):
-        if k * sample_s >= cap_s or k >= 50:
+        spent += warm[k - 1] * calls
+        if spent >= cap_s or k >= pol.warmup_max_samples or asked.warmup_settled(warm[:k], 0.0):
             return k
-        if k >= 2 * window:
-            last, before = median(warm[k - window : k]), median(warm[k - 2 * window : k - window])
-            if abs(last - before) <= pol.warmup_tolerance * before:
-                return k
-    return len(warm)
+    return None
 
 
-def replay_window(ws: list[Workload], window: int, pol: SamplingPolicy) -> dict[str, float]:
+def replay_window(ws: list[Workload], window: int, pol: SamplingPolicy) -> WindowReplay:
     one = [w for w in ws if w.visits == 1 and w.warmup]
-    same = 0
+    same = unseen = 0
     saved = 0.0
     bias: list[float] = []
     for w in one:
-        k = warmup_end(w.warmup, window, pol, w.sample_s)
+        k = warmup_end(w.warmup, window, pol, w.calls)
+        if k is None:
+            unseen += 1
+            continue
         same += k == len(w.warmup)
         if k < len(w.warmup):
-            saved += (len(w.warmup) - k) * w.sample_s
+            saved += sum(w.warmup[k:]) * w.calls
             bias.append(median(w.warmup[k:]) / median(w.samples) - 1)
     return {
         "window": window,
         "workloads": len(one),
         "reproduced": same,
-        "saved_s": saved,
+        "unseen": unseen,
         "shortened": len(bias),
+        "saved_s": saved,
         "median_bias": median(bias) if bias else 0.0,
     }
+
+
+def wide(ws: list[Workload], over: float = 0.05) -> list[tuple[str, float, float]]:
+    """Workloads whose interval ends wider than `over`: name, half-width, first ten samples' median over
+    the final median."""
+    out = []
+    for w in ws:
+        hw = median_ci(w.samples).rel_half_width
+        if hw > over:
+            out.append((w.name, hw, median(w.samples[:10]) / median(w.samples)))
+    return sorted(out, key=lambda x: -x[1])
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        xs = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"replay_single: {what}: a comma-separated list of numbers, not {text!r}") from None
+    if not xs or not all(math.isfinite(x) and x > 0 for x in xs):
+        raise SystemExit(f"replay_single: {what}: every value must be above 0")
+    return xs
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        raise BadRecord(f"cannot be read ({exc.strerror or exc})") from None
+    if len(data) > MAX_RECORD_BYTES:
+        raise BadRecord(f"over {MAX_RECORD_BYTES >> 20} MiB, more than any run record")
+    try:
+        rec = json.loads(data)
+    except (ValueError, RecursionError):
+        raise BadRecord("not JSON") from None
+    if not isinstance(rec, dict):
+        raise BadRecord("not a run record (a JSON object)")
+    if rec.get("mode") != "single":
+        raise BadRecord(f"a {rec.get('mode')!r} run; this replays single runs")
+    return rec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,32 +249,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", default="3,2")
     args = ap.parse_args(argv)
     try:
-        rec = json.loads(args.record.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"replay_single: {args.record}: not a readable run record ({exc})", file=sys.stderr)
+        targets = _floats(args.targets, "--targets")
+        windows = [int(x) for x in _floats(args.windows, "--windows") if x == int(x)]
+        rec = load(args.record)
+        pol = policy_of(rec)
+        ws = workloads(rec)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
         return 2
-    if rec.get("mode") != "single":
-        print(f"replay_single: {args.record}: a {rec.get('mode')!r} run; this replays single runs", file=sys.stderr)
+    except BadRecord as exc:
+        print(f"replay_single: {args.record}: {exc}", file=sys.stderr)
         return 2
-    known = set(SamplingPolicy.__dataclass_fields__)
-    pol = SamplingPolicy(**{k: v for k, v in (rec.get("options") or {}).get("policy", {}).items() if k in known})
-    ws = workloads(rec)
     inside = sum(w.elapsed_s for w in ws)
     print(f"{args.record.name}: {len(ws)} workloads, {inside:.1f} s in them, budget {pol.budget_s} s")
     print("| target | stop within the samples taken | saved (estimate) |")
     print("|---:|---:|---:|")
-    for t in (float(x) for x in args.targets.split(",")):
+    for t in targets:
         r = replay_target(ws, t, pol)
         print(f"| +-{t:.1%} | {r['stopped']} of {r['workloads']} | {r['saved_s']:.1f} s |")
     print()
-    print("| warmup window | one-visit workloads | recorded warmups reproduced | shortened | saved | median bias |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for k in (int(x) for x in args.windows.split(",")):
+    print(
+        "| warmup window | one-visit workloads | ended at the recorded sample | by no rule seen | shortened "
+        "| saved | median bias |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for k in windows:
         r = replay_window(ws, k, pol)
         print(
-            f"| {k} | {r['workloads']} | {r['reproduced']} | {r['shortened']} | {r['saved_s']:.1f} s "
+            f"| {k} | {r['workloads']} | {r['reproduced']} | {r['unseen']} | {r['shortened']} | {r['saved_s']:.1f} s "
             f"| {r['median_bias']:+.2%} |"
         )
+    rows = wide(ws)
+    print()
+    print(f"{len(rows)} workloads end with a half-width above 5% (first ten samples' median / final median):")
+    for name, hw, first in rows:
+        print(f"  {name}: +-{hw:.1%}, first ten {first:.2f}x")
     return 0
 
 

@@ -6,7 +6,7 @@
 
 Runs (each `python -m mpsup bench` in a fresh MPSUP_HOME, output discarded, the record read back):
 
-- main:   `mpsup bench --budget 0.05` (README.md's main job; smoke tests included)   target <= 180 s
+- main:   `mpsup bench` (README.md's main job, the default budget; smoke tests included) target <= 180 s
 - single: `mpsup bench --device D --no-smoke` (the single-environment full suite)     target <= 60 s
 - paired: `mpsup bench --device D --aa --only linear --no-smoke` (or --candidate C)  target <= 150 s,
           median per-workload 95% half-width <= 1% over workloads above 100 us and <= 3% over all
@@ -41,7 +41,7 @@ TARGETS = {"main": 180.0, "single": 60.0, "paired": 150.0}
 def command(run: str, args: argparse.Namespace) -> list[str]:
     base = [args.python, "-m", "mpsup", "bench"]
     if run == "main":
-        return [*base, "--budget", "0.05", *(["--device", args.device] if args.device else [])]
+        return [*base, *(["--device", args.device] if args.device else [])]
     dev = ["--device", args.device] if args.device else []
     budget = ["--budget", str(args.budget)] if args.budget else []
     if run == "single":

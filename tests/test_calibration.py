@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sys
 from pathlib import Path
+
+import pytest
 
 from mpsup.report.analysis import aa_floors, analyze, matching_aa
 from mpsup.report.render import render_markdown, summary_lines
@@ -394,7 +397,9 @@ def test_report_uses_a_stored_aa_run_as_the_floor(tmp_path: Path, monkeypatch) -
     assert sum(w["significant"] for w in doc["workloads"]) <= 2
 
 
-def _single_record(samples: list[float], warmup: list[float], elapsed: float = 0.3, visits: int = 1) -> dict:
+def _single_record(
+    samples: list[float], warmup: list[float], elapsed: float = 0.3, visits: int = 1, calls: int = 100
+) -> dict[str, object]:
     return {
         "mode": "single",
         "environments": [{"label": "baseline"}],
@@ -404,55 +409,125 @@ def _single_record(samples: list[float], warmup: list[float], elapsed: float = 0
                 "name": "linear/64x64/t1",
                 "elapsed_s": elapsed,
                 "visits": visits,
-                "envs": {"baseline": {"calls": 100, "samples": samples, "warmup": warmup}},
+                "envs": {"baseline": {"calls": calls, "samples": samples, "warmup": warmup}},
             }
         ],
     }
 
 
-def test_replay_stops_where_the_sampling_policy_would():
+def test_replay_stops_where_the_sampling_policy_would() -> None:
     from replay_single import stop_at
 
     from mpsup.bench.policy import SamplingPolicy
 
     rng = random.Random(3)
     pol = SamplingPolicy()
-    samples = [1e-4 * (1 + 0.04 * rng.gauss(0, 1)) for _ in range(60)]
+    samples = [1e-4 * (1 + 0.04 * rng.gauss(0, 1)) for _ in range(200)]
+    found = 0
     for target in (0.01, 0.02, 0.05):
         n = stop_at(samples, target, pol)
-        # The policy asked at the same batch boundaries agrees: converged there, and not one batch before.
+        if n is None:
+            continue
+        found += 1
+        # The policy, asked at the runner's batch boundaries, agrees: converged there and not one batch before.
         loose = SamplingPolicy(target_rel_ci=target, budget_s=1e9)
-        assert n is not None
+        assert n % pol.batch == 0 and n >= pol.min_samples
         assert loose.should_stop(samples[:n], 0.0) == (True, "converged")
-        if n > pol.min_samples:
-            assert loose.should_stop(samples[: n - pol.batch], 0.0) == (False, "")
+        assert loose.should_stop(samples[: n - pol.batch], 0.0) == (False, "")
+    assert found >= 2  # 4% noise reaches +-2% and +-5% within 200 samples
+    assert stop_at(samples[:30], 1e-6, pol) is None
 
 
-def test_replay_warmup_ends_where_the_policy_settles():
+def test_replay_warmup_ends_where_the_policy_settles() -> None:
     from replay_single import warmup_end
 
     from mpsup.bench.policy import SamplingPolicy
 
     pol = SamplingPolicy(budget_s=1e9)
     warm = [3.0, 2.0, 1.5, 1.2, 1.1, 1.0, 1.0, 1.01, 1.0, 1.0, 0.99, 1.0]
-    k = warmup_end(warm, pol.warmup_window, pol, 1e-6)
-    assert pol.warmup_settled(warm[:k], 0.0) and not any(pol.warmup_settled(warm[:j], 0.0) for j in range(k))
-    # A shorter window settles no later, and the cap on warmup time ends it whatever the samples do.
-    assert warmup_end(warm, 2, pol, 1e-6) <= k
-    capped = SamplingPolicy(budget_s=1.0)
-    assert warmup_end([float(i + 1) for i in range(40)], 3, capped, 0.1) == 2
+    k = warmup_end([x * 1e-6 for x in warm], pol.warmup_window, pol, 1)
+    assert k == 10  # median of 1.01, 1.0, 1.0 against 1.1, 1.0, 1.0: the first window within 2%
+    assert warmup_end([x * 1e-6 for x in warm], 2, pol, 1) == 9  # 1.01, 1.0 against 1.0, 1.0
+    # The time cap: 0.3 of a 0.3 s first share at 50 ms a sample ends it at the second sample.
+    assert warmup_end([5e-4 * (i + 1) for i in range(40)], 3, SamplingPolicy(budget_s=0.5), 100) == 2
+    # Steady drift under the cap: warmup_max_samples ends it; a stream too short for any rule gives None.
+    drift = [1e-6 * 1.05**i for i in range(60)]
+    assert warmup_end(drift, 3, pol, 1) == pol.warmup_max_samples
+    assert warmup_end(drift[:5], 3, pol, 1) is None
 
 
-def test_replay_counts_time_saved_and_refuses_a_paired_record(tmp_path: Path, capsys) -> None:
-    from replay_single import main, replay_target, workloads
+def test_replay_counts_saved_time_per_visit() -> None:
+    from replay_single import replay_target, workloads
 
     from mpsup.bench.policy import SamplingPolicy
 
-    flat = [1e-4] * 40  # converges at the first boundary: 30 samples of 10 ms saved
-    ws = workloads(_single_record(flat, [1e-4] * 6, elapsed=0.5))
-    r = replay_target(ws, 0.01, SamplingPolicy())
-    assert r["stopped"] == 1 and 0.29 < r["saved_s"] < 0.31
-    paired = tmp_path / "paired.json"
-    paired.write_text('{"mode": "paired", "workloads": []}')
-    assert main([str(paired)]) == 2
-    assert "replays single runs" in capsys.readouterr().err
+    pol = SamplingPolicy(budget_s=0.5)
+    flat = [1e-4] * 40  # 10 ms samples: converges at the first boundary (10), 30 samples saved
+    (one,) = workloads(_single_record(flat, [1e-4] * 6, elapsed=0.5))
+    assert replay_target([one], 0.01, pol)["saved_s"] == pytest.approx(0.3)
+    # Two visits, each 0.05 s of setup and warmup: a stop inside the first visit's share saves the second.
+    (two,) = workloads(_single_record(flat, [1e-4] * 6, elapsed=0.5, visits=2))
+    assert two.overhead_s == pytest.approx(0.05)
+    assert replay_target([two], 0.01, pol)["saved_s"] == pytest.approx(0.5 - 0.05 - 0.1)
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ('{"mode": "paired", "workloads": []}', "replays single runs"),
+        ("[1, 2]", "not a run record"),
+        ("{not json", "not JSON"),
+        ('{"mode": "single", "environments": [], "workloads": []}', "sampling policy"),
+        ('{"mode": "single", "options": {"policy": {"batch": 0}}, "environments": [{}], "workloads": []}', "values"),
+        ('{"mode": "single", "options": {"policy": {}}, "environments": [], "workloads": []}', "no environments"),
+    ],
+)
+def test_replay_refuses_what_it_cannot_replay_in_one_line(tmp_path: Path, capsys, content: str, why: str) -> None:
+    from replay_single import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert why in err and str(bad) in err and err.count("\n") == 1
+
+
+def test_replay_skips_odd_workloads_without_a_traceback(tmp_path: Path, capsys) -> None:
+    from replay_single import main
+
+    rec = _single_record([1e-4] * 20, [1e-4] * 6)
+    rec["workloads"] += [  # type: ignore[operator]
+        {"name": "a", "visits": 0, "elapsed_s": 1.0, "envs": {"baseline": {"calls": 5, "samples": [1e-4] * 9}}},
+        {"name": "b", "elapsed_s": "x", "envs": {"baseline": {"calls": 5, "samples": [1e-4] * 9}}},
+        {"name": "c", "envs": "nope"},
+        "not a workload",
+    ]
+    path = tmp_path / "single.json"
+    path.write_text(json.dumps(rec))
+    assert main([str(path), "--targets", "0.01"]) == 0
+    assert "1 workloads" in capsys.readouterr().out
+    assert main([str(path), "--targets", "abc"]) == 2
+
+
+def test_aa_summary_counts_flags_and_power_under_each_aa_floor(tmp_path: Path, capsys) -> None:
+    from aa_summary import main
+
+    paths = []
+    for k in range(2):
+        rec, _ = make_record(Scenario("aa", rounds=16), 12, random.Random(k))
+        paths.append(tmp_path / f"aa{k}.json")
+        paths[-1].write_text(json.dumps(rec))
+    changed, _ = make_record(Scenario("change", rounds=16, changed=4, change=1.3), 12, random.Random(9))
+    (tmp_path / "cand.json").write_text(json.dumps(changed))
+    names = [w["name"] for w in changed["workloads"]]
+    per = {n: {"reference_rounds": [1.3] * 5 if i < 4 else [1.0] * 5} for i, n in enumerate(names)}
+    (tmp_path / "ref.json").write_text(json.dumps({"cublaslt": {"per_workload": per}}))
+    args = [*map(str, paths), "--candidate", str(tmp_path / "cand.json"), "--reference", str(tmp_path / "ref.json")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "mpsup: flagged per run [0, 0]" in out
+    assert "no A/A floor: found 4 of 4, wrong way 0, flat flagged 0 of 8" in out
+    assert out.count("as the A/A floor: found") == 2
+    (tmp_path / "bad.json").write_text("[]")
+    assert main([str(tmp_path / "bad.json")]) == 2
+    assert "must be a JSON object" in capsys.readouterr().err

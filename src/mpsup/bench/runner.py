@@ -295,7 +295,7 @@ class Runner:
                 settled[s.env.label] = (
                     self.options.clock() - w0 >= pol.warmup_share * share
                     or pol.warmup_settled(mine, 0.0)
-                    or len(mine) >= 50
+                    or len(mine) >= pol.warmup_max_samples
                 )
 
     def _single(self, s: EnvSession, r: EnvMeasurement, share: float, t0: float) -> None:
