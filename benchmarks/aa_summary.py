@@ -3,7 +3,7 @@ change keeps when each A/A run is its stored A/A floor.
 
     mkdir -p /tmp/r && tar xJf docs/figures/h200_issue12_budget05_records.tar.xz -C /tmp/r
     tar xJf docs/figures/h200_issue12_pinned_records.tar.xz -C /tmp/r
-    python benchmarks/aa_summary.py /tmp/r/h200_issue12_budget05_records/aa*.json \\
+    python benchmarks/aa_summary.py $(ls /tmp/r/h200_issue12_budget05_records/aa*.json | sort -V) \\
         --candidate /tmp/r/h200_issue12_pinned_records/cublaslt.json \\
         --reference docs/figures/h200_issue12_pinned_cublaslt.json
 

@@ -11,9 +11,10 @@ from statistics import median
 from mpsup.stats import median_ci, round_ratio_ci
 
 # Seconds per workload, warmup included (both environments together when paired). Half a second: on the
-# H200 a paired run at 0.5 s found 47 of 49 clear cuBLASLt changes with no flat shape flagged, 19 A/A runs
-# flagged nothing, and the median half-widths (1.3-2.2% over 120 linears, under 0.85% above 100 us) met
-# the 3% / 1% targets; 1 s took twice the time (docs/methodology.md, fourth round).
+# H200 a paired run at 0.5 s found 47 of 49 clear cuBLASLt changes with no flat shape flagged (before the
+# visits were counterbalanced), 19 A/A runs flagged nothing, and the median half-widths (1.3-2.2% over 120
+# linears, under 0.85% above 100 us) met the 3% / 1% targets; 1 s took about 1.6x the wall time for
+# little (docs/methodology.md, fourth round).
 DEFAULT_BUDGET_S = 0.5
 
 
