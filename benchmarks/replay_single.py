@@ -40,9 +40,9 @@ from typing import Any, TypedDict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mpsup.bench.policy import SamplingPolicy
+from mpsup.errors import UserError
 from mpsup.stats import median_ci
-
-MAX_RECORD_BYTES = 256 << 20  # a run record of thousands of workloads is a few MB
+from mpsup.store import DEFAULT_MAX_JSON_BYTES, read_bytes_bounded
 
 
 class BadRecord(ValueError):
@@ -224,13 +224,8 @@ def _floats(text: str, what: str) -> list[float]:
 
 
 def load(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_RECORD_BYTES + 1)
-    except OSError as exc:
-        raise BadRecord(f"cannot be read ({exc.strerror or exc})") from None
-    if len(data) > MAX_RECORD_BYTES:
-        raise BadRecord(f"over {MAX_RECORD_BYTES >> 20} MiB, more than any run record")
+    # The project's bounded reader: regular files only (a FIFO would block), at most 256 MiB.
+    data = read_bytes_bounded(path, "run record", DEFAULT_MAX_JSON_BYTES)
     try:
         rec = json.loads(data)
     except (ValueError, RecursionError):
@@ -259,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BadRecord as exc:
         print(f"replay_single: {args.record}: {exc}", file=sys.stderr)
+        return 2
+    except UserError as exc:  # the reader's own line names the file
+        print(f"replay_single: {exc}", file=sys.stderr)
         return 2
     inside = sum(w.elapsed_s for w in ws)
     print(f"{args.record.name}: {len(ws)} workloads, {inside:.1f} s in them, budget {pol.budget_s} s")
