@@ -34,9 +34,10 @@ from speed import breakdown, widths
 from mpsup.errors import UserError
 from mpsup.report.analysis import analyze, process_floors
 from mpsup.runs.schema import as_record
+from mpsup.stats import PRACTICAL_THRESHOLD
 from mpsup.store import read_json_object
 
-THRESHOLD = 0.03  # the report's practical threshold
+THRESHOLD = PRACTICAL_THRESHOLD
 
 
 def thresholds(rec: dict[str, Any]) -> list[float]:

@@ -12,6 +12,7 @@ import typer
 
 from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.render import stderr_console, stdout_console, warning_line
+from mpsup.stats import PRACTICAL_THRESHOLD
 
 app = typer.Typer(
     add_completion=False,
@@ -171,7 +172,9 @@ def report(
         ReportFormat, typer.Option("--format", help="terminal, markdown, json or html.")
     ] = ReportFormat.terminal,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report to FILE.")] = None,
-    threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0, help="Practical change floor.")] = 0.03,
+    threshold: Annotated[
+        float, typer.Option("--threshold", min=0.0, max=1.0, help="Practical change floor.")
+    ] = PRACTICAL_THRESHOLD,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed (same record, same report).")] = 0,
     fail_on_regression: Annotated[
         bool, _flag("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")

@@ -129,7 +129,12 @@ def bootstrap_geomean_ci(
     return percentile_interval(est, stats, confidence)
 
 
-def classify_change(ci: Interval, threshold: float = 0.03) -> str:
+# The smallest change the report calls (`report --threshold`); per-workload floors can only raise it.
+# One constant for the CLI, the report and the calibration scripts that restate its decisions.
+PRACTICAL_THRESHOLD = 0.03
+
+
+def classify_change(ci: Interval, threshold: float = PRACTICAL_THRESHOLD) -> str:
     """'faster', 'slower' or 'same' for a speedup interval (baseline time / candidate time).
 
     A change counts only when the interval excludes 1 and the estimate clears the practical
@@ -197,7 +202,7 @@ def benjamini_hochberg(pvalues: Sequence[float], q: float = 0.05) -> list[bool]:
     return rejected
 
 
-def decide(ci: Interval, discovered: bool, threshold: float = 0.03) -> str:
+def decide(ci: Interval, discovered: bool, threshold: float = PRACTICAL_THRESHOLD) -> str:
     """A change needs all three: the interval excludes 1, the multiplicity-corrected test rejects,
     and the estimate clears the practical threshold."""
     cls = classify_change(ci, threshold)

@@ -14,6 +14,7 @@ from mpsup.host.hygiene import noisy_conditions
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
+    PRACTICAL_THRESHOLD,
     Interval,
     benjamini_hochberg,
     block_ratios,
@@ -351,7 +352,7 @@ def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], flo
 def analyze(
     record: RunRecord | Mapping[str, Any],
     *,
-    threshold: float = 0.03,
+    threshold: float = PRACTICAL_THRESHOLD,
     seed: int = 0,
     aa_reference: RunRecord | Mapping[str, Any] | None = None,
 ) -> Analysis:

@@ -25,6 +25,7 @@ from mpsup.report.render import (
 from mpsup.runs import select
 from mpsup.runs.schema import RunRecord
 from mpsup.runs.select import StoredRun, Warn, merge_single_runs
+from mpsup.stats import PRACTICAL_THRESHOLD
 from mpsup.store import finite_json, write_file_through
 
 FORMATS = ("terminal", "markdown", "json", "html")
@@ -39,7 +40,7 @@ class ReportRequest:
     candidate: str | None = None
     fmt: str = "terminal"
     output: Path | None = None
-    threshold: float = 0.03
+    threshold: float = PRACTICAL_THRESHOLD
     seed: int = 0
     fail_on_regression: bool = False
 
