@@ -12,8 +12,10 @@ Per A/A record: workloads flagged (mpsup, the method before issue 12, pyperf's a
 100 us, rounds, the time in workloads and in warmup plus discarded blocks, and the practical threshold
 each workload gets once the run's between-process floor is applied (median over workloads, the
 largest, and how many are raised above 3%). Over the records: the spread (sd) of each workload's
-log estimate across runs. With --candidate and --reference: the candidate record analysed with each
-A/A record as its stored A/A floor, scored against the reference's clear and flat shapes.
+log estimate across runs, and how far apart the two environments' medians sit (what two single
+runs' medians can be expected to differ by, at the least). With --candidate and --reference: the
+candidate record analysed with each A/A record as its stored A/A floor, scored against the
+reference's clear and flat shapes.
 """
 
 from __future__ import annotations
@@ -83,6 +85,19 @@ def spread(records: list[dict[str, Any]]) -> list[float]:
     return sorted(pstdev(v) for v in logs.values() if len(v) > 1)
 
 
+def process_disagreement(records: list[dict[str, Any]]) -> list[float]:
+    """Per workload and record, |log| of one environment's median over the other's: how far two sets
+    of processes of the same torch put the same workload apart, which is as close as a single run's
+    median can be taken to another run's."""
+    out = []
+    for rec in records:
+        for w in as_record(rec).workloads:
+            meds = [e.median for e in w.envs.values() if e.status == "ok" and e.median]
+            if w.status == "ok" and len(meds) == 2:
+                out.append(abs(math.log(meds[0] / meds[1])))
+    return sorted(out)
+
+
 def power_lines(candidate: dict[str, Any], reference: dict[str, list[float]], aa: list[tuple[str, Any]]) -> list[str]:
     def per_workload(floor: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
         a = analyze(candidate, aa_reference=floor)
@@ -141,6 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"sd of a workload's log estimate across the {len(aa)} runs: median {median(sds):.2%}, "
             f"p90 {sds[int(0.9 * (len(sds) - 1))]:.2%} ({len(sds)} workloads)"
+        )
+    apart = process_disagreement([rec for _, rec in aa])
+    if apart:
+        q = [apart[int(p * (len(apart) - 1))] for p in (0.5, 0.75, 0.9)]
+        print(
+            "one environment's median against the other's (its processes against the other's): "
+            f"median {math.expm1(q[0]):.2%}, p75 {math.expm1(q[1]):.2%}, p90 {math.expm1(q[2]):.2%} "
+            f"({len(apart)} workload runs)"
         )
     for key, fmt in (
         ("hw_all", ".2%"),

@@ -53,6 +53,9 @@ def test_full_suite_on_cpu(mpsup_home: Path):
     assert len(paths) == 1 and paths[0].parent == mpsup_home / "runs"
     record = load_record(paths[0]).to_json()
     assert record["id"] == summary["id"]
+    # One environment runs under the single-run policy (+-2%, a two-sample warmup window), recorded as used.
+    policy = record["options"]["policy"]
+    assert (policy["target_rel_ci"], policy["warmup_window"]) == (0.02, 2)
     env = record["environments"][0]
     assert env["threads"] == 2 and env["torch_version"] == torch.__version__
     lin = next(w for w in record["workloads"] if w["name"] == "linear/4096x4096/t1")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpsup.runs.store import save_record
+from mpsup.runs.store import list_record_paths, load_record, save_record
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 
@@ -223,6 +223,9 @@ def test_aa_end_to_end_on_cpu(mpsup_home: Path):
     assert doc["mode"] == "aa"
     assert doc["verdict"] == "no-change", doc["sentence"]
     assert 0.9 < doc["suite_geomean"]["estimate"] < 1.1
+    # A paired run keeps the +-1% rounds target the per-workload calls were calibrated with.
+    policy = load_record(list_record_paths()[0]).to_json()["options"]["policy"]
+    assert (policy["target_rel_ci"], policy["warmup_window"]) == (0.01, 3)
 
 
 @pytest.mark.slow

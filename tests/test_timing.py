@@ -235,6 +235,25 @@ def test_rounds_get_cheaper_not_fewer_when_the_share_is_tight():
     assert pol.min_sample_s < mid < pol.target_sample_s and pol.planned_rounds * 4 * mid == pytest.approx(0.3)
 
 
+def test_one_environment_gets_the_looser_target_and_shorter_warmup_window_pairs_do_not():
+    single, paired = SamplingPolicy.for_environments(1, 0.7), SamplingPolicy.for_environments(2, 0.7)
+    assert single.budget_s == paired.budget_s == 0.7
+    assert (single.target_rel_ci, single.warmup_window) == (0.02, 2)
+    assert (paired.target_rel_ci, paired.warmup_window) == (0.01, 3)
+    # Samples whose median interval is about +-1.5%: converged for one environment, not for +-1%.
+    xs = [1.0 + 0.004 * ((i * 37) % 21 - 10) for i in range(30)]
+    from mpsup.stats import median_ci
+
+    assert 0.01 < median_ci(xs).rel_half_width <= 0.02
+    assert single.should_stop(xs, 0.0) == (True, "converged")
+    assert paired.should_stop(xs, 0.0) == (False, "")
+    # Two samples level with the two before them end a single run's warmup; a pair waits for three.
+    warm = [3.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    assert single.warmup_settled(warm[:4], 0.0) is False
+    assert single.warmup_settled([5.0, 1.0, 1.0, 1.0, 1.0], 0.0) is True
+    assert paired.warmup_settled([5.0, 1.0, 1.0, 1.0, 1.0], 0.0) is False
+
+
 def test_single_environment_stops_at_its_visit_share():
     pol = SamplingPolicy(budget_s=1.0)
     noisy = [1.0 + 0.3 * ((i * 7919) % 13) / 13 for i in range(10)]

@@ -116,7 +116,7 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
     envs, mode = _environments(req)
     options = BenchOptions(
         device=plan.device,
-        policy=SamplingPolicy(budget_s=req.budget),
+        policy=SamplingPolicy.for_environments(len(envs), req.budget),
         threads=req.threads,
         smoke=req.smoke,
         cpus=plan.affinity.cpus,

@@ -17,6 +17,15 @@ from mpsup.stats import median_ci, round_ratio_ci
 # little (docs/methodology.md, fourth round).
 DEFAULT_BUDGET_S = 0.5
 
+# One environment alone is only ever compared with another run, made by other processes; in the 19 H200
+# A/A runs two processes' medians of the same workload already disagreed by 0.76% at the median, 1.6% at
+# the 75th percentile and 3% at the 90th (benchmarks/aa_summary.py). An interval narrower than that buys
+# nothing, and +-1% cost a single run's noisiest launch-bound layers their whole budget. The replay of the
+# recorded 0.5 s single run (benchmarks/replay_single.py) put the saving of +-2% at ~10 s of 61 s, and
+# a warmup window of two samples at ~2 s more, its samples 0.02% from the timed median.
+SINGLE_TARGET_REL_CI = 0.02
+SINGLE_WARMUP_WINDOW = 2
+
 
 @dataclass(frozen=True)
 class SamplingPolicy:
@@ -49,6 +58,14 @@ class SamplingPolicy:
     # In the second pass one workload may take at most this many budgets: one wild workload must not
     # eat every other's time.
     max_extension: float = 3.0
+
+    @classmethod
+    def for_environments(cls, count: int, budget_s: float = DEFAULT_BUDGET_S) -> SamplingPolicy:
+        """The default policy of a run over `count` environments: a paired run's rounds are held to +-1%
+        (the report's per-workload calls rest on them), one environment's medians to +-2%."""
+        if count >= 2:
+            return cls(budget_s=budget_s)
+        return cls(budget_s=budget_s, target_rel_ci=SINGLE_TARGET_REL_CI, warmup_window=SINGLE_WARMUP_WINDOW)
 
     # -- warmup --------------------------------------------------------------------------------------------
 

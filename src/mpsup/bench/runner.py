@@ -1,6 +1,7 @@
 """Orchestration: workers per environment, the memory guard, warmup, sampling, interleaved pairs.
 
-One environment: each workload is sampled until its median is known to +-1% or its budget ends.
+One environment: each workload is sampled until its median is known to the policy's target (+-2%
+by default) or its budget ends.
 Two environments: both workers stay up and take turns per workload (A B B A ...), so drift and heat
 hit both alike; each round yields one paired ratio."""
 
