@@ -531,3 +531,37 @@ def test_aa_summary_counts_flags_and_power_under_each_aa_floor(tmp_path: Path, c
     (tmp_path / "bad.json").write_text("[]")
     assert main([str(tmp_path / "bad.json")]) == 2
     assert "must be a JSON object" in capsys.readouterr().err
+
+
+def _single_side(rec: dict, label: str, run_id: str) -> dict:
+    """One environment of a synthetic paired record, as a single run of its own."""
+    out = json.loads(json.dumps(rec))
+    out.update(id=run_id, mode="single")
+    out["environments"] = [dict(e, label="baseline") for e in rec["environments"] if e["label"] == label]
+    for w in out["workloads"]:
+        w["envs"] = {"baseline": w["envs"][label]}
+        w.pop("ratios", None)
+        w.pop("rounds", None)
+    return out
+
+
+def test_unpaired_comparison_keeps_the_estimate_and_calls_nothing(tmp_path: Path, capsys) -> None:
+    from unpaired_aa import main
+
+    from tests.synthetic import paired_record
+
+    real = paired_record(1.3, seed=3, run_id="20261203T100000Z-p1")
+    base, cand = _single_side(real, "baseline", "20261203T100000Z-s1"), _single_side(real, "candidate", "s2")
+    paths = []
+    for name, rec in (("base.json", base), ("cand.json", cand)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(json.dumps(rec))
+    assert main([str(p) for p in paths]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split("|")
+    # A real 1.3x between two separate runs: the estimate shows it, and still no call and no verdict.
+    assert row[2].strip() == "inconclusive" and row[3].strip().startswith("1.") and row[4].strip() == "0 of 24"
+    assert float(row[3].split("x")[0]) > 1.2
+    paths[1].write_text("[1, 2")
+    assert main([str(p) for p in paths]) == 2
+    err = capsys.readouterr().err
+    assert str(paths[1]) in err and err.count("\n") == 1 and "Traceback" not in err

@@ -173,6 +173,12 @@ def test_pairing_two_single_runs(mpsup_home: Path):
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["mode"] == "unpaired" and doc["candidate_torch"] == "2.15.0"
+    # Two separate runs: an estimate, never a call, and the way to get one.
+    assert doc["verdict"] == "inconclusive" and "two separate runs" in doc["sentence"]
+    assert "mpsup bench --candidate" in doc["sentence"] and doc["method"].startswith("two separate runs")
+    measured = [w for w in doc["workloads"] if w["speedup"]]
+    assert measured and all(w["change"] == "n/a" and not w["significant"] for w in measured)
+    assert any("Unpaired" in n for n in doc["notes"])
 
 
 @pytest.mark.parametrize(

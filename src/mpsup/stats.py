@@ -154,6 +154,14 @@ METHOD = (
     "Benjamini-Hochberg (q=0.05) across workloads; suite: bootstrap over workloads and rounds, plus a 2% "
     "between-process floor"
 )
+# Two single runs put side by side (report --baseline A --candidate B). Three H200 runs of one torch, minutes
+# apart, put the suite 1.03-1.11x apart and single workloads 0.58-2.04x while each run's own intervals
+# were a few percent wide (benchmarks/unpaired_aa.py): the drift between runs, which one pair of runs
+# cannot measure, dwarfs what their samples show, so they get an estimate and no call.
+METHOD_UNPAIRED = (
+    "two separate runs (unpaired): each side's samples bootstrapped on their own; no per-workload calls and no "
+    "verdict, since the drift between runs is not measured"
+)
 # Below this, pairing rounds into blocks leaves so few units that the exact interval is [min, max] of
 # a handful of blocks, and one stalled block hides a real change; rounds are then the units.
 BLOCK_MIN_ROUNDS = 24

@@ -14,6 +14,7 @@ from mpsup.host.hygiene import noisy_conditions
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
+    METHOD_UNPAIRED,
     PRACTICAL_THRESHOLD,
     Interval,
     benjamini_hochberg,
@@ -272,6 +273,18 @@ def _verdict(
     return "no-change", f"No measurable benefit for {what}: {span}, with {vs}{mem}."
 
 
+def _unpaired_verdict(main: Interval | None, what: str, baseline_torch: str, candidate_torch: str) -> tuple[str, str]:
+    """Two separate runs: the estimate, never a call (see METHOD_UNPAIRED), and how to get one."""
+    if main is None:
+        return "inconclusive", "Inconclusive: no workload was measured in both runs."
+    span = f"{main.estimate:.2f}x (95% CI {main.low:.2f}-{main.high:.2f}x)"
+    return "inconclusive", (
+        f"Inconclusive: two separate runs, not measured side by side: {what} is {span} with torch "
+        f"{candidate_torch} vs {baseline_torch}, but two runs of one torch can land that far apart (1.03-1.11x "
+        f"on the H200). For a verdict, measure both in one run: mpsup bench --candidate NAME|VERSION|PATH."
+    )
+
+
 def _fingerprint(record: RunRecord) -> tuple[str, str, str, str]:
     envs = record.environments or (Environment(label=""),)
     return (str(record.device), str(envs[0].device_name), str(envs[0].torch_version), str(envs[-1].torch_version))
@@ -362,6 +375,7 @@ def analyze(
     record = as_record(record)
     aa = as_record(aa_reference, "A/A record") if aa_reference is not None else None
     a, b = _labels(record)
+    unpaired = record.mode == "unpaired"
     floors = aa_floors(aa) if aa and record.mode != "aa" else {}
     by_process, worst_disagreement = process_floors(record, a)
     changes: list[WorkloadChange] = []
@@ -387,7 +401,8 @@ def analyze(
                 baseline_s=base_s,
                 candidate_s=cand_s,
                 speedup=speedup,
-                change=classify_change(speedup, threshold) if speedup else "n/a",
+                # Unpaired: the interval shows each run's own noise, not the drift between the runs.
+                change=classify_change(speedup, threshold) if speedup and not unpaired else "n/a",
                 # The test counts rounds, not blocks: twice the units, and an order effect only makes it
                 # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
                 p_value=sign_test_p(ratios) if w.ratios and ratios else None,
@@ -433,11 +448,20 @@ def analyze(
         main = suite_geomean_ci(rs, seed=seed) if rs else None
         what = "the geometric mean of the measured workloads"
     envs = record.environments
-    verdict, sentence = _verdict(
-        main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version)
+    verdict, sentence = (
+        _unpaired_verdict(main, what, str(envs[0].torch_version), str(envs[1].torch_version))
+        if unpaired
+        else _verdict(
+            main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version)
+        )
     )
     changes.sort(key=lambda c: -c.share)
     notes = []
+    if unpaired:
+        notes.append(
+            "Unpaired: no workload is called faster or slower. Each interval shows one run's own noise; two runs "
+            "of the same torch can sit further apart than that (on the H200, single workloads 0.58-2.04x)."
+        )
     if floors and aa:
         raised = sum(1 for c in changes if math.expm1(floors.get(c.name, 0.0)) > threshold)
         notes.append(
@@ -470,5 +494,6 @@ def analyze(
         sentence=sentence,
         threshold=threshold,
         device_time=device_time_semantics(envs[0], envs[1]),
+        method=METHOD_UNPAIRED if unpaired else METHOD,
         notes=notes,
     )

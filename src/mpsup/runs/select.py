@@ -101,8 +101,8 @@ def choice_lines(chosen: RunRecord, newer_single: list[RunRecord]) -> list[str]:
     older, newer = (
         (newer_single[1].id, newer_single[0].id) if len(newer_single) > 1 else ("BASELINE_ID", newer_single[0].id)
     )
-    lines.append(f"To compare two of them: mpsup report --baseline {older} --candidate {newer}")
-    lines.append("Or measure both torches in one run: mpsup bench --candidate VERSION")
+    lines.append(f"To compare two of them (estimates, no verdict): mpsup report --baseline {older} --candidate {newer}")
+    lines.append("For a verdict, measure both torches in one run: mpsup bench --candidate VERSION")
     return lines
 
 
