@@ -7,8 +7,11 @@ compares them: what an unpaired comparison calls when nothing changed.
 For every pair of the records given (in order, the earlier as the baseline): the report's verdict and
 suite geometric mean, the workloads it calls faster or slower, and how far the two runs put single
 workloads apart (the largest and smallest ratio of their medians, and the median distance by duration,
-below and above 100 us). Every figure comes from `mpsup.report.analysis.analyze` on the merged record,
-as the report builds it. Bad input: one line naming the file, exit 2.
+below and above 100 us), and how many workloads a floor built from the pair itself would still call
+(each threshold raised by how far its 15 nearest-duration neighbours moved, as the report's
+between-process floor does within a paired run). Every figure comes from
+`mpsup.report.analysis.analyze` on the merged record, as the report builds it. Bad input: one line
+naming the file, exit 2.
 """
 
 from __future__ import annotations
@@ -23,10 +26,24 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mpsup.errors import UserError
-from mpsup.report.analysis import analyze
+from mpsup.report.analysis import PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS, analyze
 from mpsup.runs.schema import as_record
 from mpsup.runs.select import merge_single_runs
+from mpsup.stats import PRACTICAL_THRESHOLD, classify_change
 from mpsup.store import read_json_object
+
+
+def called_under_neighbour_floor(ws: list) -> int:
+    """Workloads still called if each one's threshold were raised by how far its nearest-duration
+    neighbours moved between the two runs (the between-process floor's rule, applied to the pair)."""
+    pts = [(math.log(w.baseline_s), abs(math.log(w.speedup.estimate))) for w in ws]
+    called = 0
+    for w in ws:
+        here = math.log(w.baseline_s)
+        nearest = sorted(pts, key=lambda p: abs(p[0] - here))[:PROCESS_NEIGHBOURS]
+        floor = max(PRACTICAL_THRESHOLD, math.expm1(PROCESS_FLOOR_FACTOR * median(d for _, d in nearest)))
+        called += classify_change(w.speedup, floor) != "same"
+    return called
 
 
 def pair_line(name: str, base: dict, cand: dict) -> str:
@@ -40,6 +57,7 @@ def pair_line(name: str, base: dict, cand: dict) -> str:
     suite_text = f"{suite.estimate:.3f}x ({suite.low:.3f}-{suite.high:.3f})" if suite else "-"
     return (
         f"| {name} | {a.verdict} | {suite_text} | {len(called)} of {len(ratios)} "
+        f"| {called_under_neighbour_floor(ratios)} "
         f"| {min(est):.2f}x / {max(est):.2f}x "
         f"| {_typical(small):.1%} / {_typical(large):.1%} |"
     )
@@ -64,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unpaired_aa: {exc}", file=sys.stderr)
             return 2
     print(
-        "| baseline / candidate | verdict | suite geomean (95% CI) | workloads called | smallest / largest ratio "
-        "| median distance < / >= 100 us |"
+        "| baseline / candidate | verdict | suite geomean (95% CI) | workloads called | with a neighbour floor "
+        "| smallest / largest ratio | median distance < / >= 100 us |"
     )
-    print("|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for (na, a), (nb, b) in itertools.combinations(docs, 2):
         try:
             print(pair_line(f"{na} / {nb}", a, b))
