@@ -141,6 +141,21 @@ def test_report_at_80_columns_keeps_names_and_no_nested_parentheses():
     assert "(geometric mean) " not in a.sentence and "((" not in a.sentence
 
 
+def test_report_between_100_columns_and_the_full_width_goes_compact_instead_of_cutting_cells():
+    rec = paired_record(1.2, seed=4, run_id="20261203T100000Z-ffffff")
+    for w in rec["workloads"]:
+        w["name"] = "moe/Qwen3-30B-A3B/gate_up/t512/grouped/" + w["name"].replace("/", "-")[:6]
+    a = analyze(rec)
+    for width in (100, 120, 200):
+        console, buf = _console(width)
+        render_terminal(a, console)
+        text = buf.getvalue()
+        # Never a squeezed cell ("c…", "21.7…"): the compact table where the full one does not fit.
+        _assert_fits(text, width)
+        header = next(ln for ln in text.splitlines() if "workload" in ln)
+        assert ("baseline" in header) == (width == 200), header
+
+
 def test_published_claim_only_where_comparable():
     mps = dataclasses.replace(analyze(paired_record(1.2, seed=4)), candidate_torch="2.15.0")
     assert any("2.15 release notes" in ln for ln in summary_lines(mps))

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -96,13 +97,22 @@ def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
         f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
         f" · run {safe(', '.join(a.run_ids))}"
     )
-    t = _terminal_table(a, limit, narrow=console.width < NARROW)
+    t = _terminal_table(a, limit, narrow=False)
+    # The wide table only where it fits whole: at 100 columns, 44-character names left rich squeezing the
+    # count, share and times down to "c…" and "21.7…".
+    needed = Measurement.get(console, console.options.update_width(10_000), t).maximum
+    if console.width < NARROW or needed > console.width:
+        t = _terminal_table(a, limit, narrow=True)
     console.print(t)
     if len(a.workloads) > limit:
         console.print(f"... {len(a.workloads) - limit} more workloads (use --format json or html for all)")
-    console.print(
-        f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; · no measurable change"
-    )
+    if a.mode == "unpaired":
+        console.print("No workload is marked: two separate runs give estimates, not calls.")
+    else:
+        console.print(
+            f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; "
+            "· no measurable change"
+        )
     for line in summary_lines(a, safe):
         console.print(line)
 
