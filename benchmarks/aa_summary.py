@@ -93,8 +93,9 @@ def process_disagreement(records: list[dict[str, Any]]) -> list[float]:
     for rec in records:
         for w in as_record(rec).workloads:
             meds = [e.median for e in w.envs.values() if e.status == "ok" and e.median]
-            if w.status == "ok" and len(meds) == 2:
-                out.append(abs(math.log(meds[0] / meds[1])))
+            ratio = meds[0] / meds[1] if len(meds) == 2 else 0.0
+            if w.status == "ok" and 0 < ratio < math.inf:
+                out.append(abs(math.log(ratio)))
     return sorted(out)
 
 

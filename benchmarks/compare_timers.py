@@ -74,7 +74,8 @@ def main() -> None:
 
     runner = Runner(
         [EnvSpec("baseline", Path(sys.executable))],
-        BenchOptions(device=args.device, policy=SamplingPolicy(budget_s=args.budget), smoke=False),
+        # The policy a single-environment `mpsup bench` runs under.
+        BenchOptions(device=args.device, policy=SamplingPolicy.for_environments(1, args.budget), smoke=False),
     )
     runner.start()
     try:
@@ -83,8 +84,9 @@ def main() -> None:
                 t0 = time.perf_counter()
                 r = runner.measure(w)
                 wall["mpsup"] += time.perf_counter() - t0
-                results[w.name][f"mpsup_{rep}"] = r["envs"]["baseline"].get("median")
-                results[w.name]["mpsup_device"] = r["envs"]["baseline"].get("device_median")
+                env = r.envs["baseline"]
+                results[w.name][f"mpsup_{rep}"] = env.summary.median if env.summary else None
+                results[w.name]["mpsup_device"] = env.device_median
     finally:
         runner.close()
     for rep in (1, 2):

@@ -26,7 +26,7 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mpsup.errors import UserError
-from mpsup.report.analysis import PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS, analyze
+from mpsup.report.analysis import FLOOR_CAP, PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS, analyze
 from mpsup.runs.schema import as_record
 from mpsup.runs.select import merge_single_runs
 from mpsup.stats import PRACTICAL_THRESHOLD, classify_change
@@ -41,7 +41,8 @@ def called_under_neighbour_floor(ws: list) -> int:
     for w in ws:
         here = math.log(w.baseline_s)
         nearest = sorted(pts, key=lambda p: abs(p[0] - here))[:PROCESS_NEIGHBOURS]
-        floor = max(PRACTICAL_THRESHOLD, math.expm1(PROCESS_FLOOR_FACTOR * median(d for _, d in nearest)))
+        typical = median(d for _, d in nearest)
+        floor = max(PRACTICAL_THRESHOLD, math.expm1(min(PROCESS_FLOOR_FACTOR * typical, FLOOR_CAP)))
         called += classify_change(w.speedup, floor) != "same"
     return called
 
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     for (na, a), (nb, b) in itertools.combinations(docs, 2):
         try:
             print(pair_line(f"{na} / {nb}", a, b))
-        except (UserError, KeyError, TypeError, ValueError) as exc:
+        except (UserError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
             print(f"unpaired_aa: {na} / {nb}: {exc}", file=sys.stderr)
             return 2
     return 0

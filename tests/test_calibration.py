@@ -565,3 +565,38 @@ def test_unpaired_comparison_keeps_the_estimate_and_calls_nothing(tmp_path: Path
     assert main([str(p) for p in paths]) == 2
     err = capsys.readouterr().err
     assert str(paths[1]) in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_unpaired_suite_interval_comes_from_each_sides_samples_and_holds_its_estimate() -> None:
+    from mpsup.runs.schema import as_record
+    from mpsup.runs.select import merge_single_runs
+    from tests.synthetic import paired_record
+
+    real = paired_record(1.3, seed=5, run_id="20261203T100000Z-p2")
+    merged = merge_single_runs(
+        as_record(_single_side(real, "baseline", "a")), as_record(_single_side(real, "candidate", "b"))
+    )
+    a = analyze(merged)
+    suite = a.suite_geomean
+    assert suite is not None and suite.low < suite.estimate < suite.high
+    assert 1.2 < suite.estimate < 1.4 and suite.high / suite.low < 1.2
+    rows = [w.to_json() for w in a.workloads if w.speedup]
+    assert rows and all(r["rounds"] == 0 and r["change"] == "uncalled" for r in rows)
+
+
+def test_figure_scripts_refuse_absurd_but_valid_records_in_one_line(tmp_path: Path, capsys) -> None:
+    from unpaired_aa import main as unpaired_main
+
+    from tests.synthetic import paired_record
+
+    tiny = paired_record(1.0, seed=6, run_id="20261203T100000Z-p3")
+    for w in tiny["workloads"]:
+        for e in w["envs"].values():
+            e["samples"] = [1e-300] * len(e["samples"])
+            e["median"] = 1e-300
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    paths[0].write_text(json.dumps(_single_side(tiny, "baseline", "a")))
+    paths[1].write_text(json.dumps(_single_side(paired_record(1.0, seed=7), "candidate", "b")))
+    code = unpaired_main([str(p) for p in paths])
+    captured = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in captured.err

@@ -152,11 +152,12 @@ def test_a_journal_rebuilds_the_same_typed_record(mpsup_home: Path):
 def test_two_single_runs_pair_into_one_unpaired_record():
     doc = _v1_doc()
     rec = load_record(V1)
-    base = dataclasses.replace(rec, environments=rec.environments[:1], id="a")
+    base = dataclasses.replace(rec, environments=rec.environments[:1], id="a", mode="single")
     second = dataclasses.replace(rec.environments[1], label="baseline")
     cand = dataclasses.replace(
         rec,
         id="b",
+        mode="single",
         environments=(second,),
         workloads=tuple(
             dataclasses.replace(w, envs={"baseline": w.envs["baseline-2"]}, ratios=()) for w in rec.workloads
@@ -169,3 +170,11 @@ def test_two_single_runs_pair_into_one_unpaired_record():
     assert first.envs["candidate"].samples == tuple(doc["workloads"][0]["envs"]["baseline-2"]["samples"])
     assert RunRecord.from_json(merged.to_json(), "merged.json") == merged
     assert SCHEMA == "mpsup.run/1"
+    # The baseline run's own rounds never ride along: nothing here was measured in turns.
+    assert rec.workloads[0].ratios and not any(w.ratios for w in merged.workloads)
+    assert "rounds" not in merged.workloads[0].to_json()
+    # A paired or A/A run is refused, in one line that says what to do with it.
+    with pytest.raises(UserError, match="not a single-environment one: report it on its own"):
+        merge_single_runs(rec, cand)
+    with pytest.raises(UserError, match="not a single-environment one"):
+        merge_single_runs(dataclasses.replace(rec, mode="single"), cand)

@@ -177,7 +177,7 @@ def test_pairing_two_single_runs(mpsup_home: Path):
     assert doc["verdict"] == "inconclusive" and "two separate runs" in doc["sentence"]
     assert "mpsup bench --candidate" in doc["sentence"] and doc["method"].startswith("two separate runs")
     measured = [w for w in doc["workloads"] if w["speedup"]]
-    assert measured and all(w["change"] == "n/a" and not w["significant"] for w in measured)
+    assert measured and all(w["change"] == "uncalled" and not w["significant"] and w["rounds"] == 0 for w in measured)
     assert any("Unpaired" in n for n in doc["notes"])
 
 

@@ -17,7 +17,8 @@ from mpsup.stats import median_ci, round_ratio_ci
 # little (docs/methodology.md, fourth round).
 DEFAULT_BUDGET_S = 0.5
 
-# One environment alone is only ever compared with another run, made by other processes; in the 19 H200
+# One environment alone is only ever compared with another run, made by other processes (measured on the H200
+# only; nothing here has run on a Mac); in the 19 H200
 # A/A runs two processes' medians of the same workload already disagreed by 0.76% at the median, 1.6% at
 # the 75th percentile and 3% at the 90th (benchmarks/aa_summary.py). An interval narrower than that buys
 # nothing, and +-1% cost a single run's noisiest launch-bound layers their whole budget. The replay of the

@@ -42,7 +42,7 @@ class WorkloadChange:
     baseline_s: float | None
     candidate_s: float | None
     speedup: Interval | None
-    change: str  # faster, slower, same, n/a
+    change: str  # faster, slower, same, n/a (not measured in both), uncalled (two separate runs)
     size: float  # flops (or bytes) per call, for plots
     share: float = 0.0  # of the baseline's estimated total time
     memory_ratio: float | None = None
@@ -51,6 +51,8 @@ class WorkloadChange:
     p_value: float | None = None
     units: int = 0  # independent units behind the interval (ABBA blocks, or rounds when few)
     candidate_measured_s: float | None = None  # the candidate's pooled median; candidate_s agrees with the speedup
+    # Two separate runs: `ratios` holds bootstrap draws of the ratio of medians, not rounds.
+    unpaired: bool = False
 
     @property
     def significant(self) -> bool:
@@ -74,7 +76,7 @@ class WorkloadChange:
             "status": self.status,
             "p_value": self.p_value,
             "units": self.units,
-            "rounds": len(self.ratios),
+            "rounds": 0 if self.unpaired else len(self.ratios),
             "bounded": bool(self.speedup and math.isfinite(self.speedup.low) and math.isfinite(self.speedup.high)),
             "candidate_measured_s": self.candidate_measured_s,
             "time_note": (
@@ -167,8 +169,9 @@ def _labels(record: RunRecord) -> tuple[str, str]:
     labels = record.labels
     if len(labels) < 2:
         raise UserError(
-            f"run {record.id} measured one environment; pair it with another "
-            "(`mpsup report --baseline ID --candidate ID`) or run `mpsup bench --candidate ...`"
+            f"run {record.id} measured one environment; for a verdict run `mpsup bench --candidate ...` "
+            "(both torches in one run), or put it beside another for estimates only "
+            "(`mpsup report --baseline ID --candidate ID`)"
         )
     return labels[0], labels[1]
 
@@ -207,14 +210,30 @@ def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
     for _ in range(1000):
         forward = 0.0
         for c, t, _ in usable:
-            forward += t / median(rng.choices(c.ratios, k=len(c.ratios)))
+            # Unpaired: one bootstrap draw of the workload's ratio is already a resample of it.
+            forward += t / (rng.choice(c.ratios) if c.unpaired else median(rng.choices(c.ratios, k=len(c.ratios))))
         boots.append(total_base / forward)
+    return percentile_interval(est, boots)
+
+
+def _geomean_ci(changes: list[WorkloadChange], seed: int) -> Interval:
+    """The geometric mean over workloads: paired, from their rounds (suite_geomean_ci); unpaired, from each
+    workload's own bootstrap draws, one per replicate, with the workloads resampled too."""
+    if not any(c.unpaired for c in changes):
+        return suite_geomean_ci([c.ratios for c in changes], seed=seed)
+    usable = [c for c in changes if c.speedup and c.speedup.estimate > 0]
+    est = geometric_mean([c.speedup.estimate for c in usable])  # type: ignore[union-attr]
+    rng = random.Random(seed)
+    boots = []
+    for _ in range(1000):
+        picked = rng.choices(usable, k=len(usable))
+        boots.append(math.exp(sum(math.log(rng.choice(c.ratios)) for c in picked) / len(picked)))
     return percentile_interval(est, boots)
 
 
 def _apply_fdr(changes: list[WorkloadChange], threshold: float, floors: dict[str, float]) -> None:
     """Benjamini-Hochberg over every paired workload of the report: with ~120 workloads, 5% per
-    workload would flag about six when nothing changed. Unpaired runs keep the bootstrap call."""
+    workload would flag about six when nothing changed. Unpaired comparisons make no calls at all."""
     tested = [c for c in changes if c.speedup and c.p_value is not None]
     for c, hit in zip(tested, benjamini_hochberg([c.p_value or 1.0 for c in tested]), strict=True):
         t = max(threshold, math.expm1(floors.get(c.name, 0.0)))
@@ -280,8 +299,9 @@ def _unpaired_verdict(main: Interval | None, what: str, baseline_torch: str, can
     span = f"{main.estimate:.2f}x (95% CI {main.low:.2f}-{main.high:.2f}x)"
     return "inconclusive", (
         f"Inconclusive: two separate runs, not measured side by side: {what} is {span} with torch "
-        f"{candidate_torch} vs {baseline_torch}, but two runs of one torch can land that far apart (1.03-1.11x "
-        f"on the H200). For a verdict, measure both in one run: mpsup bench --candidate NAME|VERSION|PATH."
+        f"{candidate_torch} vs {baseline_torch}; that interval holds each run's own noise, not the drift "
+        f"between runs, which is not measured here (two H200 runs of one torch, minutes apart, sat up to 11% "
+        f"apart). For a verdict, measure both in one run: mpsup bench --candidate NAME|VERSION|PATH."
     )
 
 
@@ -402,7 +422,7 @@ def analyze(
                 candidate_s=cand_s,
                 speedup=speedup,
                 # Unpaired: the interval shows each run's own noise, not the drift between the runs.
-                change=classify_change(speedup, threshold) if speedup and not unpaired else "n/a",
+                change=("uncalled" if unpaired else classify_change(speedup, threshold)) if speedup else "n/a",
                 # The test counts rounds, not blocks: twice the units, and an order effect only makes it
                 # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
                 p_value=sign_test_p(ratios) if w.ratios and ratios else None,
@@ -411,11 +431,13 @@ def analyze(
                 memory_ratio=(pb / pa) if pa and pb else None,
                 ratios=ratios,
                 status=status,
+                unpaired=unpaired,
             )
         )
     # Each floor is a lower bound on what this run cannot tell from noise: the higher one holds.
     combined = {n: max(floors.get(n, 0.0), by_process.get(n, 0.0)) for n in {*floors, *by_process}}
-    _apply_fdr(changes, threshold, combined)
+    if not unpaired:
+        _apply_fdr(changes, threshold, combined)
     for c in changes:
         # A paired speedup is the median of per-round ratios, not the ratio of pooled medians: show a
         # candidate time that agrees with it (93.3 us | 45.2 us | 1.004x appeared before), keep the pooled one.
@@ -426,12 +448,12 @@ def analyze(
     for c in changes:
         c.share = c.count * c.baseline_s / total if c.baseline_s else 0.0
     linear = [c for c in changes if c.part == "linear" and c.ratios]
-    suite = suite_geomean_ci([c.ratios for c in linear], seed=seed) if linear else None
+    suite = _geomean_ci(linear, seed) if linear else None
     split = {}
     for tag in ("small", "large", "output-head"):
-        group = [c.ratios for c in linear if tag in c.tags]
+        group = [c for c in linear if tag in c.tags]
         if group:
-            split[tag] = suite_geomean_ci(group, seed=seed)
+            split[tag] = _geomean_ci(group, seed)
     end_to_end = next((c for c in changes if c.name == END_TO_END and c.speedup), None)
     model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.model else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
@@ -444,8 +466,8 @@ def analyze(
     elif suite is not None:
         main, what = suite, "the geometric mean of the suite's BF16 linear layers"
     else:
-        rs = [c.ratios for c in changes if c.ratios]
-        main = suite_geomean_ci(rs, seed=seed) if rs else None
+        rs = [c for c in changes if c.ratios]
+        main = _geomean_ci(rs, seed) if rs else None
         what = "the geometric mean of the measured workloads"
     envs = record.environments
     verdict, sentence = (

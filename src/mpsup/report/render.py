@@ -20,7 +20,7 @@ from mpsup.runs.select import StoredRun
 from mpsup.stats import Interval
 from mpsup.units import fmt_time
 
-MARK = {"faster": "▲", "slower": "▼", "same": "·", "n/a": " "}
+MARK = {"faster": "▲", "slower": "▼", "same": "·", "n/a": " ", "uncalled": " "}
 
 # Every string that comes from a record (workload and feature names, ids, device, versions, statuses,
 # conditions) is data, never markup: each renderer passes it through its own escape.

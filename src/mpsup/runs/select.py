@@ -170,6 +170,12 @@ def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
     for rec in (base, cand):
         if not rec.environments:
             raise UserError(f"run {rec.id} records no environment: nothing to pair")
+        if rec.mode != "single" or len(rec.environments) != 1:
+            # A paired run's rounds would otherwise ride along and be read as this comparison's.
+            raise UserError(
+                f"run {rec.id} is a {rec.mode or 'multi-environment'} run, not a single-environment one: "
+                f"report it on its own (`mpsup report --run {rec.id}`)"
+            )
     if base.device != cand.device:
         raise UserError(
             f"runs {base.id} and {cand.id} were on different devices ({base.device} vs {cand.device}): not comparable"
@@ -227,4 +233,8 @@ def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
 
 
 def _relabel(w: WorkloadRun, envs: dict[str, EnvRun]) -> WorkloadRun:
-    return dataclasses.replace(w, envs=envs, layout=Layout.of({**w.to_json(), "envs": {}}))
+    # No rounds: nothing in an unpaired comparison was measured in turns.
+    extra = {k: v for k, v in w.extra.items() if k != "rounds"}
+    doc = {**w.to_json(), "envs": {}, "ratios": []}
+    doc.pop("rounds", None)
+    return dataclasses.replace(w, envs=envs, ratios=(), extra=extra, layout=Layout.of(doc))
