@@ -106,6 +106,17 @@ def test_bad_input_exit_2(args: list[str], needle: str, mpsup_home: Path):
     assert not (mpsup_home / "runs").exists()
 
 
+@pytest.mark.parametrize("budget", ["inf", "1e308", "nan", "-inf", "0", "3601"])
+def test_absurd_budget_is_one_line_exit_2_and_no_record(budget: str, mpsup_home: Path):
+    # inf used to reach the round sizing: "internal error: OverflowError", exit 1, an empty partial record.
+    res = run_cli("bench", "--device", "cpu", "--no-smoke", "--only", "linear/896x128/t1", f"--budget={budget}")
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--budget" in lines[0] and "3600" in lines[0], res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
+    assert not mpsup_home.exists() or not any(mpsup_home.rglob("*"))  # no record, no journal
+
+
 def test_unavailable_device_exit_2(mpsup_home: Path):
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")

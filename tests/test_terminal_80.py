@@ -99,6 +99,34 @@ def test_run_tables_at_80_columns(mpsup_home: Path):
     assert "TFLOP/s" not in text and "GFLOP/s" in text  # a CPU's rate, in units that fit
 
 
+def test_paired_run_tables_say_whose_figures_they_are_and_point_at_the_report():
+    rec = paired_record(1.1, seed=3, run_id="20261203T100000Z-abcdef", count=10)
+    for width in (80, 160):
+        console, buf = _console(width)
+        render_run(rec, console)
+        text = buf.getvalue()
+        _assert_fits(text, width)
+        # The interval column is the baseline's median's, not the comparison's.
+        assert ("95% CI (baseline)" if width > 80 else "(baseline)") in text
+        flat = " ".join(text.split())
+        assert "Times are each environment's own median" in flat
+        assert "the 95% CI, rate and memory are baseline's alone" in flat
+        assert "speedup: the median of the per-round baseline / candidate ratios" in flat
+        assert "are `mpsup report`'s" in flat
+        assert "Suite geometric mean time over 10 linear shapes (baseline)" in flat
+        # What to run next, like a single run's ending: the report of this very run.
+        assert "Next, to learn whether the candidate helps this machine:" in flat
+        assert text.rstrip().splitlines()[-1].split("#")[0].strip() == "mpsup report --run 20261203T100000Z-abcdef"
+    aa = paired_record(1.0, seed=3, run_id="20261203T100000Z-abcdee", count=4, mode="aa")
+    console, buf = _console()
+    render_run(aa, console)
+    assert "noise floor" in buf.getvalue() and "mpsup report --run 20261203T100000Z-abcdee" in buf.getvalue()
+    # One environment: no qualifier, no paired footnote.
+    console, buf = _console()
+    render_run(_single("20261203T100000Z-dddddd"), console)
+    assert "(baseline)" not in buf.getvalue() and "own median" not in buf.getvalue()
+
+
 def test_rates_and_smoke_cells_read_well():
     assert fmt_rate(87.7e9, "FLOP/s") == "87.7 GFLOP/s"
     assert fmt_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s"

@@ -282,15 +282,6 @@ def test_second_pass_goes_widest_first_and_in_proportion():
     assert next_allotment(0.0, w, cap_s=1.5) == 0.0
 
 
-def test_eta_arithmetic():
-    from mpsup.bench.policy import eta_s
-
-    # 10 workloads left at 0.5 s each, half of them expected to leave 0.4 s to the pool, 2 s already pooled.
-    assert eta_s(10, 0.5, 2.0, 0.5, 0.4) == pytest.approx(10 * (0.5 + 0.2) + 2.0)
-    # Second pass: the pool plus a sixth of a workload's time per visit for its setup.
-    assert eta_s(0, 0.6, 3.0, 0.0, 0.0, visits_left=5) == pytest.approx(3.0 + 0.5)
-
-
 class _FakeRunner:
     """A runner whose workloads are synthetic ratio streams with a known spread, on a fake clock."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 from collections.abc import Callable
@@ -15,6 +16,11 @@ from mpsup.host.affinity import Affinity, choose
 from mpsup.workloads import Workload, select
 
 DTYPES = ("bf16", "fp16", "fp32")
+# Seconds per workload. The floor: under a millisecond not even one sample fits. The ceiling, an hour:
+# far more than any workload needs to reach its rounds (a multi-second model forward takes minutes),
+# while the bundled suite would already run for days; past it lie only typos and `inf`, which used to
+# get as far as sizing the rounds and end the run in an OverflowError.
+BUDGET_RANGE_S = (0.001, 3600.0)
 NOT_PINNED = Affinity(None, "not pinned")
 
 
@@ -70,6 +76,14 @@ def parse_tokens(text: str | None) -> tuple[int, ...] | None:
     return values
 
 
+def check_budget(budget: float) -> float:
+    """The budget as given, or a one-line refusal: nan and inf included (no comparison catches nan)."""
+    low, high = BUDGET_RANGE_S
+    if not (math.isfinite(budget) and low <= budget <= high):
+        raise UserError(f"--budget {budget:g}: expected seconds per workload, from {low:g} to {high:g}")
+    return budget
+
+
 def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
     """`1024` or `832x480` (width x height, pixels) for a diffusion model's activations."""
     if text is None:
@@ -82,6 +96,7 @@ def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
 
 def prepare(req: BenchRequest) -> BenchPlan:
     """Choose the workloads: the bundled suite, a checkpoint's layers, or a whole model end to end."""
+    check_budget(req.budget)
     device = req.device or default_device()
     affinity = choose(req.affinity, device)
     if req.dtype is not None and req.dtype not in DTYPES:

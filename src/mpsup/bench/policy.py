@@ -176,11 +176,48 @@ def widest_first(widths: dict[str, float], target: float) -> list[str]:
     return [name for name, _ in sorted(open_, key=lambda kv: -(kv[1] if math.isfinite(kv[1]) else math.inf))]
 
 
+def predict_visits(
+    sizes_done: Sequence[float], times_done: Sequence[float], sizes: Sequence[float], prior_s: float
+) -> list[float]:
+    """What each visit still to come will take (`sizes`: its workload's bytes), from what the finished
+    ones took: a least-squares line of time over bytes. A visit costs a fixed part (setups, warmup, rounds
+    of the shortest samples) and a part that grows with the data once a call outlasts the sample target;
+    the mean alone let a suite's few vocabulary-sized heads, met early, triple the ETA. A slope the data do
+    not support (no spread in size, or negative) leaves the mean; before any visit, `prior_s` (the share)."""
+    if not times_done:
+        return [prior_s] * len(sizes)
+    n = len(times_done)
+    mean_x, mean_t = sum(sizes_done) / n, sum(times_done) / n
+    var = sum((x - mean_x) ** 2 for x in sizes_done)
+    slope = sum((x - mean_x) * (t - mean_t) for x, t in zip(sizes_done, times_done, strict=True)) / var if var else 0.0
+    slope = max(0.0, slope)
+    fixed = max(0.0, mean_t - slope * mean_x)
+    return [fixed + slope * x for x in sizes]
+
+
 def eta_s(
-    left: int, per_workload_s: float, pool_s: float, open_share: float, rest_s: float, visits_left: int = 0
+    budget_s: float,
+    unvisited_s: Sequence[float] = (),
+    *,
+    visits: int = 1,
+    ok_share: float = 1.0,
+    open_share: float = 0.0,
+    revisits_s: float = 0.0,
+    restart_s: float = 0.0,
+    pool_s: float = 0.0,
+    leftover_visits: int = 0,
+    per_visit_s: float = 0.0,
 ) -> float:
-    """Seconds still to come: `left` first-pass workloads at `per_workload_s` each (what the finished ones
-    took, setup included), the second pass's pool so far, and the part of the unmeasured workloads'
-    budgets (`rest_s` each) that will join it if they end unconverged as often as the finished ones did
-    (`open_share`); `visits_left` second-pass visits pay their setup again (a sixth of a workload)."""
-    return left * (per_workload_s + open_share * rest_s) + pool_s + visits_left * per_workload_s / 6
+    """Seconds still to come, over every pass the policy plans, not only the one under way.
+
+    First pass: a visit for each unvisited workload (`unvisited_s`: what each is expected to take, setup
+    included). Split pairs (`visits` 2): `restart_s` for fresh workers, then a second visit for every measured
+    workload that has not had it (`revisits_s`: each about what its own first visit took, as it has the
+    same rounds and share) and for the `ok_share` of the unvisited ones that will measure. Leftover: the
+    pool expected so far (`pool_s`), and for the `open_share` of unvisited workloads that will end
+    unconverged, what their budget leaves after their visits; `leftover_visits` pay their setup again (a
+    sixth of a visit of `per_visit_s`)."""
+    first = sum(unvisited_s)
+    later = max(0, visits - 1) * ok_share * first
+    leftover = open_share * sum(max(0.0, budget_s - visits * t) for t in unvisited_s)
+    return first + later + revisits_s + restart_s + pool_s + leftover + leftover_visits * per_visit_s / 6

@@ -86,7 +86,7 @@ def print_workload_list(workloads: list[Any], console: Console) -> None:
 @contextmanager
 def bench_progress(console: Console) -> Iterator[Any]:
     """Smoke steps and workloads as two bars: the workload bar's total is what `--list` shows for the
-    same options. The ETA comes from the budgets still to spend (the runner's events carry it)."""
+    same options. The ETA covers every pass still planned (the runner's events carry it)."""
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -213,6 +213,7 @@ def render_run(record: dict[str, Any], console: Console) -> None:
     parts: dict[str, list[dict[str, Any]]] = {}
     for w in record["workloads"]:
         parts.setdefault(w.get("part", "other"), []).append(w)
+    paired = len(envs) > 1
     for part, ws in parts.items():
         console.print(_part_table(part, ws, envs, is_narrow(console)))
     linear = [
@@ -221,8 +222,14 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")
     ]
     if linear:
-        console.print(f"Suite geometric mean time over {len(linear)} linear shapes: {fmt_time(geometric_mean(linear))}")
-    if record.get("mode") == "single" and not record.get("model"):
+        whose = f" ({safe(envs[0]['label'])})" if paired else ""
+        console.print(
+            f"Suite geometric mean time over {len(linear)} linear shapes{whose}: {fmt_time(geometric_mean(linear))}"
+        )
+    if paired:
+        for line in paired_lines(record):
+            console.print(line, highlight=False)
+    elif record.get("mode") == "single" and not record.get("model"):
         for line in meaning_lines(record):
             console.print(line, highlight=False)
     model = record.get("model")
@@ -302,7 +309,11 @@ def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]],
         t.add_column("source", overflow="fold", max_width=28)
     for e in envs:
         t.add_column(safe(e["label"]) if narrow else f"{safe(e['label'])} median", justify="right", no_wrap=True)
-    t.add_column("95% CI", justify="right", no_wrap=narrow)
+    # Paired, the interval is the first environment's median's alone: the comparison's own interval is
+    # over the rounds' ratios, which only the report shows. Narrow, on two lines: no wider than its cells.
+    sep = "\n" if narrow else " "
+    ci = f"95% CI{sep}({safe(envs[0]['label'])})" if len(envs) > 1 else "95% CI"
+    t.add_column(ci, justify="right", no_wrap=narrow)
     t.add_column("achieved", justify="right", no_wrap=narrow)
     if not narrow:
         t.add_column("peak mem", justify="right")
@@ -377,6 +388,26 @@ def meaning_lines(record: dict[str, Any]) -> list[str]:
         "  mpsup report                       # the verdict",
     ]
     return lines
+
+
+def paired_lines(record: dict[str, Any]) -> list[str]:
+    """Under a paired run's tables: what their figures are, and what to run next (rich markup). The
+    tables show each environment's own median over both visits, and a ratio of two such medians is not
+    the comparison: the report's speedup is the median of the per-round ratios."""
+    envs = record["environments"]
+    base, other = safe(envs[0]["label"]), safe(envs[1]["label"])
+    aa = record.get("mode") == "aa"
+    return [
+        f"Times are each environment's own median; the 95% CI, rate and memory are {base}'s alone. "
+        f"The paired figures (speedup: the median of the per-round {base} / {other} ratios, its interval, "
+        "the verdict) are `mpsup report`'s.",
+        (
+            "[bold]Next[/], to see this machine's noise floor (an A/A run should show no change):"
+            if aa
+            else "[bold]Next[/], to learn whether the candidate helps this machine:"
+        ),
+        f"  mpsup report --run {safe(record['id'])}  # " + ("the paired figures" if aa else "the verdict"),
+    ]
 
 
 def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:

@@ -11,14 +11,14 @@ import math
 import signal
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from mpsup.bench.measurement import WorkloadMeasurement
-from mpsup.bench.policy import converged, eta_s, next_allotment, widest_first
+from mpsup.bench.policy import converged, eta_s, next_allotment, predict_visits, widest_first
 from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
@@ -152,7 +152,9 @@ def _measure(
 ) -> dict[str, Any]:
     try:
         before = hygiene_now()
+        t0 = options.clock()
         facts = runner.start()
+        start_s = options.clock() - t0
     except KeyboardInterrupt:
         stops.hold()
         if journal is not None:
@@ -199,7 +201,7 @@ def _measure(
             kernels = load_manifest()
             for feature in runner.smoke_features():
                 keep("smoke", runner.smoke_one(feature, kernels))
-        _two_passes(runner, workloads, options, record, keep, progress, journal, stops)
+        _two_passes(runner, workloads, options, record, keep, progress, journal, stops, start_s)
         stops.hold()  # inside the try: a signal that lands before this line is still caught below
     except KeyboardInterrupt:
         stops.hold()
@@ -227,40 +229,71 @@ def _two_passes(
     progress: Progress,
     journal: Journal | None,
     stops: StopSignals,
+    start_s: float = 0.0,
 ) -> None:
     """First pass: every workload until its interval is within target or its first share is spent.
     Paired, with `split_pairs`: the first pass takes half the rounds, then fresh worker processes take
     the other half of every workload (its units span two process pairs). Last pass: what unconverged
-    workloads did not spend goes to them again, widest interval first."""
+    workloads did not spend goes to them again, widest interval first. `start_s`: what starting the workers
+    took, the cost the progress ETA expects of each restart."""
     pol = options.policy
     clock = options.clock
     budget, first = pol.budget_s, pol.first_share_s
     paired = len(runner.sessions) == 2
-    split = pol.visits(paired) == 2
+    visits = pol.visits(paired)
+    split = visits == 2
     half_rounds = math.ceil(pol.min_rounds / 2)
     share1 = first / 2 if split else first
-    rest = max(0.0, budget - share1)
     n = len(workloads)
     base = len(record["workloads"])  # workload i is record["workloads"][base + i]
     measured: list[WorkloadMeasurement] = []
-    took: list[float] = []
-    open_: list[bool] = []
+    took: list[float] = []  # each first visit, as the run's clock saw it
+    spent: list[float] = []  # each workload's visits so far, as the runner timed them
+    open_: list[bool] = []  # unconverged after its latest visit
     pool = 0.0
+    sizes = [float(w.memory_bytes) for w in workloads]  # what the ETA scales an unvisited workload's time by
+
+    def eta(unvisited: int, revisit: Sequence[int] = (), restart: bool = False) -> float:
+        """Everything still planned: `unvisited` first visits, the second visits of `revisit` (measured
+        workloads), a `restart` of the workers still to come, and the leftover pass they all lead to."""
+        ahead = predict_visits(sizes[: len(took)], took, sizes[n - unvisited :], share1)
+        ok_share = sum(m.status == "ok" for m in measured) / len(measured) if measured else 1.0
+        # Only the first pass has unvisited workloads, and there open_ is still each first visit's outcome.
+        open_share = sum(open_) / len(open_) if open_ else 1.0
+        # The pool as it will stand after every planned visit: a second visit still to come will take
+        # about what the first one did.
+        later = set(revisit)
+        pool_s = (
+            sum(max(0.0, budget - spent[i] * (visits if i in later else 1)) for i, o in enumerate(open_) if o)
+            if pol.leftover
+            else 0.0
+        )
+        # Fresh workers come before the second visits, or (paired, unsplit) before a leftover pass.
+        restarts = restart and (split or (pol.leftover and (pool_s > 0 or unvisited > 0)))
+        return eta_s(
+            budget,
+            ahead,
+            visits=visits,
+            ok_share=ok_share,
+            open_share=open_share if pol.leftover else 0.0,
+            revisits_s=sum(took[i] for i in later),
+            restart_s=start_s if restarts else 0.0,
+            pool_s=pool_s,
+        )
+
     for i, w in enumerate(workloads):
-        per = sum(took) / len(took) if took else share1
-        share_open = sum(open_) / len(open_) if open_ else 1.0
-        # Split: every workload's second half is certain to come (rest), else only the unconverged share of it.
-        eta = eta_s(n - i, per, pool, 1.0 if split else share_open if pol.leftover else 0.0, rest)
-        progress("workload", {"name": w.name, "eta_s": eta, "pass": 1})
+        revisit = [k for k, m in enumerate(measured) if m.status == "ok"] if split else []
+        progress("workload", {"name": w.name, "eta_s": eta(n - i, revisit, restart=paired), "pass": 1})
         t0 = clock()
         m = runner.measure(w, share1, half_rounds if split else None)
         keep("workloads", m.to_json())
         measured.append(m)
         took.append(clock() - t0)
+        spent.append(took[-1] if m.elapsed_s is None else m.elapsed_s)
         unconverged = m.status == "ok" and not converged(m.interval_width(), pol.target_rel_ci)
         open_.append(unconverged)
         if unconverged:
-            pool += max(0.0, budget - (took[-1] if m.elapsed_s is None else m.elapsed_s))
+            pool += max(0.0, budget - spent[-1])
         progress("done", {"name": w.name, "status": m.status})
 
     def extend(i: int, share_s: float, min_new: int = 2) -> bool:
@@ -283,13 +316,15 @@ def _two_passes(
         progress("second-visits", {"count": len(ok)})  # the others (failed, unsupported) are done
         if not ok:
             return
-        progress("restart", {"eta_s": len(ok) * per + pool})
+        progress("restart", {"eta_s": eta(0, ok, restart=True)})
         runner.restart()
         for j, i in enumerate(ok):
-            progress("extend", {"name": measured[i].name, "eta_s": (len(ok) - j) * per})
+            progress("extend", {"name": measured[i].name, "eta_s": eta(0, ok[j:])})
             # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
             # overrun cap), so both process pairs weigh alike and the caps still bound the time.
             extend(i, share1, min_new=min(half_rounds, len(measured[i].ratios)))
+            spent[i] = measured[i].elapsed_s or spent[i]
+            open_[i] = not converged(measured[i].interval_width(), pol.target_rel_ci)
             progress("visited", {"name": measured[i].name})
         pool = sum(
             max(0.0, budget - (m.elapsed_s or 0.0))
@@ -305,7 +340,10 @@ def _two_passes(
     if not order or next_allotment(pool, [widths[str(i)] for i in order], pol.max_extension * budget) < least:
         return
     if paired and not split:
-        progress("restart", {"eta_s": pool + len(order) * per / 6})
+        progress(
+            "restart",
+            {"eta_s": eta_s(budget, restart_s=start_s, pool_s=pool, leftover_visits=len(order), per_visit_s=per)},
+        )
         runner.restart()
     for j, i in enumerate(order):
         allot = next_allotment(pool, [widths[str(k)] for k in order[j:]], pol.max_extension * budget)
@@ -314,7 +352,10 @@ def _two_passes(
         m = measured[i]
         if m.elapsed_s and m.visits and allot < 0.5 * m.elapsed_s / m.visits:
             continue  # a setup and two rounds of this workload alone cost more than it would be given
-        progress("extend", {"name": measured[i].name, "eta_s": eta_s(0, per, pool, 0.0, 0.0, len(order) - j)})
+        progress(
+            "extend",
+            {"name": m.name, "eta_s": eta_s(budget, pool_s=pool, leftover_visits=len(order) - j, per_visit_s=per)},
+        )
         t0 = clock()
         extend(i, allot)
         pool -= clock() - t0
