@@ -47,8 +47,8 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     est = median(xs)
     j = order_statistic_rank(n, confidence)
     if j == 0:
-        return Interval(est, -math.inf, math.inf)
-    return Interval(est, xs[j - 1], xs[n - j])
+        return Interval(est, -math.inf, math.inf, n)
+    return Interval(est, xs[j - 1], xs[n - j], n)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -167,10 +167,22 @@ METHOD_UNPAIRED = (
 BLOCK_MIN_ROUNDS = 24
 
 
+# A round whose two sides differ a million-fold measured nothing (a stalled or broken sample), and a record
+# that carries one is damaged or hostile: such ratios are dropped, which also keeps every product and
+# logarithm below from underflowing to 0 (1e-300 squared is 0.0, and log(0) is a math domain error).
+MAX_ROUND_RATIO = 1e6
+
+
+def usable_ratio(r: float | None) -> bool:
+    # Compared, not math.isfinite: nan and inf fail the comparison, and a huge int would overflow isfinite.
+    # A record may hold null for a round that measured nothing.
+    return isinstance(r, int | float) and 1.0 / MAX_ROUND_RATIO <= r <= MAX_ROUND_RATIO
+
+
 def block_ratios(ratios: Sequence[float]) -> list[float]:
     """ABBA blocks: round k (A first) and round k+1 (B first) together cancel any first-mover effect,
     and a block is short enough that slow drift hits both sides alike. An odd last round is dropped."""
-    rs = [r for r in ratios if r > 0 and math.isfinite(r)]
+    rs = [r for r in ratios if usable_ratio(r)]
     if len(rs) < BLOCK_MIN_ROUNDS:
         return rs
     return [math.sqrt(rs[i] * rs[i + 1]) for i in range(0, len(rs) - 1, 2)]

@@ -231,13 +231,39 @@ def _geomean_ci(changes: list[WorkloadChange], seed: int) -> Interval:
     return percentile_interval(est, boots)
 
 
-def _apply_fdr(changes: list[WorkloadChange], threshold: float, floors: dict[str, float]) -> None:
+# A pair of worker processes needs this many rounds before its median counts as that pair's lean.
+VISIT_MIN_ROUNDS = 3
+
+
+def pairs_disagree(change: str, visit_medians: list[float]) -> bool:
+    """Whether the process pairs that measured a workload contradict a call: a torch change moves every
+    pair the same way, while a placement effect (which process set up first, where its memory landed)
+    flips with the pair. On the H200 two workloads of the full suite (a conv3d and a grouped MoE layer)
+    measured 0.83-0.87x under one setup order and 1.13-1.18x under the other in A/A runs."""
+    if change not in ("faster", "slower") or len(visit_medians) < 2:
+        return False
+    return any((m <= 1.0) if change == "faster" else (m >= 1.0) for m in visit_medians)
+
+
+def _apply_fdr(
+    changes: list[WorkloadChange], threshold: float, floors: dict[str, float], visits: dict[str, list[float]]
+) -> list[str]:
     """Benjamini-Hochberg over every paired workload of the report: with ~120 workloads, 5% per
-    workload would flag about six when nothing changed. Unpaired comparisons make no calls at all."""
+    workload would flag about six when nothing changed. Unpaired comparisons make no calls at all.
+    A call also needs every pair of worker processes (with enough rounds) to lean its way; returns the
+    workloads held back because they did not."""
     tested = [c for c in changes if c.speedup and c.p_value is not None]
+    held: list[str] = []
     for c, hit in zip(tested, benjamini_hochberg([c.p_value or 1.0 for c in tested]), strict=True):
+        assert c.speedup is not None
+        if not c.speedup.bounded:
+            continue  # stays n/a: too few units to bound, so nothing to call
         t = max(threshold, math.expm1(floors.get(c.name, 0.0)))
-        c.change = decide(c.speedup, hit, t)  # type: ignore[arg-type]
+        c.change = decide(c.speedup, hit, t)
+        if pairs_disagree(c.change, visits.get(c.name, [])):
+            c.change = "same"
+            held.append(c.name)
+    return held
 
 
 def _verdict(
@@ -261,6 +287,11 @@ def _verdict(
         slower = []
     if main is None:
         return "inconclusive", "Inconclusive: no workload was measured in both environments."
+    if not main.bounded:
+        return "inconclusive", (
+            f"Inconclusive: too few rounds to bound {what} (n/a: {main.n} rounds; raise --budget); "
+            f"its estimate {main.estimate:.2f}x, torch {candidate_torch} vs {baseline_torch}."
+        )
     cls = classify_change(main, threshold)
     span = f"{main.estimate:.2f}x (95% CI {main.low:.2f}-{main.high:.2f}x)"
     mem = ""
@@ -365,7 +396,7 @@ def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], flo
         base = w.env(label).median
         if len(visits) < 2 or len(visits[0]) < 3 or len(visits[1]) < 3 or not base or base <= 0:
             continue
-        points.append((math.log(base), abs(math.log(median(visits[0]) / median(visits[1])))))
+        points.append((math.log(base), abs(math.log(median(visits[0])) - math.log(median(visits[1])))))
     if len(points) < PROCESS_NEIGHBOURS:
         return {}, 0.0
     floors: dict[str, float] = {}
@@ -422,7 +453,12 @@ def analyze(
                 candidate_s=cand_s,
                 speedup=speedup,
                 # Unpaired: the interval shows each run's own noise, not the drift between the runs.
-                change=("uncalled" if unpaired else classify_change(speedup, threshold)) if speedup else "n/a",
+                # Too few units to bound an interval: no call either way, and the report says how many.
+                change=(
+                    ("uncalled" if unpaired else classify_change(speedup, threshold))
+                    if speedup and speedup.bounded
+                    else "n/a"
+                ),
                 # The test counts rounds, not blocks: twice the units, and an order effect only makes it
                 # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
                 p_value=sign_test_p(ratios) if w.ratios and ratios else None,
@@ -436,8 +472,12 @@ def analyze(
         )
     # Each floor is a lower bound on what this run cannot tell from noise: the higher one holds.
     combined = {n: max(floors.get(n, 0.0), by_process.get(n, 0.0)) for n in {*floors, *by_process}}
+    held: list[str] = []
     if not unpaired:
-        _apply_fdr(changes, threshold, combined)
+        visit_medians = {
+            w.name: [median(v) for v in w.ratios_by_visit if len(v) >= VISIT_MIN_ROUNDS] for w in record.workloads
+        }
+        held = _apply_fdr(changes, threshold, combined, visit_medians)
     for c in changes:
         # A paired speedup is the median of per-round ratios, not the ratio of pooled medians: show a
         # candidate time that agrees with it (93.3 us | 45.2 us | 1.004x appeared before), keep the pooled one.
@@ -489,6 +529,11 @@ def analyze(
         notes.append(
             f"A/A floor from run {aa.id}: a workload's threshold is the larger of {threshold:.0%} "
             f"and how far that A/A run landed from 1x ({raised} of {len(floors)} raised)."
+        )
+    if held:
+        notes.append(
+            f"Not called: {len(held)} workload(s) whose pairs of worker processes disagreed on the direction "
+            f"(e.g. {held[0]}); a change in torch moves every pair the same way, process placement does not."
         )
     raised_by_process = [f for f in by_process.values() if math.expm1(f) > threshold]
     if raised_by_process:

@@ -70,7 +70,7 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str
     """The figures below the table; `quote` escapes the record-derived parts for the target format."""
     lines = []
     if a.suite_geomean:
-        split = ", ".join(f"{k} {v.estimate:.3f}x" for k, v in a.suite_split.items())
+        split = ", ".join(f"{k} {v.estimate:.3f}x" if v.bounded else f"{k} n/a" for k, v in a.suite_split.items())
         claim = (
             f"; the torch 2.15 release notes claim {PUBLISHED_SUITE_CLAIM}x on their Mac" if claim_comparable(a) else ""
         )
@@ -84,7 +84,8 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str
         lines.append(f"Peak memory, candidate / baseline (geometric mean): {a.peak_memory_ratio:.2f}")
     for s in a.smoke_changes:
         lines.append(f"Smoke: {quote(s['feature'])} {s['change']} ({quote(s['baseline'])} -> {quote(s['candidate'])})")
-    lines += [f"Method: {a.method}", *a.notes]
+    # Notes name workloads and run ids, which come from records: data, escaped like every other such part.
+    lines += [f"Method: {a.method}", *(quote(n) for n in a.notes)]
     if a.noise:
         lines.append("Conditions: " + "; ".join(quote(n) for n in a.noise))
     return lines
@@ -113,6 +114,8 @@ def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
             f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; "
             "· no measurable change"
         )
+    if any(w.speedup and not w.speedup.bounded for w in a.workloads[:limit]):
+        console.print("n/a: too few rounds to bound a 95% interval, so no call; raise --budget")
     for line in summary_lines(a, safe):
         console.print(line)
 
@@ -120,8 +123,8 @@ def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
 def _ci_short(i: Interval | None) -> str:
     if i is None:
         return ""
-    if not (math.isfinite(i.low) and math.isfinite(i.high)):
-        return "unbounded"  # too few rounds for a 95% interval
+    if not i.bounded:
+        return f"n/a: {i.n} rounds"  # too few for a 95% interval; the legend says to raise --budget
     return f"{i.low:.2f}-{i.high:.2f}"
 
 
@@ -259,17 +262,20 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
         s = w.speedup
         assert s is not None
         c = _part_color(w.part)
-        lo = s.low if math.isfinite(s.low) and s.low > 0 else s.estimate
-        hi = s.high if math.isfinite(s.high) and s.high > 0 else s.estimate
-        parts.append(
-            f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(lo):.1f}" y2="{py(hi):.1f}" stroke="{c}" '
-            'stroke-opacity="0.6"/>'
-        )
+        if s.bounded and s.low > 0:
+            parts.append(
+                f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(s.low):.1f}" y2="{py(s.high):.1f}" stroke="{c}" '
+                'stroke-opacity="0.6"/>'
+            )
+            fill, what = f'fill="{c}"', f"({s.low:.3f}-{s.high:.3f})"
+        else:
+            # No interval (too few rounds): a hollow point, so it cannot pass for an exact one.
+            fill, what = f'fill="none" stroke="{c}"', f"n/a: {s.n} rounds; raise --budget"
         ring = ' stroke="#1f2328" stroke-width="1.5"' if w.significant else ""
         parts.append(
             f'<circle class="point" data-part="{esc(w.part)}" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="4" '
-            f'fill="{c}"{ring}>'
-            f"<title>{esc(w.name)}: {s.estimate:.3f}x ({s.low:.3f}-{s.high:.3f})</title></circle>"
+            f"{fill}{ring}>"
+            f"<title>{esc(w.name)}: {s.estimate:.3f}x {what}</title></circle>"
         )
     for w in _outliers(pts):
         s = w.speedup
@@ -429,7 +435,13 @@ def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:
         cells = []
         for an in analyses:
             hit = next((x for x in an.workloads if x.name == n), None)
-            cells.append(f"{hit.speedup.estimate:.3f}x {MARK[hit.change]}" if hit and hit.speedup else "-")
+            cells.append(
+                "-"
+                if not hit or not hit.speedup
+                else f"{hit.speedup.estimate:.3f}x {MARK[hit.change]}"
+                if hit.speedup.bounded
+                else f"n/a: {hit.speedup.n} rounds"
+            )
         t.add_row(safe(n), *cells)
     console.print(t)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.stats import usable_ratio
 
 SCHEMA = "mpsup.run/1"
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
@@ -309,8 +310,8 @@ class WorkloadRun:
 
     @property
     def paired_ratios(self) -> list[float]:
-        """The usable per-round ratios: a ratio <= 0 or non-finite is no measurement."""
-        return [float(r) for r in self.ratios if r and r > 0 and math.isfinite(r)]
+        """The usable per-round ratios: a ratio <= 0, non-finite or a million-fold is no measurement."""
+        return [float(r) for r in self.ratios if usable_ratio(r)]
 
     @property
     def ratios_by_visit(self) -> list[list[float]]:
@@ -325,7 +326,7 @@ class WorkloadRun:
             visit = rd.get("visit", 1) if isinstance(rd, dict) else 1
             if not isinstance(visit, int) or isinstance(visit, bool):
                 visit = 1
-            if r and r > 0 and math.isfinite(r):
+            if usable_ratio(r):
                 groups.setdefault(visit, []).append(float(r))
         return [groups[k] for k in sorted(groups)]
 
