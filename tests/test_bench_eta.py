@@ -137,10 +137,11 @@ def test_eta_arithmetic_over_every_pass():
 
 def test_predicted_visits_scale_with_bytes_and_fall_back_to_the_mean_or_the_share():
     assert predict_visits([], [], [1.0, 2.0], prior_s=0.03) == [0.03, 0.03]
-    # Time = 0.1 s + 1 s per GB: the line is found, and a larger workload ahead is expected to take longer.
+    # Time = 0.1 s + 1 s per GB: the line is found and prices a workload between those seen; one larger than
+    # any seen is priced at the longest visit so far (bytes do not price time alike across kinds).
     sizes = [1e8, 2e8, 5e8]
     times = [0.1 + x * 1e-9 for x in sizes]
-    assert predict_visits(sizes, times, [1e9, 0.0], 0.03) == pytest.approx([1.1, 0.1])
+    assert predict_visits(sizes, times, [4e8, 0.0, 1e9], 0.03) == pytest.approx([0.5, 0.1, 0.6])
     # No spread in size (or a slope pointing down): the mean, never a negative time.
     assert predict_visits([5.0, 5.0], [0.2, 0.4], [9.0], 0.03) == pytest.approx([0.3])
     assert predict_visits([1.0, 9.0], [0.4, 0.2], [100.0], 0.03) == pytest.approx([0.3])

@@ -1,5 +1,5 @@
 """Where a paired report must not call: too few rounds to bound an interval (said as n/a, on every
-surface), process pairs that lean opposite ways (a placement effect, seen on the H200 in A/A runs), and
+surface), visits that lean opposite ways (a placement effect, seen on the H200 in A/A runs), and
 absurd ratios in a record (dropped, never a crash)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from mpsup.report.analysis import analyze, pairs_disagree
+from mpsup.report.analysis import analyze, visits_disagree
 from mpsup.report.render import render_html, render_markdown, render_terminal
 from mpsup.stats import block_ratios, median_ci
 from tests.synthetic import paired_record
@@ -60,7 +60,7 @@ def test_three_rounds_say_na_everywhere_never_inf_or_a_false_same():
     assert 'fill="none"' in page
 
 
-def test_process_pairs_that_lean_opposite_ways_are_not_called():
+def test_visits_that_lean_opposite_ways_are_not_called():
     doc = paired_record(count=40, rounds=24, mode="aa")
     w = doc["workloads"][0]
     # As one H200 A/A run of the full suite measured it (Mixtral down, t1, grouped): one setup order 0.87x,
@@ -73,7 +73,7 @@ def test_process_pairs_that_lean_opposite_ways_are_not_called():
     assert any(n.startswith("Not called: 1 workload(s)") for n in a.notes)
 
 
-def test_a_change_every_process_pair_sees_is_still_called():
+def test_a_change_every_visit_sees_is_still_called():
     doc = paired_record(count=40, rounds=24)
     w = doc["workloads"][0]
     _visits(w, [(0.80, 12), (0.84, 12), (0.82, 12)])
@@ -81,12 +81,12 @@ def test_a_change_every_process_pair_sees_is_still_called():
     assert hit.change == "slower"
 
 
-def test_pairs_disagree_rule():
-    assert pairs_disagree("slower", [0.87, 1.15, 0.87])
-    assert pairs_disagree("faster", [1.10, 1.0])
-    assert not pairs_disagree("slower", [0.9, 0.95])
-    assert not pairs_disagree("slower", [0.9])  # one pair cannot disagree with itself
-    assert not pairs_disagree("same", [0.8, 1.2])
+def test_visits_disagree_rule():
+    assert visits_disagree("slower", [0.87, 1.15, 0.87])
+    assert visits_disagree("faster", [1.10, 1.0])
+    assert not visits_disagree("slower", [0.9, 0.95])
+    assert not visits_disagree("slower", [0.9])  # one visit cannot disagree with itself
+    assert not visits_disagree("same", [0.8, 1.2])
 
 
 def test_absurd_ratios_are_dropped_not_a_crash():
@@ -99,3 +99,41 @@ def test_absurd_ratios_are_dropped_not_a_crash():
     hit = next(c for c in a.workloads if c.name == w["name"])
     assert hit.change == "n/a"
     assert all(math.isfinite(c.speedup.estimate) for c in a.workloads if c.speedup)
+
+
+def test_aggregates_of_short_workloads_are_na_not_a_bootstrap_of_three_rounds():
+    # A bootstrap of 3-round medians gave "Upgrade 1.18x (1.16-1.23x)" with every row n/a.
+    doc = paired_record(true_speedup=1.1, count=4, rounds=3)
+    a = analyze(doc)
+    assert a.suite_geomean is not None and not a.suite_geomean.bounded
+    assert a.verdict == "inconclusive" and "n/a: 3 rounds; raise --budget" in a.sentence
+    doc["model"] = {"path": "/m/model.safetensors"}
+    a = analyze(doc)
+    assert a.model_speedup is not None and not a.model_speedup.bounded
+    assert a.verdict == "inconclusive" and "your model's forward" in a.sentence
+
+
+def test_the_suite_leaves_out_short_shapes_and_says_so():
+    doc = paired_record(count=10, rounds=20)
+    short = doc["workloads"][0]
+    short["ratios"] = short["ratios"][:3]
+    a = analyze(doc)
+    assert a.suite_geomean is not None and a.suite_geomean.bounded
+    assert any("leaves out 1 of 10 linear shape(s)" in n for n in a.notes)
+
+
+def test_absurd_samples_in_separate_runs_or_a_model_are_not_a_crash():
+    doc = paired_record(count=3, rounds=10)
+    doc["mode"] = "unpaired"
+    for w in doc["workloads"]:
+        w["ratios"] = []
+    first = doc["workloads"][0]["envs"]
+    first["baseline"]["samples"] = [5e-324] * 3 + [1e-3] * 7
+    first["candidate"]["samples"] = [1e-3] * 7 + [1e9] * 3
+    first["candidate"]["median"] = 1e-3
+    a = analyze(doc)
+    assert a.verdict == "inconclusive"
+    model = paired_record(true_speedup=3.0, count=2, rounds=10, noise=0.0)
+    model["model"] = {"path": "/m/model.safetensors"}
+    model["workloads"][0]["envs"]["baseline"]["median"] = 5e-324  # t / s underflowed to 0: ZeroDivisionError
+    assert analyze(model).model_speedup is not None

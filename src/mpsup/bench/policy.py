@@ -192,7 +192,10 @@ def predict_visits(
     slope = sum((x - mean_x) * (t - mean_t) for x, t in zip(sizes_done, times_done, strict=True)) / var if var else 0.0
     slope = max(0.0, slope)
     fixed = max(0.0, mean_t - slope * mean_x)
-    return [fixed + slope * x for x in sizes]
+    # Never beyond the longest visit seen: across kinds (FP8, int8, linears) bytes do not price time alike,
+    # and an unclamped line priced twelve FP8 visits at 102 s that took about 10 s.
+    longest = max(times_done)
+    return [min(fixed + slope * x, longest) for x in sizes]
 
 
 def eta_s(

@@ -27,6 +27,7 @@ from mpsup.stats import (
     round_ratio_ci,
     sign_test_p,
     suite_geomean_ci,
+    usable_ratio,
 )
 from mpsup.workloads import END_TO_END
 
@@ -42,7 +43,8 @@ class WorkloadChange:
     baseline_s: float | None
     candidate_s: float | None
     speedup: Interval | None
-    change: str  # faster, slower, same, n/a (not measured in both), uncalled (two separate runs)
+    # faster, slower, same; n/a (not measured in both, or too few rounds to bound); uncalled (two separate runs)
+    change: str
     size: float  # flops (or bytes) per call, for plots
     share: float = 0.0  # of the baseline's estimated total time
     memory_ratio: float | None = None
@@ -157,11 +159,20 @@ def _size(env: EnvRun) -> float:
     return float(env.flops_per_call or env.bytes_per_call or 1.0)
 
 
-def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval, list[float]]:
-    """Two single runs: bootstrap the ratio of medians, each side resampled on its own."""
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    mb = median(b)
+    return median(a) / mb if mb > 0 else math.inf
+
+
+def _unpaired_ratio(a: list[float], b: list[float], seed: int) -> tuple[Interval, list[float]] | None:
+    """Two single runs: bootstrap the ratio of medians, each side resampled on its own. None when the
+    medians are no measurement (a record may hold samples of 0 or 5e-324 s): a ratio of those is 0 or inf."""
     rng = random.Random(seed)
-    est = median(a) / median(b)
-    boots = sorted(median(rng.choices(a, k=len(a))) / median(rng.choices(b, k=len(b))) for _ in range(2000))
+    est = _median_ratio(a, b)
+    draws = (_median_ratio(rng.choices(a, k=len(a)), rng.choices(b, k=len(b))) for _ in range(2000))
+    boots = sorted(r for r in draws if usable_ratio(r))
+    if not usable_ratio(est) or len(boots) < 1000:
+        return None
     return percentile_interval(est, boots), boots
 
 
@@ -197,14 +208,25 @@ def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
 
 
 def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
-    # (workload, its baseline time per forward, its speedup)
-    usable = [
-        (c, c.count * c.baseline_s, c.speedup.estimate) for c in changes if c.speedup and c.baseline_s and c.ratios
+    """The forward's speedup from its layers' (time-weighted harmonic mean). A layer too short of rounds
+    to bound makes the whole figure n/a: the bootstrap of a 3-round median covers ~75%, not 95%, and
+    leaving the layer out would weigh the rest wrongly."""
+    layers = [
+        (c, c.speedup, c.count * c.baseline_s)
+        for c in changes
+        if c.speedup and c.baseline_s and c.baseline_s > 0 and c.ratios
     ]
-    if not usable:
+    if not layers:
         return None
+    # Each layer's share of the slowest one's time, not seconds: a record's absurd times (5e-324 s)
+    # cannot underflow the sums below to 0.
+    biggest = max(t for _, _, t in layers)
+    usable = [(c, t / biggest, sp.estimate) for c, sp, t in layers]
     total_base = sum(t for _, t, _ in usable)
     est = total_base / sum(t / s for _, t, s in usable)
+    short = [sp.n for _, sp, _ in layers if not sp.bounded]
+    if short:
+        return Interval(est, -math.inf, math.inf, min(short))
     rng = random.Random(seed)
     boots = []
     for _ in range(1000):
@@ -231,18 +253,32 @@ def _geomean_ci(changes: list[WorkloadChange], seed: int) -> Interval:
     return percentile_interval(est, boots)
 
 
-# A pair of worker processes needs this many rounds before its median counts as that pair's lean.
+# A visit needs this many rounds before its median counts as that visit's lean.
 VISIT_MIN_ROUNDS = 3
 
 
-def pairs_disagree(change: str, visit_medians: list[float]) -> bool:
-    """Whether the process pairs that measured a workload contradict a call: a torch change moves every
-    pair the same way, while a placement effect (which process set up first, where its memory landed)
-    flips with the pair. On the H200 two workloads of the full suite (a conv3d and a grouped MoE layer)
-    measured 0.83-0.87x under one setup order and 1.13-1.18x under the other in A/A runs."""
+def visits_disagree(change: str, visit_medians: list[float]) -> bool:
+    """Whether the visits that measured a workload contradict a call. Each visit sets the workload up
+    afresh in both workers, the two in alternating order (the first two visits also in different worker
+    processes): a torch change moves every visit the same way, while a placement effect (which worker set
+    up first, where its memory landed) flips with them. On the H200 a grouped MoE layer and, on one
+    machine, a conv3d measured 0.83-0.87x in one setup order and 1.13-1.18x in the other in A/A runs."""
     if change not in ("faster", "slower") or len(visit_medians) < 2:
         return False
     return any((m <= 1.0) if change == "faster" else (m >= 1.0) for m in visit_medians)
+
+
+def _aggregate(group: list[WorkloadChange], seed: int) -> Interval | None:
+    """The geometric mean over the workloads whose own interval is bounded; n/a (unbounded, with the
+    fewest units) when none is: bootstrapping medians of 3 rounds would give a 95% interval that is not."""
+    measured = [c for c in group if c.speedup]
+    if not measured:
+        return None
+    bounded = [c for c in measured if c.speedup and c.speedup.bounded]
+    if bounded:
+        return _geomean_ci(bounded, seed)
+    est = geometric_mean([c.speedup.estimate for c in measured if c.speedup])
+    return Interval(est, -math.inf, math.inf, min(c.speedup.n for c in measured if c.speedup))
 
 
 def _apply_fdr(
@@ -250,8 +286,8 @@ def _apply_fdr(
 ) -> list[str]:
     """Benjamini-Hochberg over every paired workload of the report: with ~120 workloads, 5% per
     workload would flag about six when nothing changed. Unpaired comparisons make no calls at all.
-    A call also needs every pair of worker processes (with enough rounds) to lean its way; returns the
-    workloads held back because they did not."""
+    A call also needs every visit (with enough rounds) to lean its way; returns the workloads held back
+    because they did not."""
     tested = [c for c in changes if c.speedup and c.p_value is not None]
     held: list[str] = []
     for c, hit in zip(tested, benjamini_hochberg([c.p_value or 1.0 for c in tested]), strict=True):
@@ -260,7 +296,7 @@ def _apply_fdr(
             continue  # stays n/a: too few units to bound, so nothing to call
         t = max(threshold, math.expm1(floors.get(c.name, 0.0)))
         c.change = decide(c.speedup, hit, t)
-        if pairs_disagree(c.change, visits.get(c.name, [])):
+        if visits_disagree(c.change, visits.get(c.name, [])):
             c.change = "same"
             held.append(c.name)
     return held
@@ -440,8 +476,10 @@ def analyze(
             if ratios:
                 speedup = round_ratio_ci(ratios)
         elif ea.timed and eb.timed:
-            speedup, ratios = _unpaired_ratio(ea.timed, eb.timed, seed + i)
+            speedup, ratios = _unpaired_ratio(ea.timed, eb.timed, seed + i) or (None, [])
         status = (w.status or "ok") if speedup is None else "ok"
+        if speedup is None and status == "ok" and (w.ratios or (ea.timed and eb.timed)):
+            status = "no usable ratio"  # measured, but every ratio was 0, inf or a million-fold
         pa, pb = _peak(ea), _peak(eb)
         changes.append(
             WorkloadChange(
@@ -488,12 +526,13 @@ def analyze(
     for c in changes:
         c.share = c.count * c.baseline_s / total if c.baseline_s else 0.0
     linear = [c for c in changes if c.part == "linear" and c.ratios]
-    suite = _geomean_ci(linear, seed) if linear else None
+    suite = _aggregate(linear, seed)
     split = {}
     for tag in ("small", "large", "output-head"):
         group = [c for c in linear if tag in c.tags]
-        if group:
-            split[tag] = _geomean_ci(group, seed)
+        if group and (agg := _aggregate(group, seed)):
+            split[tag] = agg
+    short_linear = sum(1 for c in linear if c.speedup and not c.speedup.bounded)
     end_to_end = next((c for c in changes if c.name == END_TO_END and c.speedup), None)
     model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.model else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
@@ -506,8 +545,7 @@ def analyze(
     elif suite is not None:
         main, what = suite, "the geometric mean of the suite's BF16 linear layers"
     else:
-        rs = [c for c in changes if c.ratios]
-        main = _geomean_ci(rs, seed) if rs else None
+        main = _aggregate([c for c in changes if c.ratios], seed)
         what = "the geometric mean of the measured workloads"
     envs = record.environments
     verdict, sentence = (
@@ -530,10 +568,16 @@ def analyze(
             f"A/A floor from run {aa.id}: a workload's threshold is the larger of {threshold:.0%} "
             f"and how far that A/A run landed from 1x ({raised} of {len(floors)} raised)."
         )
+    if suite and suite.bounded and short_linear:
+        notes.append(
+            f"The suite figure leaves out {short_linear} of {len(linear)} linear shape(s) too short of rounds to "
+            "bound (n/a); raise --budget to include them."
+        )
     if held:
         notes.append(
-            f"Not called: {len(held)} workload(s) whose pairs of worker processes disagreed on the direction "
-            f"(e.g. {held[0]}); a change in torch moves every pair the same way, process placement does not."
+            f"Not called: {len(held)} workload(s) whose visits (fresh setups, in alternating order) disagreed on "
+            f"the direction (e.g. {held[0]}); a change in torch moves every visit the same way, which worker set "
+            "up first does not."
         )
     raised_by_process = [f for f in by_process.values() if math.expm1(f) > threshold]
     if raised_by_process:
