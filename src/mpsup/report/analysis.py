@@ -271,14 +271,14 @@ def visits_disagree(change: str, visit_medians: list[float]) -> bool:
 def _aggregate(group: list[WorkloadChange], seed: int) -> Interval | None:
     """The geometric mean over the workloads whose own interval is bounded; n/a (unbounded, with the
     fewest units) when none is: bootstrapping medians of 3 rounds would give a 95% interval that is not."""
-    measured = [c for c in group if c.speedup]
-    if not measured:
+    intervals = [(c, c.speedup) for c in group if c.speedup]
+    if not intervals:
         return None
-    bounded = [c for c in measured if c.speedup and c.speedup.bounded]
+    bounded = [c for c, sp in intervals if sp.bounded]
     if bounded:
         return _geomean_ci(bounded, seed)
-    est = geometric_mean([c.speedup.estimate for c in measured if c.speedup])
-    return Interval(est, -math.inf, math.inf, min(c.speedup.n for c in measured if c.speedup))
+    est = geometric_mean([sp.estimate for _, sp in intervals])
+    return Interval(est, -math.inf, math.inf, min(sp.n for _, sp in intervals))
 
 
 def _apply_fdr(
@@ -430,7 +430,7 @@ def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], flo
     for w in record.workloads:
         visits = w.ratios_by_visit
         base = w.env(label).median
-        if len(visits) < 2 or len(visits[0]) < 3 or len(visits[1]) < 3 or not base or base <= 0:
+        if len(visits) < 2 or min(len(visits[0]), len(visits[1])) < VISIT_MIN_ROUNDS or not base or base <= 0:
             continue
         points.append((math.log(base), abs(math.log(median(visits[0])) - math.log(median(visits[1])))))
     if len(points) < PROCESS_NEIGHBOURS:

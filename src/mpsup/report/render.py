@@ -38,9 +38,15 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def unbounded_text(i: Interval, *, hint: bool = True) -> str:
+    """What stands in for an interval too few rounds could bound (a bare point would look exact); without
+    the hint where a legend line says to raise --budget."""
+    return f"n/a: {i.n} rounds; raise --budget" if hint else f"n/a: {i.n} rounds"
+
+
 def _iv(i: Interval | None) -> str:
-    if i is not None and not i.bounded:  # too few rounds: no interval, and a bare point would look exact
-        return f"n/a: {i.n} rounds; raise --budget"
+    if i is not None and not i.bounded:
+        return unbounded_text(i)
     return "-" if i is None else f"{i.estimate:.3f}x ({i.low:.3f}-{i.high:.3f})"
 
 
@@ -124,7 +130,7 @@ def _ci_short(i: Interval | None) -> str:
     if i is None:
         return ""
     if not i.bounded:
-        return f"n/a: {i.n} rounds"  # too few for a 95% interval; the legend says to raise --budget
+        return unbounded_text(i, hint=False)  # the legend says to raise --budget
     return f"{i.low:.2f}-{i.high:.2f}"
 
 
@@ -181,7 +187,7 @@ def render_markdown(a: Analysis) -> str:
             if not w.speedup
             else f"{w.speedup.low:.3f}-{w.speedup.high:.3f}"
             if w.speedup.bounded
-            else f"n/a: {w.speedup.n} rounds; raise --budget"
+            else unbounded_text(w.speedup)
         )
         sp = f"{w.speedup.estimate:.3f}x" if w.speedup else md(w.status)
         out.append(
@@ -270,7 +276,7 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
             fill, what = f'fill="{c}"', f"({s.low:.3f}-{s.high:.3f})"
         else:
             # No interval (too few rounds): a hollow point, so it cannot pass for an exact one.
-            fill, what = f'fill="none" stroke="{c}"', f"n/a: {s.n} rounds; raise --budget"
+            fill, what = f'fill="none" stroke="{c}"', unbounded_text(s)
         ring = ' stroke="#1f2328" stroke-width="1.5"' if w.significant else ""
         parts.append(
             f'<circle class="point" data-part="{esc(w.part)}" cx="{px(x):.1f}" cy="{py(s.estimate):.1f}" r="4" '
@@ -440,7 +446,7 @@ def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:
                 if not hit or not hit.speedup
                 else f"{hit.speedup.estimate:.3f}x {MARK[hit.change]}"
                 if hit.speedup.bounded
-                else f"n/a: {hit.speedup.n} rounds"
+                else unbounded_text(hit.speedup, hint=False)
             )
         t.add_row(safe(n), *cells)
     console.print(t)
