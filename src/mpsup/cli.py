@@ -2,29 +2,51 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.render import stderr_console, stdout_console, warning_line
 from mpsup.stats import PRACTICAL_THRESHOLD
 
+
+class _FlagsShowNoType:
+    """typer 0.29 (which vendors click as typer._click) prints each option's type in help as `<type>`
+    (TyperOption.display_type_rich) and does not leave flags out, so every flag showed `<bool>` although
+    it takes no value; so did `--help`, which the vendored click builds itself (Command.get_help_option),
+    out of reach of any option we declare. That method prints a metavar, when set, instead of the type:
+    an empty one on every flag a command has, `--help` included, set here once rather than per option."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Group(_FlagsShowNoType, TyperGroup):
+    pass
+
+
+class _Command(_FlagsShowNoType, TyperCommand):
+    pass
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     help="Does the next PyTorch make your model faster on your Mac's GPU? Check, install, measure, report.",
     pretty_exceptions_enable=False,
 )
 
-# A flag takes no value: without an empty metavar, typer's help shows `<bool>` beside each one.
-_flag = functools.partial(typer.Option, metavar="")
-
-JsonOpt = Annotated[bool, _flag("--json", help="Print one JSON document on stdout.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 PythonOpt = Annotated[
     Path | None, typer.Option("--python", help="Target interpreter (default: the one running mpsup).")
 ]
@@ -41,17 +63,17 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, _flag("--version", help="Print mpsup's version and exit.", callback=_print_version, is_eager=True)
+        bool, typer.Option("--version", help="Print mpsup's version and exit.", callback=_print_version, is_eager=True)
     ] = False,
 ) -> None:
     """mpsup: measure whether a PyTorch upgrade helps your model on your Mac's GPU."""
 
 
-@app.command()
+@app.command(cls=_Command)
 def doctor(
     python: PythonOpt = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, _flag("--verbose", "-v", help="Show each check's details.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each check's details.")] = False,
     save_snapshot: Annotated[
         Path | None, typer.Option("--save-snapshot", help="Write everything the checks read to FILE.")
     ] = None,
@@ -74,7 +96,7 @@ class DeviceChoice(StrEnum):
     cpu = "cpu"
 
 
-@app.command()
+@app.command(cls=_Command)
 def bench(
     device: Annotated[
         DeviceChoice | None, typer.Option("--device", help="mps (default on a Mac), cuda or cpu.")
@@ -97,15 +119,15 @@ def bench(
         str | None,
         typer.Option("--affinity", help="Pin the workers: auto (one CPU for cuda), none, or CPUs such as 3 or 2-3."),
     ] = None,
-    list_only: Annotated[bool, _flag("--list", help="Print the workloads without running them.")] = False,
-    smoke: Annotated[bool, _flag("--smoke/--no-smoke", help="Run the feature smoke tests first.")] = True,
+    list_only: Annotated[bool, typer.Option("--list", help="Print the workloads without running them.")] = False,
+    smoke: Annotated[bool, typer.Option("--smoke/--no-smoke", help="Run the feature smoke tests first.")] = True,
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="Baseline interpreter or venv (default: --python).")
     ] = None,
     candidate: Annotated[
         str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")
     ] = None,
-    aa: Annotated[bool, _flag("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
+    aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
     model: Annotated[
         Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
     ] = None,
@@ -116,7 +138,7 @@ def bench(
         str | None, typer.Option("--dtype", help="Override the checkpoint's dtype: bf16, fp16, fp32.")
     ] = None,
     compile_too: Annotated[
-        bool, _flag("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")
+        bool, typer.Option("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -159,13 +181,13 @@ class ReportFormat(StrEnum):
     html = "html"
 
 
-@app.command()
+@app.command(cls=_Command)
 def report(
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Run records or folders of them (several machines).")
     ] = None,
     run: Annotated[str | None, typer.Option("--run", help="A stored run id.")] = None,
-    list_runs: Annotated[bool, _flag("--list", help="List stored runs.")] = False,
+    list_runs: Annotated[bool, typer.Option("--list", help="List stored runs.")] = False,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Id of a single run to use as baseline.")] = None,
     candidate: Annotated[
         str | None, typer.Option("--candidate", help="Id of a single run to use as candidate.")
@@ -179,7 +201,7 @@ def report(
     ] = PRACTICAL_THRESHOLD,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed (same record, same report).")] = 0,
     fail_on_regression: Annotated[
-        bool, _flag("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")
+        bool, typer.Option("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -207,7 +229,7 @@ ChannelChoice = StrEnum("ChannelChoice", ["test", "nightly", "stable"])
 InstallerChoice = StrEnum("InstallerChoice", ["auto", "pip", "uv"])
 
 
-@app.command("install-rc")
+@app.command("install-rc", cls=_Command)
 def install_rc(
     channel: Annotated[
         ChannelChoice, typer.Option("--channel", help="test (release candidates), nightly, or stable.")
@@ -221,29 +243,30 @@ def install_rc(
     ] = None,
     python: PythonOpt = None,
     in_place: Annotated[
-        bool, _flag("--in-place", help="Upgrade the --python environment itself (its package list is saved first).")
+        bool,
+        typer.Option("--in-place", help="Upgrade the --python environment itself (its package list is saved first)."),
     ] = False,
     clone: Annotated[
-        bool, _flag("--clone", help="Also install your environment's other packages in the new one.")
+        bool, typer.Option("--clone", help="Also install your environment's other packages in the new one.")
     ] = False,
     installer: Annotated[
         InstallerChoice, typer.Option("--installer", help="auto (uv when present), pip or uv.")
     ] = InstallerChoice.auto,
-    dry_run: Annotated[bool, _flag("--dry-run", help="Show the plan and stop.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the plan and stop.")] = False,
     yes: Annotated[
-        bool, _flag("--yes", "-y", help="Do not ask before installing (required without a terminal).")
+        bool, typer.Option("--yes", "-y", help="Do not ask before installing (required without a terminal).")
     ] = False,
-    allow_root: Annotated[bool, _flag("--allow-root", help="On macOS, allow running as root.")] = False,
-    list_envs: Annotated[bool, _flag("--list", help="Show the recorded candidate environments.")] = False,
+    allow_root: Annotated[bool, typer.Option("--allow-root", help="On macOS, allow running as root.")] = False,
+    list_envs: Annotated[bool, typer.Option("--list", help="Show the recorded candidate environments.")] = False,
     remove: Annotated[
         str | None, typer.Option("--remove", help="Delete a recorded environment (by version or name).")
     ] = None,
     rollback: Annotated[
-        bool, _flag("--rollback", help="Put back the packages saved before an --in-place upgrade.")
+        bool, typer.Option("--rollback", help="Put back the packages saved before an --in-place upgrade.")
     ] = False,
     allow_unhashed: Annotated[
         bool,
-        _flag(
+        typer.Option(
             "--allow-unhashed",
             help="Accept a wheel the index gives no sha256 for (its hash is computed from the download and recorded).",
         ),
