@@ -138,7 +138,23 @@ def bench(
         str | None, typer.Option("--dtype", help="Override the checkpoint's dtype: bf16, fp16, fp32.")
     ] = None,
     compile_too: Annotated[
-        bool, typer.Option("--compile", help="With a .pt2 or module:function, also time it under torch.compile.")
+        bool,
+        typer.Option(
+            "--compile", help="Also time the whole model (phases, .pt2, module:function) under torch.compile."
+        ),
+    ] = False,
+    whole: Annotated[
+        bool,
+        typer.Option("--whole/--layers-only", help="Run a Transformers/Diffusers model whole (prefill, decode...)."),
+    ] = True,
+    cache: Annotated[
+        int | None, typer.Option("--cache", help="Decode: tokens in the KV cache (default: the prefill length).")
+    ] = None,
+    depth: Annotated[
+        int | None, typer.Option("--depth", help="Whole model: build this many blocks (default: all that fit).")
+    ] = None,
+    real_weights: Annotated[
+        bool, typer.Option("--real-weights", help="Whole model: load the checkpoint's weights (default: random).")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -162,6 +178,10 @@ def bench(
         dtype=dtype,
         compile_too=compile_too,
         resolution=resolution,
+        whole=whole,
+        cache=cache,
+        depth=depth,
+        real_weights=real_weights,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)

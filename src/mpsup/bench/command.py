@@ -41,6 +41,10 @@ class BenchRequest:
     compile_too: bool = False
     resolution: str | None = None
     affinity: str | None = None  # auto, none, or a CPU list (host/affinity.py)
+    whole: bool = True  # run a Transformers/Diffusers model whole (phases), not only its layers
+    cache: int | None = None  # decode's KV-cache length
+    depth: int | None = None  # whole model: blocks to build (default: all that fit)
+    real_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,14 +108,24 @@ def prepare(req: BenchRequest) -> BenchPlan:
     from mpsup.bench.suite import build_suite, default_tokens
 
     if req.model is not None:
-        from mpsup.model.sources import open_model
+        from mpsup.model.sources import WholeModel, open_model
 
+        for flag, value in (("--cache", req.cache), ("--depth", req.depth)):
+            if value is not None and not 1 <= value <= 1_000_000:
+                raise UserError(f"{flag} {value}: expected a whole number from 1 to 1000000")
         model = open_model(
             req.model,
             tokens=parse_tokens(req.tokens) or default_tokens(device),
             dtype=req.dtype,
             resolution=parse_resolution(req.resolution),
             compile_too=req.compile_too,
+            whole=WholeModel(
+                run=req.whole,
+                cache=req.cache,
+                depth=req.depth,
+                real_weights=req.real_weights,
+                environments=2 if (req.candidate or req.aa) else 1,
+            ),
         )
         # A whole model is one workload (or two, with --compile): --only selects among layers only.
         chosen = select(list(model.workloads), req.only) if req.only and not model.end_to_end else model.workloads

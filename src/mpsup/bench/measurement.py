@@ -51,6 +51,7 @@ class EnvMeasurement:
     summary: Summary | None = None
     device_median: float | None = None
     summary_error: str | None = None
+    phase: dict[str, Any] | None = None  # a whole model's setup facts (worker/whole_model.py), kept as sent
     # What one sample costs by the latest setup's estimate: it sizes the batches. Never saved.
     sample_s: float = field(default=0.0, repr=False)
 
@@ -66,6 +67,7 @@ class EnvMeasurement:
             flops_per_call=_figure(ans.get("flops_per_call")),
             items_per_call=_figure(ans.get("items_per_call")),
             sample_s=float(per_call or 0.0) * calls,
+            phase=ans["phase"] if isinstance(ans.get("phase"), dict) else None,
         )
 
     @classmethod
@@ -112,6 +114,8 @@ class EnvMeasurement:
             device_samples=list(self.device_samples),
             memory=dict(self.memory),
         )
+        if self.phase is not None:
+            doc["phase"] = dict(self.phase)
         if self.stop is not None:
             doc["stop"] = self.stop
         # A failure after setup is written after `stop`: the order the record has always had.

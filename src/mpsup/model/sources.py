@@ -29,6 +29,17 @@ def is_factory(text: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text)) and not os.path.lexists(text)
 
 
+@dataclass(frozen=True)
+class WholeModel:
+    """How to run the model whole (model/phases.py): decode's cache, a forced depth, real weights."""
+
+    run: bool = True
+    cache: int | None = None
+    depth: int | None = None
+    real_weights: bool = False
+    environments: int = 1
+
+
 def open_model(
     target: Path | str,
     *,
@@ -36,18 +47,28 @@ def open_model(
     dtype: str | None = None,
     resolution: int | tuple[int, int] | None = None,
     compile_too: bool = False,
+    whole: WholeModel | None = None,
 ) -> ModelWorkloads:
     text = str(target)
     if text.endswith(".pt2") or is_factory(text):
         return _end_to_end(text, compile_too)
-    return _layers(Path(target), tokens=tokens, dtype=dtype, resolution=resolution)
+    return _layers(
+        Path(target), tokens=tokens, dtype=dtype, resolution=resolution, compile_too=compile_too, whole=whole
+    )
 
 
 def _layers(
-    path: Path, *, tokens: tuple[int, ...], dtype: str | None, resolution: int | tuple[int, int] | None
+    path: Path,
+    *,
+    tokens: tuple[int, ...],
+    dtype: str | None,
+    resolution: int | tuple[int, int] | None,
+    compile_too: bool = False,
+    whole: WholeModel | None = None,
 ) -> ModelWorkloads:
     from mpsup.model.extract import extract_model
     from mpsup.model.load import load_model
+    from mpsup.model.phases import PhaseOptions, model_phases
 
     loaded = load_model(path)
     ex = extract_model(
@@ -58,7 +79,22 @@ def _layers(
         components=loaded.components,
         resolution=resolution,
     )
-    if not ex.workloads:
+    whole = whole or WholeModel()
+    phases = None
+    if whole.run:
+        size = (resolution, resolution) if isinstance(resolution, int) else resolution
+        opts = PhaseOptions(
+            tokens=max(tokens),
+            cache=whole.cache,
+            dtype=dtype or (ex.workloads[0].dtype if ex.workloads else "fp32"),
+            resolution=size,
+            compile_too=compile_too,
+            depth=whole.depth,
+            real_weights=whole.real_weights,
+            environments=whole.environments,
+        )
+        phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
+    if not ex.workloads and not (phases and phases.workloads):
         raise UserError(f"{path}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
     doc = {
         **loaded.describe(),
@@ -66,10 +102,12 @@ def _layers(
         "fp8_weight_bytes": ex.fp8_weight_bytes,
         "fp8_stored_bytes": ex.fp8_stored_bytes,
         "fp8_upcast_bytes": ex.fp8_upcast_bytes,
-        "notes": list(ex.notes),
+        "notes": list(ex.notes) + (phases.notes if phases else []),
         "not_measured": ex.not_measured,
+        "whole": bool(phases and phases.workloads),
     }
-    return ModelWorkloads(tuple(ex.workloads), doc, tuple(ex.not_measured))
+    run = (phases.workloads if phases else []) + list(ex.workloads)
+    return ModelWorkloads(tuple(run), doc, tuple(ex.not_measured))
 
 
 def _end_to_end(target: str, compile_too: bool) -> ModelWorkloads:

@@ -19,6 +19,10 @@ def build(spec: dict[str, Any], device: Device) -> Built:
         from .end_to_end import build_end_to_end
 
         return build_end_to_end(spec["params"], device)
+    if kind == "model_phase":
+        from .whole_model import build_phase
+
+        return build_phase(spec, device)
     builder = BUILDERS.get(kind)
     if builder is None:
         raise ValueError(f"unknown workload kind {kind!r}")

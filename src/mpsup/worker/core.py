@@ -114,3 +114,4 @@ class Built:
     flops_per_call: float | None = None
     items_per_call: float | None = None  # tokens for grouped matmul throughput
     keep: Any = None  # tensors kept alive for the workload's duration
+    info: dict[str, Any] | None = None  # a whole model's facts (blocks run, fallback ops, op census): setup's `phase`

@@ -102,7 +102,7 @@ class Worker:
             calls, per_call = calibrate_calls(built.fn, sync, float(req.get("target_sample_s", 0.01)))
         self.current = built
         self.calls = calls
-        return {
+        answer: dict[str, Any] = {
             "type": "ready",
             "calls": calls,
             "per_call_s": per_call,
@@ -110,6 +110,9 @@ class Worker:
             "flops_per_call": built.flops_per_call,
             "items_per_call": built.items_per_call,
         }
+        if built.info is not None:
+            answer["phase"] = built.info
+        return answer
 
     def sample(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.current is None:

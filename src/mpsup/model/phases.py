@@ -1,0 +1,153 @@
+"""A model read from disk -> the whole-model phases to time in the worker: a causal LM's prefill and decode,
+an encoder's forward, a Diffusers pipeline's denoising step, VAE decode and encode and its text encoder's
+forward. Each phase is a workload of the same engine as the layers (paired, interleaved, the same calls);
+the layers stay, as the explanation of where a phase's time goes.
+
+Nothing here imports transformers or diffusers: whether the measured environment's libraries know the
+architecture is found out there, and a phase they cannot build fails alone, with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mpsup.workloads import Workload
+
+PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+DEFAULT_RESOLUTION = 512  # SD1.x, as the layer extraction's default
+TEXT_TOKENS = 77
+# Of the device's safe memory, what one environment's whole model may take: a paired run holds two models.
+FIT_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class PhaseOptions:
+    tokens: int  # prefill / forward length: the largest --tokens size
+    cache: int | None = None  # decode's KV-cache length (default: tokens)
+    dtype: str = "fp32"
+    resolution: tuple[int, int] | None = None
+    compile_too: bool = False
+    depth: int | None = None  # force this many blocks (else: all that fit)
+    real_weights: bool = False
+    environments: int = 1
+
+
+@dataclass
+class Phases:
+    workloads: list[Workload] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why a phase is not run whole (said on every surface)
+
+
+def phase_of(w: Workload | dict[str, Any]) -> str | None:
+    """The phase a workload measures ("prefill", "decode/compiled" ...), or None for a layer."""
+    params = w.params if isinstance(w, Workload) else w
+    phase = params.get("phase")
+    if not isinstance(phase, str) or phase not in PHASES:
+        return None
+    return f"{phase}/compiled" if params.get("compile") else phase
+
+
+def _workload(
+    name: str, phase: str, dtype: str, params: dict[str, Any], source: str, opts: PhaseOptions
+) -> list[Workload]:
+    base = {
+        **params,
+        "phase": phase,
+        "depth": opts.depth,
+        "fit_share": FIT_SHARE / max(1, opts.environments),
+    }
+    variants = [(name, False)] + ([(f"{name}/compiled", True)] if opts.compile_too else [])
+    return [
+        Workload(n, "model_phase", "phase", dtype, {**base, "compile": comp}, ("phase", phase), source, 0, 1, "phase")
+        for n, comp in variants
+    ]
+
+
+def _transformers(config: dict[str, Any], opts: PhaseOptions, path: str, prefix: str = "model") -> Phases:
+    out = Phases()
+    if not isinstance(config.get("model_type"), str):
+        out.notes.append(f"{path}: config.json names no model_type, so the model is not run whole")
+        return out
+    archs = config.get("architectures") or []
+    causal = any(isinstance(a, str) and a.endswith(CAUSAL_SUFFIXES) for a in archs)
+    common = {
+        "library": "transformers",
+        "config": config,
+        "causal": causal,
+        "tokens": opts.tokens,
+        "weights": "real" if opts.real_weights else "random",
+        "path": path if opts.real_weights else None,
+    }
+    if causal:
+        out.workloads += _workload(f"{prefix}/prefill", "prefill", opts.dtype, common, path, opts)
+        out.workloads += _workload(
+            f"{prefix}/decode", "decode", opts.dtype, {**common, "cache": opts.cache or opts.tokens}, path, opts
+        )
+    else:
+        out.workloads += _workload(f"{prefix}/forward", "forward", opts.dtype, common, path, opts)
+    return out
+
+
+def _resolution(components: dict[str, dict[str, Any]], opts: PhaseOptions) -> tuple[int, int]:
+    if opts.resolution:
+        return opts.resolution
+    return DEFAULT_RESOLUTION, DEFAULT_RESOLUTION
+
+
+def _vae_factor(vae: dict[str, Any] | None) -> int:
+    blocks = (vae or {}).get("block_out_channels")
+    return 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
+
+
+def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: str) -> Phases:
+    out = Phases()
+    width, height = _resolution(components, opts)
+    vae = next((c for c in components.values() if str(c.get("_class_name", "")).startswith("Autoencoder")), None)
+    text_done = False
+    for name, cfg in sorted(components.items()):
+        cls = str(cfg.get("_class_name", ""))
+        common = {"library": "diffusers", "config": cfg, "component": name, "resolution": [width, height]}
+        if cls == "UNet2DConditionModel":
+            out.workloads += _workload(
+                f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": _vae_factor(vae)}, path, opts
+            )
+        elif cls.startswith("Autoencoder"):
+            for phase in ("vae_decode", "vae_encode"):
+                out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, common, path, opts)
+        elif isinstance(cfg.get("model_type"), str) and not text_done:
+            text_done = True
+            sub = _transformers(
+                cfg,
+                PhaseOptions(**{**opts.__dict__, "tokens": TEXT_TOKENS, "real_weights": False}),
+                path,
+                prefix=f"model/{name}",
+            )
+            out.workloads += sub.workloads
+        elif cls:
+            out.notes.append(
+                f"{name} ({cls}): not run whole yet; its time is estimated from its layers, which cover an "
+                "unknown share of its forward"
+            )
+    return out
+
+
+def model_phases(
+    fmt: str, config: dict[str, Any], components: dict[str, dict[str, Any]] | None, path: str, opts: PhaseOptions
+) -> Phases:
+    """The phases a model read as `fmt` can run whole, or a note saying why it cannot."""
+    if fmt in ("transformers", "transformers-sharded") and config:
+        return _transformers(config, opts, path)
+    if fmt == "diffusers" and components:
+        return _diffusers(components, opts, path)
+    how = {
+        "gguf": "a GGUF file carries no config a library can build",
+        "comfyui": "a ComfyUI file carries no component config",
+        "comfyui-repackaged": "a ComfyUI folder carries no component config",
+    }.get(fmt, "no config.json beside the weights names an architecture")
+    return Phases(
+        notes=[
+            f"not run whole ({how}): the figure is estimated from its layers, which cover an unknown share of "
+            "the forward; a Transformers or Diffusers folder (config.json beside the weights) is measured whole"
+        ]
+    )

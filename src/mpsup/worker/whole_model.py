@@ -1,0 +1,448 @@
+"""Whole models, run as a user runs them: a Transformers model's prefill and decode (or an encoder's forward),
+a Diffusers UNet's denoising step and a VAE's decode and encode, built from the model's config inside the
+measured environment, with that environment's own transformers / diffusers (never mpsup's).
+
+Random weights by default: timing does not depend on the values (a router's choices aside), and nothing is
+read from disk. The model is first built on the meta device to learn what it needs; where that would not fit
+in the stated share of the device's memory, only a prefix of its blocks is built, and the report scales the
+time per block (said on every surface). What the model did besides timing (blocks run, ops that fell back to
+the CPU, the op census of one forward, the library versions) comes back with the setup's answer as `phase`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .core import Built, Unsupported, dtype_of
+from .device import Device
+
+# torch's words when an op has no MPS kernel and PYTORCH_ENABLE_MPS_FALLBACK=1 sends it to the CPU.
+_FALLBACK = re.compile(r"operator '([\w:.]+)' is not currently supported on the MPS backend and will fall back")
+_NOT_IMPLEMENTED = re.compile(r"operator '([\w:.]+)' is not currently implemented for the MPS device")
+CENSUS_MAX_ENTRIES = 400  # distinct (op, shapes, dtypes) kept; the rest are counted as "other"
+TEXT_TOKENS = 77  # CLIP's context: what a UNet's cross-attention and a pipeline's text encoder see
+
+
+def _library(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise Unsupported(f"{name} is not installed in this environment ({sys.executable}): {exc}") from None
+
+
+def _bytes_of(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+
+
+def _blocks(model: torch.nn.Module, count: int) -> torch.nn.ModuleList | None:
+    """The repeated blocks: the largest ModuleList with one entry per hidden layer."""
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count]
+    return max(lists, key=_bytes_of, default=None)
+
+
+def _depth_for(
+    params: dict[str, Any], total: int, block: int, per_block_extra: int, layers: int, device: Device
+) -> int:
+    """Blocks to build: all of them, the forced --depth, or as many as fit in the stated share of memory."""
+    forced = params.get("depth")
+    if forced:
+        return max(1, min(int(forced), layers))
+    limit = device.memory_limit()
+    if not limit:
+        return layers
+    budget = float(params.get("fit_share", 0.25)) * limit
+    fixed = total - block * layers
+    need = fixed + (block + per_block_extra) * layers
+    if need <= budget:
+        return layers
+    fits = int((budget - fixed) // max(1, block + per_block_extra))
+    if fits < 1:
+        raise MemoryError(
+            f"out of memory: even one block needs {(fixed + block + per_block_extra) / 2**30:.1f} GiB, over "
+            f"{budget / 2**30:.1f} GiB ({params.get('fit_share', 0.25):.0%} of {limit / 2**30:.1f} GiB)"
+        )
+    return fits
+
+
+class _Census:
+    """Which aten ops one forward ran, how often, with which shapes and dtypes."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+
+    def mode(self) -> Any:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        census = self
+
+        class Mode(TorchDispatchMode):  # type: ignore[misc]
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                tensors = [a for a in args if isinstance(a, torch.Tensor)]
+                shapes = " ".join("x".join(str(d) for d in t.shape) or "scalar" for t in tensors)
+                dtypes = " ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
+                census.counts[(str(func.overloadpacket.__name__), shapes, dtypes)] += 1
+                return func(*args, **(kwargs or {}))
+
+        return Mode()
+
+    def to_json(self) -> dict[str, Any]:
+        by_op: Counter[str] = Counter()
+        for (op, _, _), n in self.counts.items():
+            by_op[op] += n
+        entries = [
+            {"op": op, "shapes": shapes, "dtypes": dtypes, "count": n}
+            for (op, shapes, dtypes), n in self.counts.most_common(CENSUS_MAX_ENTRIES)
+        ]
+        return {"ops": dict(by_op.most_common()), "calls": sum(by_op.values()), "entries": entries}
+
+
+def _census_of(fn: Callable[[], Any]) -> dict[str, Any] | None:
+    census = _Census()
+    try:
+        with census.mode():
+            fn()
+    except Exception:
+        return None  # an op the census mode cannot wrap: the timing stands without it
+    return census.to_json()
+
+
+def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> list[str]:
+    """Run once, collecting the ops torch said fell back to the CPU (MPS)."""
+    ops: set[str] = set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+        sync()
+    for w in caught:
+        m = _FALLBACK.search(str(w.message))
+        if m:
+            ops.add(m.group(1))
+    return sorted(ops)
+
+
+def _quiet(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Libraries warn on every call (deprecations): keep that out of the timed span and the worker's log."""
+
+    def call() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+
+    return call
+
+
+def _unsupported_op(exc: BaseException) -> None:
+    m = _NOT_IMPLEMENTED.search(str(exc))
+    if m:
+        raise Unsupported(
+            f"{m.group(1)} has no MPS kernel in this torch (set PYTORCH_ENABLE_MPS_FALLBACK=1 to run it on the CPU)"
+        ) from None
+
+
+# --- Transformers ---
+
+
+def _hf_config(tf: Any, doc: dict[str, Any]) -> Any:
+    mapping = tf.models.auto.configuration_auto.CONFIG_MAPPING
+    model_type = doc.get("model_type")
+    if not isinstance(model_type, str) or model_type not in mapping:
+        raise Unsupported(f"transformers {tf.__version__} does not know model_type {model_type!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mapping[model_type].from_dict(dict(doc))
+
+
+def _set_depth(config: Any, depth: int) -> None:
+    config.num_hidden_layers = depth
+    for key in ("layer_types",):  # per-layer lists must match the depth (Qwen3, Gemma)
+        value = getattr(config, key, None)
+        if isinstance(value, list):
+            setattr(config, key, value[:depth])
+
+
+def _construct(auto: Any, config: Any, dtype: torch.dtype) -> Any:
+    """from_config with the dtype under the spelling this transformers takes (5.x: dtype=, 4.x: torch_dtype=)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = auto.from_config(config, dtype=dtype)
+        except TypeError:
+            model = auto.from_config(config, torch_dtype=dtype)
+    return model.to(dtype)
+
+
+def _kv_bytes_per_block(config: Any, tokens: int, itemsize: int) -> int:
+    heads = getattr(config, "num_attention_heads", 0) or 0
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    hidden = getattr(config, "hidden_size", 0) or 0
+    head_dim = getattr(config, "head_dim", None) or (hidden // heads if heads else 0)
+    return 2 * tokens * kv_heads * head_dim * itemsize
+
+
+def _activation_bytes(config: Any, tokens: int, itemsize: int) -> int:
+    hidden = getattr(config, "hidden_size", 0) or 0
+    inter = getattr(config, "intermediate_size", 0) or 4 * hidden
+    heads = getattr(config, "num_attention_heads", 0) or 0
+    return tokens * (8 * hidden + 3 * inter) * itemsize + heads * tokens * tokens * 4
+
+
+def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
+    tf = _library("transformers")
+    dev = device.torch_device
+    config = _hf_config(tf, params["config"])
+    causal = bool(params.get("causal"))
+    auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    tokens = int(params["tokens"])
+    cache = int(params.get("cache") or tokens)
+    limit_pos = getattr(config, "max_position_embeddings", None)
+    if (
+        isinstance(limit_pos, int)
+        and limit_pos > 0
+        and tokens + (cache if params["phase"] == "decode" else 0) > limit_pos
+    ):
+        raise Unsupported(f"{tokens} tokens (+ cache {cache}) exceed this model's max_position_embeddings {limit_pos}")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    with torch.device("meta"):
+        try:
+            meta = _construct(auto, config, dtype)
+        except ValueError as exc:  # an architecture this AutoModel class does not map
+            raise Unsupported(f"transformers {tf.__version__} cannot build this model: {exc}") from None
+    total = _bytes_of(meta)
+    blocks = _blocks(meta, layers) if layers else None
+    block_bytes = _bytes_of(blocks[0]) if blocks is not None and len(blocks) else 0
+    del meta
+    depth = layers
+    if blocks is not None and block_bytes:
+        extra = _kv_bytes_per_block(config, cache + 1 if params["phase"] == "decode" else tokens, itemsize)
+        depth = _depth_for(
+            params, total + _activation_bytes(config, tokens, itemsize), block_bytes, extra, layers, device
+        )
+    if depth < layers:
+        _set_depth(config, depth)
+    if params.get("weights") == "real" and params.get("path"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                model = auto.from_pretrained(params["path"], config=config, dtype=dtype)
+            except TypeError:
+                model = auto.from_pretrained(params["path"], config=config, torch_dtype=dtype)
+        model = model.to(dev)
+    else:
+        with torch.device(dev):
+            model = _construct(auto, config, dtype)
+    model.eval()
+    sig = inspect.signature(model.forward).parameters
+    model = _maybe_compiled(model, params)
+    extra_kw: dict[str, Any] = {}
+    if causal:
+        # generate() asks for the last position's logits only; a full-vocabulary head over every prompt
+        # token is work no user's prefill does.
+        for name in ("logits_to_keep", "num_logits_to_keep"):
+            if name in sig:
+                extra_kw[name] = 1
+                break
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    if vocab <= 0:
+        raise Unsupported("the config names no vocab_size")
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    phase = params["phase"]
+
+    def ids(n: int) -> torch.Tensor:
+        return torch.randint(0, vocab, (1, n), generator=gen).to(dev)
+
+    info: dict[str, Any] = {
+        "library": "transformers",
+        "library_version": str(tf.__version__),
+        "architecture": type(model).__name__,
+        "attention": str(getattr(config, "_attn_implementation", None) or ""),
+        "layers": layers,
+        "depth": depth,
+        "tokens": tokens,
+    }
+    if phase == "decode":
+        cache_name = "past_key_values" if "past_key_values" in sig else "cache" if "cache" in sig else None
+        if cache_name is None:
+            raise Unsupported(f"{type(model).__name__}.forward takes no KV cache")
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kv = model(input_ids=ids(cache), use_cache=True, **extra_kw).past_key_values
+        one = ids(1)
+        roll_back = getattr(kv, "crop", None)
+        if kv is None or (roll_back is None and not isinstance(kv, tuple)):
+            raise Unsupported(f"decode: this model's cache ({type(kv).__name__}) cannot be rolled back between calls")
+
+        def run() -> Any:
+            with torch.inference_mode():
+                out = model(input_ids=one, use_cache=True, **{cache_name: kv}, **extra_kw)
+                if roll_back is not None:
+                    roll_back(-1)  # every timed call sees the same cache length (negative: drop, in every version)
+                return out
+
+        info["cache"] = cache
+        items = 1
+    else:
+        prompt = ids(tokens)
+        kw = {"use_cache": True} if causal else {}
+
+        def run() -> Any:
+            with torch.inference_mode():
+                return model(input_ids=prompt, **kw, **extra_kw)
+
+        items = tokens
+    return _finish(run, params, model, info, items, device)
+
+
+# --- Diffusers ---
+
+
+def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> Any:
+    name = cfg.get("_class_name")
+    cls = getattr(df, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if cls is None:
+        raise Unsupported(f"diffusers {df.__version__} has no model class {name!r}")
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meta = cls.from_config(dict(cfg))
+    need = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    del meta
+    with torch.device(dev), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = cls.from_config(dict(cfg)).to(dtype)
+    model.eval()
+    return model, need
+
+
+def _is_video(vae: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
+
+
+def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
+    df = _library("diffusers")
+    dev = device.torch_device
+    cfg = params["config"]
+    width, height = params["resolution"]
+    phase = params["phase"]
+    model, weights = _diffusers_model(df, cfg, dtype, dev)
+    info: dict[str, Any] = {
+        "library": "diffusers",
+        "library_version": str(df.__version__),
+        "architecture": type(model).__name__,
+        "component": params.get("component", ""),
+        "resolution": f"{width}x{height}",
+        "weights_bytes": weights,
+    }
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen).to(device=dev, dtype=dtype)
+
+    if phase in ("vae_decode", "vae_encode"):
+        video = _is_video(model)
+        frames = int(params.get("frames") or 1)
+        channels = int(cfg.get("in_channels", 3) or 3)
+        probe = 128
+        image = rand(1, channels, 1, probe, probe) if video else rand(1, channels, probe, probe)
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            small = _latent(model.encode(image))
+        factor = probe // int(small.shape[-1])
+        if width % factor or height % factor:
+            raise Unsupported(f"--resolution {width}x{height} is not a multiple of this VAE's factor {factor}")
+        if phase == "vae_decode":
+            shape = (1, int(small.shape[1]), *((frames,) if video else ()), height // factor, width // factor)
+            latent = rand(*shape)
+
+            def run() -> Any:
+                with torch.inference_mode():
+                    return model.decode(latent)
+
+        else:
+            image = rand(1, channels, *((1 + 4 * (frames - 1),) if video else ()), height, width)
+
+            def run() -> Any:
+                with torch.inference_mode():
+                    return model.encode(image)
+
+        info["latent"] = "x".join(str(d) for d in (shape if phase == "vae_decode" else small.shape))
+        info["factor"] = factor
+        items = 1
+    elif phase == "step":
+        factor = int(params.get("vae_factor") or 8)
+        sample = rand(1, int(cfg.get("in_channels", 4)), height // factor, width // factor)
+        context = rand(1, TEXT_TOKENS, int(cfg.get("cross_attention_dim") or 768))
+        step_kw: dict[str, Any] = {}
+        if cfg.get("addition_embed_type") == "text_time":  # SDXL: pooled text and size conditioning
+            time_dim = int(cfg.get("addition_time_embed_dim") or 256)
+            pooled = int(cfg.get("projection_class_embeddings_input_dim") or 2816) - 6 * time_dim
+            step_kw["added_cond_kwargs"] = {"text_embeds": rand(1, pooled), "time_ids": rand(1, 6)}
+        timestep = torch.tensor([500], device=dev)
+        unet = _maybe_compiled(model, params)
+
+        def run() -> Any:
+            with torch.inference_mode():
+                return unet(sample, timestep, encoder_hidden_states=context, **step_kw)
+
+        info["latent"] = "x".join(str(d) for d in sample.shape)
+        items = 1
+    else:
+        raise Unsupported(f"phase {phase!r} is not run for a Diffusers {type(model).__name__}")
+    return _finish(run, params, model, info, items, device)
+
+
+def _latent(encoded: Any) -> torch.Tensor:
+    dist = getattr(encoded, "latent_dist", None)
+    if dist is not None:
+        return dist.mode()
+    latent = getattr(encoded, "latent", None)
+    if isinstance(latent, torch.Tensor):
+        return latent
+    if isinstance(encoded, tuple) and encoded and hasattr(encoded[0], "mode"):
+        return encoded[0].mode()
+    raise Unsupported(f"cannot read a latent from {type(encoded).__name__}")
+
+
+# --- shared ---
+
+
+def _maybe_compiled(model: Any, params: dict[str, Any]) -> Any:
+    """The module under torch.compile for --compile's variants (called the same way as the module)."""
+    return torch.compile(model) if params.get("compile") else model
+
+
+def _finish(
+    run: Callable[[], Any], params: dict[str, Any], model: Any, info: dict[str, Any], items: int, device: Device
+) -> Built:
+    fn = run
+    info["compiled"] = bool(params.get("compile"))
+    try:
+        info["fallback_ops"] = _first_call(fn, device.synchronize)
+    except NotImplementedError as exc:
+        _unsupported_op(exc)
+        raise
+    if not params.get("compile"):
+        info["census"] = _census_of(_quiet(fn))
+    return Built(_quiet(fn), None, None, items, (model,), info)
+
+
+def build_phase(spec: dict[str, Any], device: Device) -> Built:
+    params = spec["params"]
+    dtype = dtype_of(spec.get("dtype", "fp32"))
+    library = params.get("library")
+    try:
+        if library == "transformers":
+            return _transformers_phase(params, dtype, device)
+        if library == "diffusers":
+            return _diffusers_phase(params, dtype, device)
+    except NotImplementedError as exc:
+        _unsupported_op(exc)
+        raise
+    raise ValueError(f"unknown whole-model library {library!r}")
