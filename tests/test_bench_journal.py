@@ -14,6 +14,8 @@ from mpsup.errors import UserError
 from mpsup.runs import select
 from mpsup.runs.journal import SUFFIX, UNREADABLE, Journal, JournalWriteError, rebuild_record, recover_journals
 from mpsup.runs.store import list_record_paths, load_record, new_record, new_run_id
+from tests.conftest import run_cli
+from tests.journal_fixture import INTERRUPTED
 
 
 def _workload(name: str, samples: list[float]) -> dict:
@@ -196,3 +198,132 @@ def test_stop_signal_waits_for_the_end_of_a_critical_section():
                 pass
             done.append("appended to the record and the journal")
         assert done and stops.first == signal.SIGHUP
+
+
+# --- damage to the journal of a real interrupted run (issue 26): tests/journal_fixture.py made it by SIGKILLing
+# `mpsup bench --device cpu --only 'linear/*/t1' --budget 0.05 --no-smoke` after 12 journaled workloads.
+
+
+def _real_journal(mpsup_home: Path, damage) -> tuple[Path, bytes]:  # type: ignore[no-untyped-def]
+    """The real interrupted run's journal, damaged by `damage(lines)`, in this test's runs folder."""
+    lines = INTERRUPTED.read_bytes().split(b"\n")
+    assert [ln[:10] for ln in lines[:3]] == [b'{"begin":{', b'{"header":', b'{"workload']
+    damage(lines)
+    runs = mpsup_home / "runs"
+    runs.mkdir(parents=True)
+    path = runs / INTERRUPTED.name.replace("interrupted-linear-t1", "20261204T211327Z-238837")
+    path.write_bytes(b"\n".join(lines))
+    return path, path.read_bytes()
+
+
+def _flip_in_header(lines: list[bytes]) -> None:
+    header = bytearray(lines[1])
+    header[header.index(b'"mode"')] = ord("#")  # one byte: the line is no longer JSON
+    lines[1] = bytes(header)
+
+
+def _nest_in_header(depth: int):  # type: ignore[no-untyped-def]
+    def damage(lines: list[bytes]) -> None:
+        lines[1] = lines[1][:-2] + b',"x":' + b"[" * depth + b"]" * depth + b"}}"
+
+    return damage
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _flip_in_header,
+        lambda lines: lines.__setitem__(1, b'{"header":' + b"[" * 980 + b"]" * 980 + b"}"),
+        _nest_in_header(900),  # was a RecursionError on every later bench and report
+        lambda lines: lines.__setitem__(1, b'{"header": [1, 2]}'),
+    ],
+    ids=["byte-flipped", "header-nested-980", "value-nested-900", "header-not-an-object"],
+)
+def test_damaged_header_keeps_the_journal_and_says_so(mpsup_home: Path, damage):  # type: ignore[no-untyped-def]
+    journal, damaged = _real_journal(mpsup_home, damage)
+    warnings: list[str] = []
+    assert select.stored_runs(warnings.append) == []
+    aside = journal.with_name(journal.name + UNREADABLE)
+    assert aside.read_bytes() == damaged, "the 12 finished workloads must stay on disk"
+    assert not journal.exists() and list_record_paths() == []
+    assert len(warnings) == 1 and str(journal) in warnings[0] and "header" in warnings[0], warnings
+    assert "12 finished workloads" in warnings[0] and "nothing was deleted" in warnings[0]
+    assert select.stored_runs(pytest.fail) == []  # set aside once, not a warning on every listing
+
+
+def test_damaged_header_from_the_command_line_is_one_warning_every_time(mpsup_home: Path):
+    _real_journal(mpsup_home, _nest_in_header(900))
+    for _ in range(2):  # the journal once stopped every later command with the same RecursionError
+        res = run_cli("report", "--list")
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(list((mpsup_home / "runs").glob(f"*{SUFFIX}{UNREADABLE}"))) == 1
+
+
+def _recovered(warnings: list[str]) -> dict:
+    rows = select.stored_runs(warnings.append)
+    assert len(rows) == 1 and not list(list_record_paths()[0].parent.glob(f"*{SUFFIX}*"))
+    return load_record(list_record_paths()[0]).to_json()
+
+
+@pytest.mark.parametrize(
+    ("damage", "kept"),
+    [
+        (lambda lines: lines.insert(5, b'{"workload": 5}'), 12),  # once set the whole journal aside
+        (lambda lines: lines.insert(3, b'{"smoke": [1]}'), 12),
+        (lambda lines: lines.__setitem__(6, lines[6].replace(b'"samples":[', b'"samples":[[', 1)), 11),
+        (lambda lines: lines.__setitem__(7, lines[7][:40] + b"\xff" + lines[7][41:]), 11),
+        (lambda lines: lines.insert(4, b'{"workload": ' + b"[" * 500 + b"]" * 500 + b"}"), 12),
+        (lambda lines: lines.insert(4, b'{"workload-extended": {"index": 0, "workload": {"name": 5}}}'), 12),
+    ],
+    ids=["a-number", "bad-smoke", "bad-samples", "bad-byte", "nested-500", "bad-later-visit"],
+)
+def test_one_bad_line_costs_that_line_only(mpsup_home: Path, damage, kept: int):  # type: ignore[no-untyped-def]
+    names = [json.loads(ln)["workload"]["name"] for ln in INTERRUPTED.read_bytes().splitlines()[2:]]
+    _real_journal(mpsup_home, damage)
+    warnings: list[str] = []
+    record = _recovered(warnings)
+    got = [w["name"] for w in record["workloads"]]
+    assert len(got) == kept and set(got) <= set(names) and got == [n for n in names if n in got]
+    assert all(w["envs"]["baseline"]["samples"] for w in record["workloads"])
+    assert record["partial"] is True and record["recovered"]["unreadable_lines"] == 1
+    assert len(warnings) == 1 and "1 line of the journal could not be read and was dropped" in warnings[0], warnings
+
+
+def test_undamaged_real_journal_recovers_every_workload(mpsup_home: Path):
+    _real_journal(mpsup_home, lambda _lines: None)
+    record = _recovered([])
+    assert len(record["workloads"]) == 12 and record["recovered"]["unreadable_lines"] == 0
+
+
+def test_a_damaged_end_line_costs_only_the_end(mpsup_home: Path):
+    j = _journal_with(2)
+    j.append("end", {"partial": "not a boolean", "finished_at": "x"})
+    j.close()
+    record = _recovered([])
+    assert [w["name"] for w in record["workloads"]] == ["w0", "w1"] and record["partial"] is True
+    assert record["recovered"]["unreadable_lines"] == 1
+
+
+def test_a_record_by_the_same_id_with_fewer_workloads_does_not_delete_the_journal(mpsup_home: Path):
+    from mpsup.runs.store import save_record
+
+    j = _journal_with(3)
+    j.close()
+    rec = rebuild_record(j.path.read_bytes(), j.path)
+    assert rec is not None
+    doc = rec.to_json()
+    doc["workloads"] = doc["workloads"][:1]  # another run's record under this id (a damaged id, say)
+    save_record(doc)
+    recover_journals(lambda _m: None)
+    assert not j.path.exists()
+    counts = sorted(len(load_record(p).workloads) for p in list_record_paths())
+    assert counts == [1, 3]
+
+
+def test_a_torn_header_with_nothing_after_it_is_removed(mpsup_home: Path):
+    j = Journal.create(new_run_id())
+    j.close()
+    with open(j.path, "ab") as fh:
+        fh.write(b'{"header": {"schema": "mpsup.ru')  # killed while writing the header: nothing measured
+    assert recover_journals(pytest.fail) == []
+    assert not j.path.exists() and not list(j.path.parent.glob("*"))

@@ -26,8 +26,8 @@ from typing import Any
 from mpsup.clock import iso_now
 from mpsup.errors import UserError
 from mpsup.paths import runs_dir
-from mpsup.runs.schema import RunRecord
-from mpsup.runs.store import SAFE_ID, save_record
+from mpsup.runs.schema import Corrupt, RunRecord, SmokeRun, WorkloadRun
+from mpsup.runs.store import SAFE_ID, load_record, save_record
 from mpsup.store import DEFAULT_MAX_JSON_BYTES, finite_json
 
 JOURNAL_SCHEMA = "mpsup.journal/1"
@@ -135,51 +135,128 @@ class Journal:
                 d.rmdir()
 
 
-def _parse_lines(data: bytes) -> tuple[list[tuple[str, Any]], int]:
-    """Entries in order, and how many lines could not be read (a torn last line after a crash)."""
+# Deeper than anything a bench writes (a workload's entry is about 6 levels deep), far below what
+# would exhaust the stack when a line is encoded again: a line nested deeper is damage, not data.
+MAX_LINE_DEPTH = 64
+
+
+def _too_deep(doc: Any, limit: int = MAX_LINE_DEPTH) -> bool:
+    """Whether doc nests lists and objects more than `limit` deep (walked without recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A journal read line by line: the readable entries in order, and how many lines were not."""
+
+    entries: list[tuple[str, Any]]
+    bad: int  # lines that are not one JSON object of one key (a torn last line, a damaged byte)
+    torn_tail: bool  # the last line is one of them: what a crash while appending leaves, nothing else
+
+    @property
+    def measured(self) -> int:
+        """Entries holding measurements, readable or not: what deleting the journal would lose."""
+        return sum(kind in ("workload", "smoke") for kind, _ in self.entries) + self.bad - self.torn_tail
+
+
+def _parse_lines(data: bytes) -> Parsed:
     entries: list[tuple[str, Any]] = []
     bad = 0
+    torn = False
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
+        torn = False
         try:
             doc = json.loads(raw)
         except (ValueError, RecursionError):
-            bad += 1
-            continue
-        if isinstance(doc, dict) and len(doc) == 1:
+            doc = None
+        if isinstance(doc, dict) and len(doc) == 1 and not _too_deep(doc):
             entries.append(next(iter(doc.items())))
         else:
             bad += 1
-    return entries, bad
+            torn = True
+    return Parsed(entries, bad, torn)
+
+
+class DamagedJournal(UserError):
+    """The journal's run cannot be rebuilt (its header is damaged) though it holds measurements: keep it."""
+
+
+def _entry_ok(kind: str, doc: Any) -> bool:
+    """Whether one workload or smoke entry would pass the record's checks on its own."""
+    try:
+        (WorkloadRun if kind == "workload" else SmokeRun).from_json(doc, kind)
+    except Corrupt:
+        return False
+    return True
 
 
 def rebuild_record(data: bytes, source: Path) -> RunRecord | None:
-    """The run record a journal describes, or None when its run ended before measuring anything."""
-    entries, bad = _parse_lines(data)
+    """The run record a journal describes, or None when its run ended before measuring anything.
+
+    Damage costs only the lines it touched: an unreadable line, or a workload or smoke entry the record
+    would refuse, is dropped and counted (`recovered.unreadable_lines`), and the rest is recovered. A damaged
+    header (the run's environments and options) cannot be dropped: that raises DamagedJournal when the
+    journal holds measurements, so the caller keeps the file instead of deleting it."""
+    parsed = _parse_lines(data)
+    entries = parsed.entries
     header = next((doc for kind, doc in entries if kind == "header"), None)
-    if header is None:
-        return None
     if not isinstance(header, dict):
-        raise UserError(f"{source}: the journal's header is not a JSON object")
+        if parsed.measured == 0:
+            return None
+        problem = "is missing or damaged" if header is None else "is not a JSON object"
+        n = sum(kind == "workload" for kind, _ in entries)
+        raise DamagedJournal(
+            f"{source}: the journal's header line {problem}, so its run cannot be rebuilt "
+            f"({n} finished workload{'s' * (n != 1)} and {_lines(parsed.bad)} that could not be read)"
+        )
+    dropped = parsed.bad
     record = dict(header)
-    record["smoke"] = [doc for kind, doc in entries if kind == "smoke"]
-    workloads = [doc for kind, doc in entries if kind == "workload"]
+    smoke = [doc for kind, doc in entries if kind == "smoke"]
+    record["smoke"] = [doc for doc in smoke if _entry_ok("smoke", doc)]
+    dropped += len(smoke) - len(record["smoke"])
+    # Positions matter: a later visit names the workload it replaces by its place in the journal.
+    workloads: list[Any] = [doc if _entry_ok("workload", doc) else None for kind, doc in entries if kind == "workload"]
     for kind, doc in entries:
         # A later visit of a workload (fresh workers, leftover time) replaces its entry: it holds every round.
-        if kind == "workload-extended" and isinstance(doc, dict):
-            index, visit = doc.get("index"), doc.get("workload")
-            if type(index) is int and 0 <= index < len(workloads) and isinstance(visit, dict):
-                workloads[index] = visit
-    record["workloads"] = workloads
+        if kind != "workload-extended":
+            continue
+        index, visit = (doc.get("index"), doc.get("workload")) if isinstance(doc, dict) else (None, None)
+        if type(index) is int and 0 <= index < len(workloads) and _entry_ok("workload", visit):
+            workloads[index] = visit
+        else:
+            dropped += 1  # the first visit's entry stays: fewer rounds, nothing lost
+    dropped += sum(w is None for w in workloads)
+    record["workloads"] = [w for w in workloads if w is not None]
     end = next((doc for kind, doc in entries if kind == "end"), None)
+    ended = dict(record)
     if isinstance(end, dict):
-        record.update({k: v for k, v in end.items() if k not in ("workloads", "smoke")})
+        ended.update({k: v for k, v in end.items() if k not in ("workloads", "smoke")})
     else:
-        record["partial"] = True
-        record["interrupted"] = True
-    record["recovered"] = {"from": source.name, "at": iso_now(), "unreadable_lines": bad}
+        ended["partial"] = True
+        ended["interrupted"] = True
+    ended["recovered"] = {"from": source.name, "at": iso_now(), "unreadable_lines": dropped}
+    try:
+        return RunRecord.from_json(ended, source)
+    except UserError:
+        if not isinstance(end, dict):
+            raise
+    # A damaged end line: the run is recovered as the header left it, partial, that line dropped.
+    record.update(partial=True, interrupted=True)
+    record["recovered"] = {"from": source.name, "at": iso_now(), "unreadable_lines": dropped + 1}
     return RunRecord.from_json(record, source)
+
+
+def _lines(n: int) -> str:
+    return f"{n} line{'s' * (n != 1)}"
 
 
 def _lock_dead_journal(path: Path) -> int | None:
@@ -206,6 +283,18 @@ def _read_locked(fd: int, path: Path) -> bytes:
     return data
 
 
+def _holds_as_much(existing: Path, record: RunRecord) -> bool:
+    """Whether a stored record by the journal's id already holds every workload the journal does: only then
+    is the journal redundant (an id damaged into another run's must not delete this run's measurements)."""
+    if not existing.exists():
+        return False
+    try:
+        stored = load_record(existing)
+    except UserError:
+        return False
+    return len(stored.workloads) >= len(record.workloads) and len(stored.smoke) >= len(record.smoke)
+
+
 def recover_one(path: Path, warn: Warn) -> Path | None:
     """Turn one dead run's journal into a record; returns the record's path (None: nothing to do)."""
     try:
@@ -223,26 +312,35 @@ def recover_one(path: Path, warn: Warn) -> Path | None:
             path.unlink(missing_ok=True)
             return None
         existing = path.parent / f"{record.id}.json"
-        if SAFE_ID.fullmatch(record.id) and existing.exists():
+        if SAFE_ID.fullmatch(record.id) and _holds_as_much(existing, record):
             # The bench wrote its record and died before removing the journal.
             path.unlink(missing_ok=True)
             return existing
         saved = save_record(record, path.parent)
         path.unlink(missing_ok=True)
         n = len(record.workloads)
+        dropped = record.extra["recovered"]["unreadable_lines"]
+        lost = f"; {_lines(dropped)} of the journal could not be read and {'was' if dropped == 1 else 'were'} dropped"
         warn(
-            f"recovered the interrupted run {record.id} from its journal: {n} finished workload{'s' * (n != 1)}, "
-            f"{len(record.smoke)} smoke tests, saved as {saved.name} (marked partial)"
-            if record.partial
-            else f"recovered the run {record.id} from its journal, saved as {saved.name}"
+            (
+                f"recovered the interrupted run {record.id} from its journal: {n} finished "
+                f"workload{'s' * (n != 1)}, {len(record.smoke)} smoke tests, saved as {saved.name} (marked partial)"
+                if record.partial
+                else f"recovered the run {record.id} from its journal, saved as {saved.name}"
+            )
+            + (lost if dropped else "")
         )
         return saved
     except UserError as exc:
         # Not ours to delete, and not worth a warning on every listing: set aside under a name we skip.
         aside = path.with_name(path.name + UNREADABLE)
+        for n in range(2, 100):  # never over an earlier journal set aside under the same name
+            if not aside.exists():
+                break
+            aside = path.with_name(f"{path.name}{UNREADABLE}.{n}")
         with contextlib.suppress(OSError):
             os.replace(path, aside)
-        warn(f"skipped {exc}; the journal is kept as {aside.name}")
+        warn(f"skipped {exc}; nothing was deleted: the journal is kept as {aside.name}")
         return None
     except OSError as exc:
         warn(
