@@ -53,7 +53,8 @@ def run_figures(record: dict[str, Any]) -> RunFigures:
 
 
 def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
-    """Sum over workloads of count x median, with an interval from the per-workload intervals summed
+    """Sum over the layer workloads of count x median (whole-model phases are apart: model/coverage.py), with
+    an interval from the per-workload intervals summed
     end to end (conservative: it treats the workloads' errors as if they all leaned the same way)."""
     if not record.get("model"):
         return None
@@ -63,7 +64,7 @@ def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, floa
         env = w["envs"].get(label, {})
         # An "alternative" is another way to run a layer already counted (FP8 scaled_mm beside the
         # upcast bf16 path): adding it would count that layer's time twice.
-        if not env.get("median") or "alternative" in w.get("tags", ()):
+        if not env.get("median") or "alternative" in w.get("tags", ()) or w.get("part") == "phase":
             continue
         c = w.get("count", 1)
         est += c * env["median"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mpsup.bench.figures import model_forward_estimate, run_figures
+from mpsup.bench.figures import RunFigures, model_forward_estimate, run_figures
+from mpsup.bench.phase_table import render_phases
+from mpsup.model.coverage import phase_figures
 from mpsup.render import NARROW, emit_json, error_line, safe
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
@@ -187,80 +189,315 @@ def _memory(env: dict[str, Any]) -> str:
     return fmt_bytes(m.get("peak_allocated") or m.get("workload_peak"))
 
 
-def render_run(record: dict[str, Any], console: Console) -> None:
-    envs = record["environments"]
-    env = envs[0]
+# The sections a finished run prints, in order. Each takes the record and the console and prints its
+# part (or nothing): a new section is one function and one entry in these tuples.
+Section = Callable[[dict[str, Any], Console], None]
+
+TOP_WORKLOADS = 5  # the main view's workloads: those that take the most time
+
+
+def render_run(record: dict[str, Any], console: Console, details: bool = False) -> None:
+    """The finished run. By default one screen: what ran, what did not pass, what the figures say and
+    the few workloads that take the time (`bench` prints ~650 lines of tables otherwise, with the
+    summary scrolled in last); `details` prints every table."""
+    for section in DETAIL_SECTIONS if details else MAIN_SECTIONS:
+        section(record, console)
+
+
+def _header(record: dict[str, Any], console: Console) -> None:
+    env = record["environments"][0]
     console.print(
         f"[bold]torch {safe(env.get('torch_version'))}[/] on {safe(env.get('device_name'))} "
         f"({safe(record['device'])}, {safe(env.get('threads'))} CPU threads) · run {safe(record['id'])}"
     )
-    if record.get("smoke"):
-        t = Table(title="Smoke tests (device vs CPU reference)", title_justify="left")
-        t.add_column("feature")
+
+
+def _what_ran(record: dict[str, Any], console: Console) -> None:
+    envs = record["environments"]
+    ws = [w for w in record["workloads"] if w.get("part") != "phase"]
+    measured = sum(1 for w in ws if _measured(w, envs[0]["label"]))
+    smoke = record.get("smoke") or []
+    how = (
+        "one environment"
+        if len(envs) == 1
+        else f"{' and '.join(safe(e['label']) for e in envs)} interleaved"
+        + (" (the baseline against itself)" if record.get("mode") == "aa" else "")
+    )
+    ran = f"{len(smoke)} smoke tests and " if smoke else ""
+    console.print(
+        f"Ran {ran}{len(ws)} workloads in {how}: {measured} measured"
+        + (f", {len(ws) - measured} not (below)." if measured < len(ws) else "."),
+        highlight=False,
+    )
+
+
+def _measured(w: dict[str, Any], label: str) -> bool:
+    return bool(w["envs"].get(label, {}).get("median"))
+
+
+def _smoke_table(record: dict[str, Any], console: Console) -> None:
+    envs = record["environments"]
+    if not record.get("smoke"):
+        return
+    t = Table(title="Smoke tests (device vs CPU reference)", title_justify="left")
+    t.add_column("feature")
+    for e in envs:
+        t.add_column(safe(e["label"]))
+    for s in record["smoke"]:
+        cells = []
         for e in envs:
-            t.add_column(safe(e["label"]))
-        for s in record["smoke"]:
-            cells = []
-            for e in envs:
-                r = s["envs"].get(e["label"], {})
-                style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(
-                    r.get("status"), ""
-                )
-                msg = safe(smoke_cell(r))
-                cells.append(f"[{style}]{msg}[/]" if style else msg)
-            t.add_row(safe(s["feature"]), *cells)
-        console.print(t)
+            r = s["envs"].get(e["label"], {})
+            style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
+            msg = safe(smoke_cell(r))
+            cells.append(f"[{style}]{msg}[/]" if style else msg)
+        t.add_row(safe(s["feature"]), *cells)
+    console.print(t)
+
+
+def _not_passing(record: dict[str, Any], console: Console) -> None:
+    """Smoke tests that did not pass and workloads not measured, each reason whole (wrapped, never cut),
+    one line per reason. Off a Mac the Metal kernels (a smoke test and a workload per kernel) are one line:
+    they cannot run there, which says nothing about this torch."""
+    envs = record["environments"]
+    smoke = record.get("smoke") or []
+    off_mac = record.get("device") != "mps"
+    metal: list[str] = []
+    groups: dict[str, list[str]] = {}  # reason -> what it stopped
+    passed = 0
+    for s in smoke:
+        results = {e["label"]: s["envs"].get(e["label"], {}) for e in envs}
+        failed = {label: r for label, r in results.items() if r.get("status") != "pass"}
+        if not failed:
+            passed += 1
+        elif off_mac and any(_needs_metal(r) for r in failed.values()):
+            metal.append("a smoke test")
+        else:
+            _add_reasons(groups, f"smoke {s['feature']}", failed, len(envs))
+    for w in record["workloads"]:
+        unmeasured = {
+            e["label"]: {
+                "status": w["status"] if w["status"] != "ok" else env.get("status", "?"),
+                "message": w.get("reason"),
+            }
+            for e in envs
+            for env in [w["envs"].get(e["label"], {})]
+            if not env.get("median")
+        }
+        if not unmeasured:
+            continue
+        if off_mac and any(_needs_metal(r) for r in unmeasured.values()):
+            metal.append(w["name"])
+        else:
+            _add_reasons(groups, w["name"], unmeasured, len(envs))
+    if smoke:
+        console.print(
+            f"Smoke tests (device vs CPU reference): {passed} of {len(smoke)} pass"
+            + (", the rest:" if passed < len(smoke) else "."),
+            highlight=False,
+        )
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for why, stopped in groups.items():
+        grid.add_row("-", f"{safe(_names(stopped))}: [yellow]{safe(why)}[/]")
+    if metal:
+        kernels = sum(1 for m in metal if m != "a smoke test")
+        what = [f"{kernels} workload{'s' * (kernels > 1)}"] if kernels else []
+        what += ["a smoke test"] if len(metal) > kernels else []
+        grid.add_row("-", f"Metal kernels, {' and '.join(what)}: [yellow]unsupported[/] off a Mac")
+    if grid.rows:
+        console.print(grid)
+
+
+def _add_reasons(groups: dict[str, list[str]], what: str, failed: dict[str, dict[str, Any]], envs: int) -> None:
+    """`what` under its reason; paired, with the environment's label where the two differ."""
+    cells = {label: smoke_cell(r) for label, r in failed.items()}
+    if len(set(cells.values())) == 1 and len(cells) == envs:
+        groups.setdefault(next(iter(cells.values())), []).append(what)
+        return
+    for label, cell in cells.items():
+        groups.setdefault(cell, []).append(what + (f" ({label})" if envs > 1 else ""))
+
+
+def _needs_metal(result: dict[str, Any]) -> bool:
+    return "Metal kernels need the mps device" in str(result.get("message") or "")
+
+
+def _names(names: list[str]) -> str:
+    """`linear/a, linear/b`, or `moe/* (12)` when many share a first path segment: a reason's line stays short."""
+    if len(names) <= 3:
+        return ", ".join(names)
+    heads = {n.split("/", 1)[0] for n in names}
+    return (
+        f"{next(iter(heads))}/* ({len(names)})"
+        if len(heads) == 1
+        else f"{', '.join(names[:2])} and {len(names) - 2} more"
+    )
+
+
+def _part_tables(record: dict[str, Any], console: Console) -> None:
+    envs = record["environments"]
     parts: dict[str, list[dict[str, Any]]] = {}
     for w in record["workloads"]:
         parts.setdefault(w.get("part", "other"), []).append(w)
-    paired = len(envs) > 1
     for part, ws in parts.items():
-        console.print(_part_table(part, ws, envs, is_narrow(console)))
+        if part != "phase":  # shown whole by render_phases
+            console.print(_part_table(part, ws, envs, is_narrow(console)))
     linear = [
         w["envs"][envs[0]["label"]]["median"]
         for w in record["workloads"]
         if w.get("part") == "linear" and w["envs"].get(envs[0]["label"], {}).get("median")
     ]
     if linear:
-        whose = f" ({safe(envs[0]['label'])})" if paired else ""
+        whose = f" ({safe(envs[0]['label'])})" if len(envs) > 1 else ""
         console.print(
             f"Suite geometric mean time over {len(linear)} linear shapes{whose}: {fmt_time(geometric_mean(linear))}"
         )
-    if paired:
-        for line in paired_lines(record):
+
+
+def _top_workloads(record: dict[str, Any], console: Console) -> None:
+    """The few workloads that take the most time (count x median): where a change would show most."""
+    envs = record["environments"]
+    label = envs[0]["label"]
+    timed = [
+        (w, w.get("count", 1) * w["envs"][label]["median"])
+        for w in record["workloads"]
+        if w.get("part") != "phase" and _measured(w, label)
+    ]
+    total = sum(t for _, t in timed)
+    if not timed or not total:
+        return
+    top = sorted(timed, key=lambda wt: -wt[1])[:TOP_WORKLOADS]
+    headers = [
+        "workload",
+        *([safe(e["label"]) for e in envs] if len(envs) > 1 else ["median"]),
+        "+-95%",
+        "rate",
+        "share",
+    ]
+    rows = [
+        [
+            safe(w["name"]),
+            *[fmt_time(w["envs"].get(e["label"], {}).get("median")) for e in envs],
+            _half_width(w["envs"][label]),
+            _rate_narrow(w["envs"][label]),
+            f"{spent / total:.0%}",
+        ]
+        for w, spent in top
+    ]
+    # Names are what --only takes and are never cut: where the row is too wide, the rate goes, then the interval.
+    for drop in ("rate", "+-95%"):
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+        if sum(widths) + 2 * (len(widths) - 1) <= console.width:
+            break
+        i = headers.index(drop)
+        headers.pop(i)
+        for r in rows:
+            r.pop(i)
+    t = Table(
+        title=f"The {len(top)} of {len(timed)} measured workloads that take the most time",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        header_style="bold",
+    )
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+
+
+def _half_width(env: dict[str, Any]) -> str:
+    med, low, high = env.get("median"), env.get("ci_low"), env.get("ci_high")
+    if not med or low is None or high is None:
+        return "n/a"
+    return f"{max(med - low, high - med) / med:.1%}"
+
+
+def _where_the_rest_is(record: dict[str, Any], console: Console) -> None:
+    console.print("Every workload and smoke test, in tables: `mpsup bench --details`.", highlight=False)
+    if len(record["environments"]) > 1:
+        console.print(
+            f"The comparison, with plots: `mpsup report --run {safe(record['id'])} --format html -o report.html`.",
+            highlight=False,
+        )
+
+
+def _meaning_main(record: dict[str, Any], console: Console) -> None:
+    """What the figures say (roofline, where the time goes), before the workloads that take the time."""
+    if len(record["environments"]) == 1 and record.get("mode") == "single" and not record.get("model"):
+        f = run_figures(record)
+        for line in roofline_lines(f) + time_lines(f):
             console.print(line, highlight=False)
+
+
+def _trust(record: dict[str, Any], console: Console) -> None:
+    """How far the figures above can be trusted, and which are not the comparison."""
+    if len(record["environments"]) > 1:
+        lines = [paired_note(record)]
     elif record.get("mode") == "single" and not record.get("model"):
-        for line in meaning_lines(record):
-            console.print(line, highlight=False)
+        lines = precision_lines(run_figures(record))
+    else:
+        lines = []
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def _next(record: dict[str, Any], console: Console) -> None:
+    if len(record["environments"]) > 1:
+        lines = paired_next(record)
+    elif record.get("mode") == "single" and not record.get("model"):
+        lines = NEXT_LINES
+    else:
+        lines = []
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def _closing_details(record: dict[str, Any], console: Console) -> None:
+    if len(record["environments"]) > 1:
+        lines = paired_lines(record)
+    elif record.get("mode") == "single" and not record.get("model"):
+        lines = meaning_lines(record)
+    else:
+        lines = []
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def _model_lines(record: dict[str, Any], console: Console) -> None:
     model = record.get("model")
-    if model:
-        label = envs[0]["label"]
-        timed = [(w, w["envs"].get(label, {}).get("median")) for w in record["workloads"]]
-        total = sum(w.get("count", 1) * m for w, m in timed if m)
-        fwd = model_forward_estimate(record, label)
-        by_role: dict[str, float] = {}
-        for w, m in timed:
-            if m:
-                by_role[w.get("role") or w["kind"]] = (
-                    by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
-                )
-        shares = (
-            ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1]))
-            if total
-            else ""
-        )
-        span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd and fwd["low"] is not None else ""
-        console.print(
-            f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time "
-            f"{fmt_time(total)}{span}, "
-            f"summed over every token count measured; share by kind: {shares}"
-        )
-        console.print(
-            f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
-            f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn"
-        )
-        if model.get("not_measured"):
-            console.print(f"{len(model['not_measured'])} tensors not measured (see the run record for why)")
+    if not model:
+        return
+    label = record["environments"][0]["label"]
+    timed = [(w, w["envs"].get(label, {}).get("median")) for w in record["workloads"]]
+    total = sum(w.get("count", 1) * m for w, m in timed if m)
+    fwd = model_forward_estimate(record, label)
+    by_role: dict[str, float] = {}
+    for w, m in timed:
+        if m:
+            by_role[w.get("role") or w["kind"]] = by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
+    shares = (
+        ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1]))
+        if total
+        else ""
+    )
+    span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd and fwd["low"] is not None else ""
+    console.print(
+        f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time "
+        f"{fmt_time(total)}{span}, "
+        f"summed over every token count measured; share by kind: {shares}"
+    )
+    console.print(
+        f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
+        f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn"
+    )
+    if model.get("not_measured"):
+        console.print(f"{len(model['not_measured'])} tensors not measured (see the run record for why)")
+
+
+def _status_lines(record: dict[str, Any], console: Console) -> None:
     if record.get("interrupted"):
         console.print(
             f"[yellow]Interrupted ({safe(record.get('signal', 'SIGINT'))}): this record is partial; "
@@ -274,6 +511,34 @@ def render_run(record: dict[str, Any], console: Console) -> None:
         console.print(f"[yellow]Conditions changed during the run: {safe(change)}[/]")
 
 
+def _phases(record: dict[str, Any], console: Console) -> None:
+    render_phases(record, console)  # the model whole comes first: it is the answer; the layers explain it
+
+
+MAIN_SECTIONS: tuple[Section, ...] = (
+    _header,
+    _what_ran,
+    _not_passing,
+    _phases,
+    _model_lines,
+    _meaning_main,
+    _top_workloads,
+    _trust,
+    _where_the_rest_is,
+    _next,
+    _status_lines,
+)
+DETAIL_SECTIONS: tuple[Section, ...] = (
+    _header,
+    _smoke_table,
+    _phases,
+    _part_tables,
+    _closing_details,
+    _model_lines,
+    _status_lines,
+)
+
+
 def smoke_cell(result: dict[str, Any]) -> str:
     """`unsupported: Metal kernels need...`, not `unsupported: Unsupported: Metal kernels need...`."""
     status = str(result.get("status", "?"))
@@ -282,7 +547,7 @@ def smoke_cell(result: dict[str, Any]) -> str:
         return status
     if message.lower().startswith(status.lower()):
         message = message[len(status) :].lstrip(" :-")
-    return f"{status}: {message[:70]}" if message else status
+    return f"{status}: {message}" if message else status
 
 
 def _rate_narrow(env: dict[str, Any]) -> str:
@@ -351,56 +616,77 @@ def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]],
 def meaning_lines(record: dict[str, Any]) -> list[str]:
     """What a single run's figures say about this machine, and what to run next (rich markup)."""
     f = run_figures(record)
-    lines = []
-    if f.copy_bandwidth or f.matmul_rate:
-        peaks = " and ".join(
-            x
-            for x in (
-                f.copy_bandwidth and fmt_rate(f.copy_bandwidth, "B/s") + " copy bandwidth",
-                f.matmul_rate and fmt_rate(f.matmul_rate, "FLOP/s") + " matmul",
-            )
-            if x
-        )
-        lines.append(f"This machine's roofline, measured here: {peaks}.")
-        if f.copy_bandwidth and f.decode_bandwidth:
-            lines.append(
-                f"Single-token linear layers reach up to {fmt_rate(f.decode_bandwidth, 'B/s')} "
-                f"({f.decode_bandwidth / f.copy_bandwidth:.0%} of that bandwidth): decoding is bound by memory traffic."
-            )
-    else:
-        lines.append(
+    return roofline_lines(f) + time_lines(f) + precision_lines(f) + NEXT_LINES
+
+
+def roofline_lines(f: RunFigures) -> list[str]:
+    if not (f.copy_bandwidth or f.matmul_rate):
+        return [
             "No roofline probe in this selection: add `--only 'roofline/*'` to see what the memory system and the"
             " arithmetic units can do."
+        ]
+    peaks = " and ".join(
+        x
+        for x in (
+            f.copy_bandwidth and fmt_rate(f.copy_bandwidth, "B/s") + " copy bandwidth",
+            f.matmul_rate and fmt_rate(f.matmul_rate, "FLOP/s") + " matmul",
         )
-    if len(f.time_shares) > 1:
-        lines.append("Where the time goes: " + ", ".join(f"{safe(k)} {v:.0%}" for k, v in f.time_shares) + ".")
-    if f.median_width is not None and f.widest_width is not None:
+        if x
+    )
+    lines = [f"This machine's roofline, measured here: {peaks}."]
+    if f.copy_bandwidth and f.decode_bandwidth:
         lines.append(
-            f"Each median is known to +-{f.median_width:.1%} (half the workloads closer, "
-            f"the widest +-{f.widest_width:.0%}) for this process, now. A single run cannot tell whether another "
-            "torch, or this one tomorrow, is faster: times move by a few % between processes and with heat "
-            "and load, so compare two environments interleaved, not two tables."
+            f"Single-token linear layers reach up to {fmt_rate(f.decode_bandwidth, 'B/s')} "
+            f"({f.decode_bandwidth / f.copy_bandwidth:.0%} of that bandwidth): decoding is bound by memory traffic."
         )
-    lines += [
-        "[bold]Next[/], to learn whether an upgrade helps this machine:",
-        "  mpsup install-rc                   # a candidate torch beside this one",
-        "  mpsup bench --candidate VERSION    # times both, same workloads",
-        "  mpsup report                       # the verdict",
-    ]
     return lines
 
 
+def time_lines(f: RunFigures) -> list[str]:
+    if len(f.time_shares) <= 1:
+        return []
+    return ["Where the time goes: " + ", ".join(f"{safe(k)} {v:.0%}" for k, v in f.time_shares) + "."]
+
+
+def precision_lines(f: RunFigures) -> list[str]:
+    if f.median_width is None or f.widest_width is None:
+        return []
+    return [
+        f"Each median is known to +-{f.median_width:.1%} (half the workloads closer, "
+        f"the widest +-{f.widest_width:.0%}) for this process, now. A single run cannot tell whether another "
+        "torch, or this one tomorrow, is faster: times move by a few % between processes and with heat "
+        "and load, so compare two environments interleaved, not two tables."
+    ]
+
+
+NEXT_LINES = [
+    "[bold]Next[/], to learn whether an upgrade helps this machine:",
+    "  mpsup install-rc                   # a candidate torch beside this one",
+    "  mpsup bench --candidate VERSION    # times both, same workloads",
+    "  mpsup report                       # the verdict",
+]
+
+
 def paired_lines(record: dict[str, Any]) -> list[str]:
-    """Under a paired run's tables: what their figures are, and what to run next (rich markup). The
-    tables show each environment's own median over both visits, and a ratio of two such medians is not
-    the comparison: the report's speedup is the median of the per-round ratios."""
+    """Under a paired run's tables: what their figures are, and what to run next (rich markup)."""
+    return [paired_note(record), *paired_next(record)]
+
+
+def paired_note(record: dict[str, Any]) -> str:
+    """The tables show each environment's own median over both visits, and a ratio of two such medians
+    is not the comparison: the report's speedup is the median of the per-round ratios."""
     envs = record["environments"]
     base, other = safe(envs[0]["label"]), safe(envs[1]["label"])
-    aa = record.get("mode") == "aa"
-    return [
+    return (
         f"Times are each environment's own median; the 95% CI, rate and memory are {base}'s alone. "
         f"The paired figures (speedup: the median of the per-round {base} / {other} ratios, its interval, "
-        "the verdict) are `mpsup report`'s.",
+        "the verdict) are `mpsup report`'s."
+    )
+
+
+def paired_next(record: dict[str, Any]) -> list[str]:
+    aa = record.get("mode") == "aa"
+    return [
         (
             "[bold]Next[/], to see this machine's noise floor (an A/A run should show no change):"
             if aa
@@ -428,6 +714,7 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
         "status_counts": counts,
         "model": record.get("model"),
         "model_forward_s": model_forward_estimate(record, label),
+        "model_phases": phase_figures(record, label),
         "smoke": {s["feature"]: {k: v["status"] for k, v in s["envs"].items()} for s in record.get("smoke", [])},
         "workloads": [
             {
@@ -460,13 +747,13 @@ def render_list(plan: BenchPlan, as_json: bool, console: Console) -> None:
         print_workload_list(list(plan.workloads), console)
 
 
-def render_result(result: BenchResult, as_json: bool, console: Console) -> None:
+def render_result(result: BenchResult, as_json: bool, console: Console, details: bool = False) -> None:
     """The finished run: its JSON summary or its tables, and the one line saying why it stopped early."""
     record = result.record
     if as_json:
         emit_json(run_summary(record, str(result.path) if result.path else None))
     else:
-        render_run(record, console)
+        render_run(record, console, details)
         console.print(f"Run record: {safe(result.path)}", highlight=False, soft_wrap=True)
     if record.get("failure") and not record.get("interrupted"):
         error_line(f"{record['failure']}; the finished measurements are in {result.path}")

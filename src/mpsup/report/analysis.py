@@ -11,6 +11,8 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
+from mpsup.model.coverage import census as census_of
+from mpsup.report.phases import HOW_TO_RUN_WHOLE, LAYERS_LABEL, PhaseChange, phase_changes, phase_verdict
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
@@ -109,6 +111,10 @@ class Analysis:
     device_time: dict[str, Any] = field(default_factory=dict)  # see device_time_semantics
     method: str = METHOD
     notes: list[str] = field(default_factory=list)  # what the figures rest on (an A/A floor, ...)
+    model_source: str | None = None  # "whole-model" (phases or an end-to-end forward) or "layers"
+    model_phases: list[PhaseChange] = field(default_factory=list)
+    layer_estimate: Interval | None = None  # beside phases: what the layers alone would have said
+    census: dict[str, Any] = field(default_factory=dict)  # each phase's op census (baseline), for the HTML
 
     def to_json(self) -> dict[str, Any]:
         def iv(i: Interval | None) -> dict[str, float | None] | None:
@@ -127,7 +133,18 @@ class Analysis:
             "threshold": self.threshold,
             "method": self.method,
             "notes": self.notes,
-            "model_speedup": iv(self.model_speedup),
+            "model_speedup": (
+                {
+                    **(iv(self.model_speedup) or {}),
+                    "source": self.model_source,
+                    "phases": [p.phase for p in self.model_phases],
+                }
+                if self.model_source
+                else None
+            ),
+            "layer_estimate": iv(self.layer_estimate),
+            "model_phases": {p.phase: p.to_json() for p in self.model_phases},
+            "layer_coverage": {p.phase: p.coverage for p in self.model_phases if p.coverage is not None},
             "suite_geomean": iv(self.suite_geomean),
             "suite_split": {k: v.to_json() for k, v in self.suite_split.items()},
             "published_suite_claim": PUBLISHED_SUITE_CLAIM,
@@ -214,7 +231,7 @@ def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
     layers = [
         (c, c.speedup, c.count * c.baseline_s)
         for c in changes
-        if c.speedup and c.baseline_s and c.baseline_s > 0 and c.ratios
+        if c.speedup and c.baseline_s and c.baseline_s > 0 and c.ratios and c.part != "phase"
     ]
     if not layers:
         return None
@@ -522,9 +539,11 @@ def analyze(
         c.candidate_measured_s = c.candidate_s
         if c.units and c.speedup and c.baseline_s and c.speedup.estimate > 0:
             c.candidate_s = c.baseline_s / c.speedup.estimate
-    total = sum(c.count * c.baseline_s for c in changes if c.baseline_s) or 1.0
+    # Shares are of the layers' time: a whole-model phase holds those layers, so it is no share beside them.
+    total = sum(c.count * c.baseline_s for c in changes if c.baseline_s and c.part != "phase") or 1.0
     for c in changes:
-        c.share = c.count * c.baseline_s / total if c.baseline_s else 0.0
+        c.share = c.count * c.baseline_s / total if c.baseline_s and c.part != "phase" else 0.0
+    phases = phase_changes(record, {c.name: c for c in changes}, a, b)
     linear = [c for c in changes if c.part == "linear" and c.ratios]
     suite = _aggregate(linear, seed)
     split = {}
@@ -534,14 +553,17 @@ def analyze(
             split[tag] = agg
     short_linear = sum(1 for c in linear if c.speedup and not c.speedup.bounded)
     end_to_end = next((c for c in changes if c.name == END_TO_END and c.speedup), None)
-    model = end_to_end.speedup if end_to_end else _model_speedup(changes, seed) if record.model else None
+    layer_estimate = _model_speedup(changes, seed) if record.model and not end_to_end else None
     mem_ratios = [c.memory_ratio for c in changes if c.memory_ratio]
     mem = geometric_mean(mem_ratios) if mem_ratios else None
     hyg = record.hygiene
     noise = sorted(set(noisy_conditions(dict(hyg.before)) + noisy_conditions(dict(hyg.after)) + list(hyg.changed)))
     main: Interval | None
+    # Run whole, the phases are the answer, each on its own: no blended figure stands beside them.
+    model = end_to_end.speedup if end_to_end else None if phases else layer_estimate
+    model_source = "whole-model" if end_to_end or phases else "layers" if model is not None else None
     if model is not None:
-        main, what = model, "your model's forward"
+        main, what = model, "your model's forward" if end_to_end else LAYERS_LABEL
     elif suite is not None:
         main, what = suite, "the geometric mean of the suite's BF16 linear layers"
     else:
@@ -551,10 +573,11 @@ def analyze(
     verdict, sentence = (
         _unpaired_verdict(main, what, str(envs[0].torch_version), str(envs[1].torch_version))
         if unpaired
-        else _verdict(
-            main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version)
-        )
+        else phase_verdict(phases, noise, f"torch {envs[1].torch_version} vs {envs[0].torch_version}")
+        or _verdict(main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version))
     )
+    if model_source == "layers" and not phases:
+        sentence += " " + HOW_TO_RUN_WHOLE
     changes.sort(key=lambda c: -c.share)
     notes = []
     if unpaired:
@@ -598,6 +621,10 @@ def analyze(
         suite_geomean=suite,
         suite_split=split,
         model_speedup=model,
+        model_source=model_source,
+        layer_estimate=layer_estimate if phases else None,
+        model_phases=phases,
+        census=census_of(record.to_json(), a) if phases else {},
         peak_memory_ratio=mem,
         smoke_changes=_smoke_changes(record, a, b),
         noise=noise,

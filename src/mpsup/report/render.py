@@ -16,6 +16,7 @@ from rich.text import Text
 
 from mpsup.render import NARROW, safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
+from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun
 from mpsup.stats import Interval
 from mpsup.units import fmt_time
@@ -74,7 +75,7 @@ def claim_comparable(a: Analysis) -> bool:
 
 def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str]:
     """The figures below the table; `quote` escapes the record-derived parts for the target format."""
-    lines = []
+    lines = [phase_line(p, quote) for p in a.model_phases]
     if a.suite_geomean:
         split = ", ".join(f"{k} {v.estimate:.3f}x" if v.bounded else f"{k} n/a" for k, v in a.suite_split.items())
         claim = (
@@ -85,7 +86,14 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str
             f"{_iv(a.suite_geomean)}{'; ' + split if split else ''}{claim}."
         )
     if a.model_speedup:
-        lines.append(f"Model forward (estimated from its layers): {_iv(a.model_speedup)}")
+        label = (
+            "Model forward, run whole"
+            if a.model_source == "whole-model"
+            else "Model, estimated from its layers (which cover an unknown share of its forward)"
+        )
+        lines.append(f"{label}: {_iv(a.model_speedup)}")
+    if a.layer_estimate:
+        lines.append(f"The layers alone would have estimated the model at {_iv(a.layer_estimate)} (for comparison)")
     if a.peak_memory_ratio:
         lines.append(f"Peak memory, candidate / baseline (geometric mean): {a.peak_memory_ratio:.2f}")
     for s in a.smoke_changes:
@@ -95,6 +103,14 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str
     if a.noise:
         lines.append("Conditions: " + "; ".join(quote(n) for n in a.noise))
     return lines
+
+
+def phase_line(p: PhaseChange, quote: Callable[[object], str] = str) -> str:
+    """One phase of the model run whole: its call, both times, and how much its layers explain."""
+    times = f"; {fmt_time(p.baseline_s)} -> {fmt_time(p.candidate_s)} per call" if p.baseline_s else ""
+    cover = f"; the layer workloads explain {p.coverage:.0%} of it" if p.coverage is not None else ""
+    cpu = f"; on the CPU (no MPS kernel): {', '.join(p.fallback)}" if p.fallback else ""
+    return f"Phase {quote(p.text())}{times}{cover}{quote(cpu)}"
 
 
 def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
@@ -407,6 +423,7 @@ def render_html(a: Analysis) -> str:
 <p>{esc(a.machine)} ({esc(a.device)}) · torch {esc(a.baseline_torch)} → {esc(a.candidate_torch)}
  · runs {esc(", ".join(a.run_ids))}</p>
 <ul>{summary}</ul>
+{_census_html(a)}
 <div class="grid">
 <div><h2>Speedup per workload against its size</h2>
 {_svg_speedup_plot(a.workloads)}
@@ -423,6 +440,22 @@ def render_html(a: Analysis) -> str:
 </div>
 </body></html>
 """
+
+
+def _census_html(a: Analysis) -> str:
+    """The op census of one forward per phase: which kernels a release could have changed."""
+    parts = []
+    for phase, census in a.census.items():
+        ops = census.get("ops") or {}
+        if not isinstance(ops, dict):
+            continue
+        rows = "".join(f"<tr><td>{esc(op)}</td><td>{esc(n)}</td></tr>" for op, n in list(ops.items())[:30])
+        parts.append(
+            f"<details><summary>Op census, {esc(phase)}: {esc(census.get('calls'))} aten calls in one call "
+            f"(baseline)</summary><table><thead><tr><th>op</th><th>calls</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></details>"
+        )
+    return "".join(parts)
 
 
 def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:

@@ -250,6 +250,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
             if name in sig:
                 extra_kw[name] = 1
                 break
+    info_logits = {"logits_kept": 1} if extra_kw else {}
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab <= 0:
         raise Unsupported("the config names no vocab_size")
@@ -267,6 +268,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         "layers": layers,
         "depth": depth,
         "tokens": tokens,
+        **info_logits,
     }
     if phase == "decode":
         cache_name = "past_key_values" if "past_key_values" in sig else "cache" if "cache" in sig else None

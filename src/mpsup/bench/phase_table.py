@@ -1,0 +1,53 @@
+"""The whole-model phases of a run, as the first table a user reads: each phase's time, tokens/s, peak
+memory, how much of it the layer workloads explain, and what ran on the CPU instead of the device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mpsup.model.coverage import phase_figures
+from mpsup.render import safe
+from mpsup.units import fmt_time
+
+
+def _bytes(v: Any) -> str:
+    return f"{v / 2**30:.2f} GiB" if isinstance(v, int | float) and v else "-"
+
+
+def render_phases(record: dict[str, Any], console: Console) -> None:
+    envs = record["environments"]
+    figures = {e["label"]: phase_figures(record, e["label"]) for e in envs}
+    first = figures[envs[0]["label"]]
+    if not first:
+        return
+    t = Table(title="Your model, run whole (median per call)", title_justify="left")
+    t.add_column("phase")
+    for e in envs:
+        t.add_column(safe(e["label"]), justify="right")
+    t.add_column("tokens/s", justify="right")
+    t.add_column("peak mem", justify="right")
+    t.add_column("layers explain", justify="right")
+    notes: list[str] = []
+    for phase, doc in first.items():
+        cells = []
+        for e in envs:
+            d = figures[e["label"]].get(phase, {})
+            cells.append(fmt_time(d["median_s"]) if d.get("median_s") else safe(d.get("status") or "-"))
+        tps = f"{doc['tokens_per_s']:,.1f}" if doc.get("tokens_per_s") else "-"
+        cov = f"{doc['layer_coverage']:.0%}" if doc.get("layer_coverage") is not None else "n/a"
+        t.add_row(safe(phase), *cells, tps, _bytes(doc.get("peak_memory_bytes")), cov)
+        if doc.get("scaled_from_blocks"):
+            notes.append(f"{phase}: scaled from {doc['scaled_from_blocks']} blocks (the model did not fit whole)")
+        if doc.get("fallback_ops"):
+            notes.append(f"{phase}: ran on the CPU (no MPS kernel): {', '.join(doc['fallback_ops'][:8])}")
+        for e in envs:
+            d = figures[e["label"]].get(phase, {})
+            if d.get("status") not in (None, "ok") and d.get("reason"):
+                notes.append(f"{phase} ({e['label']}): {d['status']}: {d['reason']}")
+                break
+    console.print(t)
+    for note in notes:
+        console.print(f"  {safe(note)}", highlight=False, soft_wrap=True)

@@ -1,0 +1,108 @@
+"""A run record's whole-model phases as figures, and how much of each phase its layer workloads explain.
+
+Pure functions of the record's JSON (bench renders them for one environment; report for the baseline):
+the phase's median scaled to the whole model where only a prefix of its blocks was built, tokens/s where
+tokens apply, peak memory, the ops that fell back to the CPU, and the layer coverage: the sum of count x
+median over the layers that one call of the phase runs, over the phase's median."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpsup.model.phases import phase_of
+
+TOKEN_PHASES = ("prefill", "decode", "forward")
+
+
+def phase_workloads(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [w for w in record.get("workloads", []) if w.get("part") == "phase" and phase_of(w)]
+
+
+def scale_of(env: dict[str, Any]) -> float:
+    """Whole model / what ran: layers over the blocks built (1 when every block ran)."""
+    info = env.get("phase") or {}
+    layers, depth = info.get("layers"), info.get("depth")
+    if isinstance(layers, int) and isinstance(depth, int) and 0 < depth < layers:
+        return layers / depth
+    return 1.0
+
+
+def _layers_of(record: dict[str, Any], phase_w: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The layer workloads one call of this phase runs, or None where the record cannot tell."""
+    phase = str(phase_w.get("phase"))
+    layers = [
+        w for w in record.get("workloads", []) if w.get("part") == "model" and "alternative" not in w.get("tags", ())
+    ]
+    if phase in TOKEN_PHASES and phase_w.get("library") == "transformers" and not phase_w.get("component"):
+        tokens = 1 if phase == "decode" else phase_w.get("tokens")
+        # generate() asks for the last position's logits only: the head then runs on one token.
+        envs = phase_w.get("envs", {}).values()
+        kept = any((e.get("phase") or {}).get("logits_kept") == 1 for e in envs)
+        return [w for w in layers if w.get("tokens") == (1 if kept and w.get("role") == "output-head" else tokens)]
+    if phase == "step" and phase_w.get("component"):
+        return [w for w in layers if phase_w["component"] in w.get("tags", ())]
+    return None  # a VAE's decode and encode layers are not told apart; a text encoder runs at 77 tokens
+
+
+def coverage(record: dict[str, Any], phase_w: dict[str, Any], label: str) -> float | None:
+    env = phase_w.get("envs", {}).get(label, {})
+    whole = env.get("median")
+    layers = _layers_of(record, phase_w)
+    if not whole or layers is None:
+        return None
+    explained = 0.0
+    for w in layers:
+        med = w.get("envs", {}).get(label, {}).get("median")
+        if not med:
+            return None  # a layer not measured: the share is not known
+        explained += w.get("count", 1) * med
+    return explained / (whole * scale_of(env))
+
+
+def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any]]:
+    """bench --json's `model_phases`: {phase: median_s, ci_low_s, ci_high_s, tokens_per_s, peak_memory_bytes,
+    source, ...}, for one environment."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in phase_workloads(record):
+        phase = phase_of(w)
+        assert phase is not None
+        env = w.get("envs", {}).get(label, {})
+        info = env.get("phase") or {}
+        scale = scale_of(env)
+        med = env.get("median")
+        low, high = env.get("ci_low"), env.get("ci_high")
+        memory = env.get("memory") or {}
+        peak = memory.get("peak_allocated") or memory.get("workload_peak")
+        tokens = None
+        if med and phase.split("/")[0] in TOKEN_PHASES and env.get("items_per_call"):
+            tokens = env["items_per_call"] / (med * scale)
+        doc: dict[str, Any] = {
+            "median_s": med * scale if med else None,
+            "ci_low_s": low * scale if low is not None else None,
+            "ci_high_s": high * scale if high is not None else None,
+            "tokens_per_s": tokens,
+            "peak_memory_bytes": peak,
+            "source": "whole-model",
+            "status": w.get("status"),
+        }
+        if w.get("reason"):
+            doc["reason"] = w["reason"]
+        if scale != 1.0:
+            doc["scaled_from_blocks"] = f"{info.get('depth')} of {info.get('layers')}"
+        if memory.get("driver_allocated_max"):
+            doc["driver_memory_max_bytes"] = memory["driver_allocated_max"]
+        if info.get("fallback_ops"):
+            doc["fallback_ops"] = list(info["fallback_ops"])
+        doc["layer_coverage"] = coverage(record, w, label)
+        out[phase] = doc
+    return out
+
+
+def census(record: dict[str, Any], label: str) -> dict[str, Any]:
+    """Each phase's op census as the worker counted it (one call, before timing)."""
+    out: dict[str, Any] = {}
+    for w in phase_workloads(record):
+        info = w.get("envs", {}).get(label, {}).get("phase") or {}
+        if info.get("census"):
+            out[str(phase_of(w))] = info["census"]
+    return out

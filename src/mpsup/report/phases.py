@@ -1,0 +1,125 @@
+"""The verdict when the model ran whole: one call per phase, said per phase, never one blended number.
+
+A chat user's time is decode, a batch job's prefill, a diffusion user's the denoising step and the VAE
+decode: a release that halves one and leaves the other alone is a mixed result for the model, and the
+sentence names both. Where no phase ran, the figure is the layer estimate, labelled as such."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mpsup.model.coverage import coverage, scale_of
+from mpsup.model.phases import phase_of
+from mpsup.runs.schema import RunRecord
+from mpsup.stats import Interval
+
+CHANGE_WORDS = {"faster": "faster", "slower": "slower", "same": "no measurable change", "n/a": "n/a"}
+LAYERS_LABEL = "the model estimated from its layers (which cover an unknown share of its forward)"
+HOW_TO_RUN_WHOLE = (
+    "To measure it whole, give a Transformers or Diffusers folder (config.json beside the weights) and install "
+    "transformers or diffusers in the measured environments."
+)
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    phase: str
+    workload: str
+    speedup: Interval | None
+    change: str  # faster, slower, same, n/a (as the workload's call, floors and visit rule included)
+    baseline_s: float | None  # per call of the whole model (scaled where only a prefix of blocks ran)
+    candidate_s: float | None
+    coverage: float | None
+    scaled_from: str | None = None  # "8 of 32" blocks
+    status: str = "ok"
+    reason: str | None = None
+    fallback: tuple[str, ...] = ()  # ops the baseline ran on the CPU
+    fallback_candidate: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "speedup": self.speedup.estimate if self.speedup else None,
+            "low": self.speedup.low if self.speedup and self.speedup.bounded else None,
+            "high": self.speedup.high if self.speedup and self.speedup.bounded else None,
+            "change": self.change,
+            "baseline_s": self.baseline_s,
+            "candidate_s": self.candidate_s,
+            "workload": self.workload,
+        }
+        if self.scaled_from:
+            doc["scaled_from_blocks"] = self.scaled_from
+        if self.status != "ok":
+            doc["status"] = self.status
+            doc["reason"] = self.reason
+        if self.fallback or self.fallback_candidate:
+            doc["fallback_ops"] = {"baseline": list(self.fallback), "candidate": list(self.fallback_candidate)}
+        return doc
+
+    def text(self) -> str:
+        if self.speedup is None or self.change == "n/a":
+            why = self.reason or (f"{self.speedup.n} rounds; raise --budget" if self.speedup else self.status)
+            return f"{self.phase} n/a ({why})"
+        iv = self.speedup
+        scaled = f", from {self.scaled_from} blocks" if self.scaled_from else ""
+        return (
+            f"{self.phase} {iv.estimate:.2f}x (95% CI {iv.low:.2f}-{iv.high:.2f}x{scaled}), {CHANGE_WORDS[self.change]}"
+        )
+
+
+def phase_changes(record: RunRecord, changes_by_name: dict[str, Any], a: str, b: str) -> list[PhaseChange]:
+    """Each phase workload's call (already made with every other workload's), in record order."""
+    doc = record.to_json()
+    out: list[PhaseChange] = []
+    for w in doc.get("workloads", []):
+        phase = phase_of(w) if w.get("part") == "phase" else None
+        c = changes_by_name.get(w.get("name"))
+        if phase is None or c is None:
+            continue
+        env_a, env_b = w.get("envs", {}).get(a, {}), w.get("envs", {}).get(b, {})
+        scale = scale_of(env_a)
+        info = env_a.get("phase") or {}
+        out.append(
+            PhaseChange(
+                phase=phase,
+                workload=str(w["name"]),
+                speedup=c.speedup,
+                change=c.change,
+                baseline_s=c.baseline_s * scale if c.baseline_s else None,
+                candidate_s=c.candidate_s * scale if c.candidate_s else None,
+                coverage=coverage(doc, w, a),
+                scaled_from=f"{info.get('depth')} of {info.get('layers')}" if scale != 1.0 else None,
+                status=c.status,
+                reason=w.get("reason"),
+                fallback=tuple((env_a.get("phase") or {}).get("fallback_ops") or ()),
+                fallback_candidate=tuple((env_b.get("phase") or {}).get("fallback_ops") or ()),
+            )
+        )
+    return out
+
+
+def phase_verdict(phases: list[PhaseChange], noise: list[str], vs: str) -> tuple[str, str] | None:
+    """The verdict and its sentence from the phases, or None when no phase was measured (layers decide)."""
+    if not phases:
+        return None
+    called = [p for p in phases if p.speedup is not None and p.change != "n/a"]
+    said = "; ".join(p.text() for p in phases)
+    if not called:
+        return "inconclusive", f"Inconclusive: no phase of the model could be bounded ({said}), {vs}."
+    kinds = {p.change for p in called}
+    runs_natively = [
+        f"{p.phase} now runs {', '.join(sorted(set(p.fallback) - set(p.fallback_candidate)))} on the device"
+        for p in phases
+        if set(p.fallback) - set(p.fallback_candidate)
+    ]
+    native = f" {'; '.join(runs_natively)} (it fell back to the CPU before)." if runs_natively else ""
+    if kinds == {"same"} and noise:
+        return "inconclusive", f"Inconclusive: too noisy to tell ({', '.join(noise)}); {said}, {vs}.{native}"
+    if len(kinds) > 1:
+        return "mixed", f"Mixed, your model run whole with {vs}: {said}.{native}"
+    only = kinds.pop()
+    if only == "faster":
+        return "benefit", f"Upgrade: your model run whole is faster with {vs}: {said}.{native}"
+    if only == "slower":
+        return "regression", f"Regression: your model run whole is slower with {vs}: {said}.{native}"
+    return "no-change", f"No measurable change in your model run whole with {vs}: {said}.{native}"
