@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -10,10 +11,12 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from mpsup.bench.figures import RunFigures, model_forward_estimate, run_figures
 from mpsup.bench.phase_table import render_phases
 from mpsup.model.coverage import phase_figures
+from mpsup.model.phases import phase_shape
 from mpsup.render import NARROW, emit_json, error_line, safe
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
@@ -40,6 +43,8 @@ def is_narrow(console: Console) -> bool:
 def compact_shape(kind: str, params: dict[str, Any]) -> str:
     """A workload's size in a few characters: a linear layer as `tokens x in->out`, a tensor as `AxBxC`."""
     p = params
+    if kind == "model_phase":
+        return phase_shape(p)
     if {"tokens", "in_features", "out_features"} <= p.keys():
         text = f"{p['tokens']}x{p['in_features']}->{p['out_features']}"
         if "experts" in p:
@@ -295,18 +300,19 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
             + (", the rest:" if passed < len(smoke) else "."),
             highlight=False,
         )
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    for why, stopped in groups.items():
-        grid.add_row("-", f"{safe(_names(stopped))}: [yellow]{safe(why)}[/]")
+    lines = [f"{_names(stopped)}: {why}" for why, stopped in groups.items()]
     if metal:
         kernels = sum(1 for m in metal if m != "a smoke test")
         what = [f"{kernels} workload{'s' * (kernels > 1)}"] if kernels else []
         what += ["a smoke test"] if len(metal) > kernels else []
-        grid.add_row("-", f"Metal kernels, {' and '.join(what)}: [yellow]unsupported[/] off a Mac")
-    if grid.rows:
-        console.print(grid)
+        lines.append(f"Metal kernels, {' and '.join(what)}: unsupported off a Mac")
+    for line in lines:
+        # Wrapped here, with a hanging indent, at spaces: a reason is never cut mid-word (rich's grid
+        # would wrap as well but pads every line to the full width).
+        wrapped = textwrap.fill(
+            line, width=max(20, console.width), initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False
+        )
+        console.print(Text(wrapped, style="yellow"), soft_wrap=True)
 
 
 def _add_reasons(groups: dict[str, list[str]], what: str, failed: dict[str, dict[str, Any]], envs: int) -> None:

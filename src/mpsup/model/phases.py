@@ -48,6 +48,24 @@ def phase_of(w: Workload | dict[str, Any]) -> str | None:
     return f"{phase}/compiled" if params.get("compile") else phase
 
 
+def phase_shape(p: dict[str, Any]) -> str:
+    """What one call of a phase does, in a few words (`bench --list`)."""
+    phase = p.get("phase")
+    what = str((p.get("config") or {}).get("_class_name") or (p.get("config") or {}).get("model_type") or "")
+    if phase == "prefill":
+        text = f"{p.get('tokens')} prompt tokens"
+    elif phase == "decode":
+        text = f"1 token on a {p.get('cache')}-token cache"
+    elif phase == "forward":
+        text = f"{p.get('tokens')} tokens"
+    else:
+        size = p.get("resolution") or ["?", "?"]
+        text = f"{size[0]}x{size[1]} px"
+    depth = f", {p['depth']} blocks" if p.get("depth") else ""
+    weights = ", real weights" if p.get("weights") == "real" else ""
+    return f"{what} {text}{depth}{weights}".strip()
+
+
 def _workload(
     name: str, phase: str, dtype: str, params: dict[str, Any], source: str, opts: PhaseOptions
 ) -> list[Workload]:

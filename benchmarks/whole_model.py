@@ -1,0 +1,199 @@
+"""Whole-model checks for `mpsup bench --model` (issue 24): a model folder from a real config, a plain
+transformers timing of the same model (the reference mpsup's phases must agree with), and the comparison.
+
+    python benchmarks/whole_model.py make CONFIG.json DIR [--layers N] [--dtype bf16]
+        a Transformers folder: CONFIG (optionally cut to N layers) + a safetensors file whose header names
+        every tensor of the model and whose data is a hole (sparse: no disk, no weights read by mpsup)
+    python benchmarks/whole_model.py plain DIR --device cuda --tokens 512 [--cache 512] [--reps 30] [--json OUT]
+        prefill of P tokens and one decode step on a C-token cache, timed the way a user would time them:
+        random weights from the config, torch.inference_mode, synchronize before each clock read, the
+        cache cropped back after each decode step. Run it under each environment's interpreter.
+    python benchmarks/whole_model.py compare RECORD.json PLAIN_BASE.json [PLAIN_CAND.json]
+        each phase: mpsup's median per environment against the plain one, and the speedups
+
+Nothing here imports mpsup: the reference must not share mpsup's code paths."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DTYPES = {"bf16": ("BF16", "bfloat16", 2), "fp16": ("F16", "float16", 2), "fp32": ("F32", "float32", 4)}
+
+
+def make(config_path: Path, out: Path, layers: int | None, dtype: str) -> None:
+    import torch
+    import transformers
+
+    doc = json.loads(config_path.read_text())
+    if layers:
+        doc["num_hidden_layers"] = layers
+    st_name, torch_name, itemsize = DTYPES[dtype]
+    doc["torch_dtype"] = torch_name
+    cfg = transformers.AutoConfig.for_model(**doc) if "model_type" in doc else None
+    if cfg is None:
+        raise SystemExit(f"{config_path}: no model_type")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, t in model.state_dict().items():
+        n = t.numel() * itemsize
+        header[name] = {"dtype": st_name, "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(doc, indent=1))
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(out / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
+    print(f"{out}: {len(header)} tensors, {offset / 2**30:.1f} GiB apparent (sparse)")
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def _time(fn: Any, device: str, reps: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def plain(folder: Path, device: str, tokens: int, cache: int, reps: int, dtype: str | None) -> dict[str, Any]:
+    import warnings
+
+    import torch
+    import transformers
+
+    warnings.simplefilter("ignore")
+    doc = json.loads((folder / "config.json").read_text())
+    cfg = transformers.AutoConfig.for_model(**doc)
+    dt = getattr(torch, DTYPES[dtype][1]) if dtype else getattr(torch, doc.get("torch_dtype", "float32"))
+    with torch.device(device):
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=dt)
+        except TypeError:
+            model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=dt)
+    model = model.to(dt).eval()
+    keep = {"logits_to_keep": 1}
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, cfg.vocab_size, (1, tokens), generator=g).to(device)
+    context = torch.randint(0, cfg.vocab_size, (1, cache), generator=g).to(device)
+    one = torch.randint(0, cfg.vocab_size, (1, 1), generator=g).to(device)
+    with torch.inference_mode():
+        kv = model(input_ids=context, use_cache=True, **keep).past_key_values
+
+    def prefill() -> None:
+        with torch.inference_mode():
+            model(input_ids=prompt, use_cache=True, **keep)
+
+    def decode() -> None:
+        with torch.inference_mode():
+            model(input_ids=one, past_key_values=kv, use_cache=True, **keep)
+            kv.crop(-1)
+
+    result: dict[str, Any] = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": device,
+        "interpreter": sys.executable,
+        "env": {k: v for k, v in os.environ.items() if k in ("TORCH_BLAS_PREFER_CUBLASLT", "CUDA_LAUNCH_BLOCKING")},
+        "tokens": tokens,
+        "cache": cache,
+        "threads": torch.get_num_threads(),
+        "phases": {},
+    }
+    for name, fn in (("prefill", prefill), ("decode", decode)):
+        samples = _time(fn, device, reps)
+        result["phases"][name] = {"median_s": statistics.median(samples), "samples": samples}
+    return result
+
+
+def compare(record_path: Path, base_path: Path, cand_path: Path | None) -> None:
+    record = json.loads(record_path.read_text())
+    base = json.loads(base_path.read_text())["phases"]
+    cand = json.loads(cand_path.read_text())["phases"] if cand_path else None
+    labels = [e["label"] for e in record["environments"]]
+    print(
+        f"record {record['id']} ({record['mode']}), plain timings {base_path.name}"
+        + (f", {cand_path.name}" if cand_path else "")
+    )
+    print(f"{'phase':8} {'env':10} {'mpsup':>10} {'95% CI':>21} {'plain':>10} {'diff':>7} inside")
+    for w in record["workloads"]:
+        phase = w.get("phase")
+        if w.get("part") != "phase" or phase not in base:
+            continue
+        for label, ref in zip(labels, (base, cand or {}), strict=False):
+            env = w["envs"].get(label, {})
+            if phase not in ref or not env.get("median"):
+                continue
+            med, lo, hi, p = env["median"], env.get("ci_low"), env.get("ci_high"), ref[phase]["median_s"]
+            inside = lo is not None and hi is not None and lo <= p <= hi
+            print(
+                f"{phase:8} {label:10} {med * 1e3:8.2f}ms {lo * 1e3 if lo else 0:9.2f}-{hi * 1e3 if hi else 0:8.2f}ms "
+                f"{p * 1e3:8.2f}ms {100 * (med / p - 1):+6.1f}% {'yes' if inside else 'no'}"
+            )
+        if cand and phase in cand and w.get("ratios"):
+            plain_speedup = base[phase]["median_s"] / cand[phase]["median_s"]
+            mpsup_speedup = statistics.median(w["ratios"])
+            rounds = len(w["ratios"])
+            print(f"{phase:8} speedup: mpsup {mpsup_speedup:.3f}x ({rounds} rounds), plain {plain_speedup:.3f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("config", type=Path)
+    m.add_argument("out", type=Path)
+    m.add_argument("--layers", type=int)
+    m.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p = sub.add_parser("plain")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--tokens", type=int, default=512)
+    p.add_argument("--cache", type=int)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--dtype", choices=DTYPES)
+    p.add_argument("--json", type=Path)
+    c = sub.add_parser("compare")
+    c.add_argument("record", type=Path)
+    c.add_argument("base", type=Path)
+    c.add_argument("cand", type=Path, nargs="?")
+    args = ap.parse_args()
+    if args.cmd == "make":
+        make(args.config, args.out, args.layers, args.dtype)
+    elif args.cmd == "plain":
+        res = plain(args.folder, args.device, args.tokens, args.cache or args.tokens, args.reps, args.dtype)
+        text = json.dumps(res, indent=1)
+        if args.json:
+            args.json.write_text(text)
+        for k, v in res["phases"].items():
+            print(f"{k}: {v['median_s'] * 1e3:.2f} ms median of {len(v['samples'])}")
+    else:
+        compare(args.record, args.base, args.cand)
+
+
+if __name__ == "__main__":
+    main()
