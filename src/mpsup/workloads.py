@@ -36,6 +36,77 @@ ITEMSIZE = {name: SAFETENSORS_ITEMSIZE[st] for name, st in _SAFETENSORS_NAME.ite
 END_TO_END = "model/end-to-end"
 
 
+def _ints(params: dict[str, Any], *keys: str) -> list[int]:
+    values = [params[k] for k in keys]
+    if not all(type(v) is int and v >= 0 for v in values):
+        raise ValueError(f"{keys}: not whole numbers")
+    return values
+
+
+def _numel(shape: Any) -> int:
+    if not isinstance(shape, (list, tuple)) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"{shape!r}: not a shape")
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def priced_bytes(kind: str, dtype: str, params: dict[str, Any]) -> int | None:
+    """Bytes of every tensor one call of this workload holds on the device: its inputs and weights, which the
+    worker builds once, and the output each call makes (as worker/ops.py builds them). None for a kind whose
+    tensors the params do not describe (Metal kernels, whole models): their maker states what they take.
+
+    The memory guard compares this with what the device can give before the workload is built, so it must
+    count every tensor: a conv priced without its output passed the guard at 1 MiB and allocated 4 GiB a call."""
+    es = ITEMSIZE.get(dtype, 4)
+    try:
+        if kind == "linear":
+            t, k, n = _ints(params, "tokens", "in_features", "out_features")
+            return (t * k + n * k + t * n) * es
+        if kind == "grouped_mm":
+            t, top_k, e, k, n = _ints(params, "tokens", "top_k", "experts", "in_features", "out_features")
+            routed = t * top_k
+            return (routed * k + e * n * k + routed * n) * es + 4 * e  # + the int32 group offsets
+        if kind == "fp8_cast":
+            return _ints(params, "numel")[0] * 3  # one fp8 byte in, two bf16 bytes out, or the reverse
+        if kind == "scaled_mm":
+            m, k, n = _ints(params, "tokens", "in_features", "out_features")
+            return m * k + n * k + 2 * m * n + 4 * (m + n)  # fp8 operands, bf16 output, float32 scales
+        if kind == "int_mm":
+            m, k, n = _ints(params, "tokens", "in_features", "out_features")
+            return m * k + k * n + 4 * m * n  # int8 operands, int32 output
+        if kind == "matmul":
+            return 3 * _ints(params, "n")[0] ** 2 * es
+        if kind == "copy":
+            numel = _ints(params, "bytes")[0] // es if "bytes" in params else _ints(params, "numel")[0]
+            return 2 * numel * es
+        if kind == "embedding":
+            t, vocab, dim = _ints(params, "tokens", "num_embeddings", "embedding_dim")
+            return (vocab * dim + t * dim) * es + 8 * t  # the table, the gathered rows, int64 indices
+        if kind == "pad":
+            shape, pad = list(params["shape"]), list(params["pad"])
+            _numel(pad)
+            padded = shape[:]
+            for i in range(min(len(pad) // 2, len(shape))):
+                padded[-1 - i] += pad[2 * i] + pad[2 * i + 1]
+            return (_numel(shape) + _numel(padded)) * es
+        if kind == "conv":
+            w_shape, x_shape = list(params["weight_shape"]), list(params["input_shape"])
+            margin, stride = _ints({"padding": 0, "stride": 1, **params}, "padding", "stride")
+            if len(w_shape) != len(x_shape) or len(w_shape) < 3:
+                return None
+            spatial = [
+                max(0, (x + 2 * margin - k) // max(1, stride) + 1)
+                for x, k in zip(x_shape[2:], w_shape[2:], strict=True)
+            ]
+            out = [x_shape[0], w_shape[0], *spatial]
+            return (_numel(x_shape) + _numel(w_shape) + _numel(out)) * es
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -48,6 +119,13 @@ class Workload:
     memory_bytes: int = 0  # what its tensors take on the device, for the memory guard
     count: int = 1  # how many times one forward of a model runs it
     role: str = ""
+
+    def __post_init__(self) -> None:
+        # Priced from its tensors wherever the kind allows, whatever its maker wrote: a maker may count more
+        # (a Metal kernel's buffers) but never less than the tensors the worker will allocate.
+        priced = priced_bytes(self.kind, self.dtype, self.params)
+        if priced is not None and priced > self.memory_bytes:
+            object.__setattr__(self, "memory_bytes", priced)
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "params": self.params}

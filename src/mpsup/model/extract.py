@@ -1,6 +1,7 @@
 """Tensor names and shapes -> the workloads one forward pass runs, merged with counts.
 
-Pure: it sees only names, dtypes and shapes (from headers), never weights."""
+Pure: it sees only names, dtypes and shapes (from headers), never weights. Each workload's memory is priced
+by `Workload` itself from its tensors, output included (workloads.priced_bytes)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mpsup.model.config import ModelConfig, model_config
 from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
-from mpsup.workloads import ITEMSIZE, Workload
+from mpsup.workloads import Workload
 
 DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
 EMBEDDING = re.compile(
@@ -177,7 +178,6 @@ def extract(
                     tags=(role,),
                     count=count,
                     role=role,
-                    memory_bytes=(tok * in_f + in_f * out_f + tok * out_f) * ITEMSIZE[dt],
                 )
             )
     for (vocab, dim, dt, toks), count in embeddings.items():
@@ -192,7 +192,6 @@ def extract(
                     tags=("embedding",),
                     count=count,
                     role="embedding",
-                    memory_bytes=vocab * dim * ITEMSIZE[dt],
                 )
             )
     for (_prefix, proj), g in sorted(experts.items()):
@@ -216,7 +215,6 @@ def extract(
                     tags=("experts",),
                     count=len(g["layers"]),
                     role="experts",
-                    memory_bytes=n_exp * in_f * out_f * ITEMSIZE[g["dtype"]],
                 )
             )
     for (shape, res, dt), count in convs.items():
@@ -236,7 +234,6 @@ def extract(
                     tags=("pad", "causal-conv"),
                     count=count,
                     role="pad",
-                    memory_bytes=2 * _numel(x_shape) * ITEMSIZE[dt],
                 )
             )
             x_shape = [1, in_c, frames + 2 * pad, res + 2 * pad, res + 2 * pad]
@@ -254,7 +251,6 @@ def extract(
                 tags=("conv",),
                 count=count,
                 role="conv",
-                memory_bytes=(_numel(x_shape) * 2 + _numel(shape)) * ITEMSIZE[dt],
             )
         )
     workloads += _fp8_workloads(fp8_linear)
@@ -281,7 +277,6 @@ def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -
                     count=count,
                     role=role,
                     source="the FP8 path of the F8_E4M3 weight, in place of its upcast + bf16 linear of this shape",
-                    memory_bytes=in_f * out_f + 2 * tok * (in_f + out_f),
                 )
             )
     for (in_f, out_f), count in casts.items():
@@ -296,7 +291,6 @@ def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -
                 count=count,
                 role="fp8-upcast",
                 source="the cast to bf16 each call of an F8_E4M3 weight pays on the upcast path",
-                memory_bytes=3 * in_f * out_f,
             )
         )
     return out
