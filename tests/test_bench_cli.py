@@ -69,12 +69,18 @@ def test_full_suite_on_cpu(mpsup_home: Path):
 
 
 def test_table_output(mpsup_home: Path):
-    res = run_cli("bench", "--device", "cpu", "--budget", "0.01", "--only", "roofline", "--no-smoke")
+    args = ("bench", "--device", "cpu", "--budget", "0.01", "--only", "roofline", "--no-smoke")
+    res = run_cli(*args, "--details")
     assert res.returncode == 0, res.stderr[-2000:]
     assert (
         "Roofline probes" in res.stdout and "GB/s" in res.stdout and "FLOP/s" in res.stdout
     )  # GFLOP/s on a CPU (issue 16)
     assert "Run record:" in res.stdout
+    # Without --details, one screen: the figures' meaning and the workloads that take the time, no part tables.
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Roofline probes" not in res.stdout and "roofline, measured here" in res.stdout
+    assert "take the most time" in res.stdout and "Run record:" in res.stdout
 
 
 def test_list_json_has_shape_fields():

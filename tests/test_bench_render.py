@@ -51,8 +51,13 @@ def _record() -> dict:
 
 
 def test_render_run_shows_hostile_text_literally():
+    main = Console(record=True, width=300, color_system=None)
+    render_run(_record(), main)  # the one-screen view: the same text, fewer places
+    shown = main.export_text()
+    for text in ("models/[old] llama/q_proj", "layer[/]", "[link=x]boom", "bad [/red] value", "run[/x]"):
+        assert text in shown, text
     console = Console(record=True, width=300, color_system=None)
-    render_run(_record(), console)  # `[/x]` once raised a MarkupError here
+    render_run(_record(), console, details=True)  # `[/x]` once raised a MarkupError here
     out = console.export_text()
     for text in (
         "models/[old] llama/q_proj",

@@ -90,7 +90,7 @@ def test_run_tables_at_80_columns(mpsup_home: Path):
         }
     )
     console, buf = _console()
-    render_run(rec, console)
+    render_run(rec, console, details=True)
     text = buf.getvalue()
     _assert_fits(text)
     for w in rec["workloads"]:
@@ -103,7 +103,7 @@ def test_paired_run_tables_say_whose_figures_they_are_and_point_at_the_report():
     rec = paired_record(1.1, seed=3, run_id="20261203T100000Z-abcdef", count=10)
     for width in (80, 160):
         console, buf = _console(width)
-        render_run(rec, console)
+        render_run(rec, console, details=True)
         text = buf.getvalue()
         _assert_fits(text, width)
         # The interval column is the baseline's median's, not the comparison's.
@@ -119,11 +119,11 @@ def test_paired_run_tables_say_whose_figures_they_are_and_point_at_the_report():
         assert text.rstrip().splitlines()[-1].split("#")[0].strip() == "mpsup report --run 20261203T100000Z-abcdef"
     aa = paired_record(1.0, seed=3, run_id="20261203T100000Z-abcdee", count=4, mode="aa")
     console, buf = _console()
-    render_run(aa, console)
+    render_run(aa, console, details=True)
     assert "noise floor" in buf.getvalue() and "mpsup report --run 20261203T100000Z-abcdee" in buf.getvalue()
     # One environment: no qualifier, no paired footnote.
     console, buf = _console()
-    render_run(_single("20261203T100000Z-dddddd"), console)
+    render_run(_single("20261203T100000Z-dddddd"), console, details=True)
     assert "(baseline)" not in buf.getvalue() and "own median" not in buf.getvalue()
 
 
@@ -280,3 +280,87 @@ def test_single_run_says_what_its_intervals_can_and_cannot_tell():
     for line in meaning_lines(rec):
         console.print(line, highlight=False)
     _assert_fits(buf.getvalue())
+
+
+FP8_REASON = (
+    "NotImplementedError: \"scatter_gather_tensor_cpu\" not implemented for 'Float8_e4m3fn' "
+    "(and the rest of a long reason that must wrap, never be cut)"
+)
+METAL = "Unsupported: Metal kernels need the mps device (this run is on cpu)"
+
+
+def _main_job_record(paired: bool = False) -> dict:
+    """Like the README's main job on a CPU: the suite, smoke tests with one real failure, Metal unsupported."""
+    rec = paired_record(1.05, seed=5, run_id="20261204T100000Z-aaaaaa", count=60)
+    if not paired:
+        rec = _single("20261204T100000Z-aaaaaa", device="cpu")
+        rec["workloads"] = _single("x", device="cpu")["workloads"]
+    rec["device"] = "cpu"
+    labels = [e["label"] for e in rec["environments"]]
+    rec["smoke"] = [
+        {"feature": f"feature_{i}", "envs": {label: {"status": "pass"} for label in labels}} for i in range(12)
+    ] + [
+        {"feature": "fp8_index", "envs": {label: {"status": "unsupported", "message": FP8_REASON} for label in labels}},
+        {"feature": "metal_kernels", "envs": {label: {"status": "unsupported", "message": METAL} for label in labels}},
+    ]
+    copy = {"status": "ok", "median": 0.01, "ci_low": 0.0099, "ci_high": 0.0101, "bytes_per_call": 2**27}
+    rec["workloads"].append(
+        {
+            "name": "roofline/copy/64MiB",
+            "kind": "copy",
+            "part": "roofline",
+            "dtype": "fp32",
+            "count": 1,
+            "status": "ok",
+            "envs": {label: copy for label in labels},
+        }
+    )
+    for k in range(9):
+        rec["workloads"].append(
+            {
+                "name": f"metal/kernel_{k}",
+                "kind": "metal",
+                "part": "roofline",
+                "dtype": "fp32",
+                "count": 1,
+                "status": "unsupported",
+                "reason": METAL,
+                "envs": {},
+            }
+        )
+    return rec
+
+
+def test_the_main_job_fits_one_screen_and_keeps_reasons_whole():
+    for paired in (False, True):
+        rec = _main_job_record(paired)
+        for width in (80, 120):
+            console, buf = _console(width)
+            render_run(rec, console)
+            text = buf.getvalue()
+            _assert_fits(text, width)
+            assert len(text.splitlines()) <= 40, (paired, width, len(text.splitlines()))
+            flat = " ".join(text.split())
+            assert FP8_REASON in flat  # whole, wrapped, never cut mid-word
+            # Unsupported Metal kernels off a Mac: one line, not one per kernel.
+            metal = [ln for ln in text.splitlines() if "Metal" in ln]
+            assert metal == ["- Metal kernels, 9 workloads and a smoke test: unsupported off a Mac"], metal
+            assert "metal/kernel_0" not in text
+            assert "12 of 14 pass" in flat and "take the most time" in flat
+            assert "`mpsup bench --details`" in flat
+            if paired:
+                assert "--format html -o report.html" in flat
+                assert text.rstrip().splitlines()[-1].split("#")[0].strip() == f"mpsup report --run {rec['id']}"
+            else:
+                assert "roofline, measured here" in flat and "Where the time goes" in flat
+                assert "mpsup bench --candidate VERSION" in flat
+
+
+def test_details_show_every_table():
+    rec = _main_job_record()
+    console, buf = _console(120)
+    render_run(rec, console, details=True)
+    text = buf.getvalue()
+    assert "Smoke tests (device vs CPU reference)" in text and "BF16 linear layers" in text
+    for w in rec["workloads"]:
+        assert w["name"] in text

@@ -128,6 +128,9 @@ def bench(
         str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")
     ] = None,
     aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
+    details: Annotated[
+        bool, typer.Option("--details", help="Print every table (each workload, each smoke test), not one screen.")
+    ] = False,
     model: Annotated[
         Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
     ] = None,
@@ -190,7 +193,7 @@ def bench(
         return
     with bench_progress(stderr_console) as on_event:
         result = command.run(plan, progress=on_event, warn=warning_line)
-    render_result(result, as_json, stdout_console)
+    render_result(result, as_json, stdout_console, details)
     raise typer.Exit(result.exit_code)
 
 
