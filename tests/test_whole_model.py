@@ -1,0 +1,368 @@
+"""Whole models in the worker (issue 24): tiny configs made here, built by this environment's transformers
+and diffusers, run as phases; the depth fit, the cache rolled back, the census; and bad input, one line each."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
+
+from mpsup.model.phases import PhaseOptions, model_phases  # noqa: E402
+from mpsup.worker.core import Unsupported  # noqa: E402
+from mpsup.worker.device import Device  # noqa: E402
+from mpsup.worker.main import Worker  # noqa: E402
+from mpsup.worker.whole_model import build_phase  # noqa: E402
+
+LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+}
+MIXTRAL = {
+    **LLAMA,
+    "model_type": "mixtral",
+    "architectures": ["MixtralForCausalLM"],
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
+QWEN3_MOE = {
+    **LLAMA,
+    "model_type": "qwen3_moe",
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "head_dim": 16,
+}
+BERT = {
+    "model_type": "bert",
+    "architectures": ["BertModel"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+}
+
+
+def spec(config: dict[str, Any], phase: str, **extra: Any) -> dict[str, Any]:
+    causal = any(a.endswith("ForCausalLM") for a in config.get("architectures", []))
+    params = {"library": "transformers", "config": config, "causal": causal, "tokens": 8, "phase": phase, **extra}
+    return {"name": f"model/{phase}", "kind": "model_phase", "dtype": "fp32", "params": params}
+
+
+def test_prefill_runs_the_model_whole_and_says_what_ran() -> None:
+    built = build_phase(spec(LLAMA, "prefill"), Device("cpu"))
+    out = built.fn()
+    assert out.logits.shape[:2] == (1, 1)  # generate() keeps the last position's logits only
+    assert built.items_per_call == 8
+    info = built.info or {}
+    assert info["layers"] == 4 and info["depth"] == 4
+    assert info["architecture"] == "LlamaForCausalLM"
+    assert info["fallback_ops"] == []
+    census = info["census"]
+    assert census["calls"] > 20 and any("mm" in op or "linear" in op for op in census["ops"])
+    assert all({"op", "shapes", "dtypes", "count"} <= e.keys() for e in census["entries"])
+
+
+def test_decode_sees_the_same_cache_length_on_every_call() -> None:
+    built = build_phase(spec(LLAMA, "decode", cache=16), Device("cpu"))
+    for _ in range(5):
+        out = built.fn()
+    cache = out.past_key_values
+    assert cache.get_seq_length() == 16  # rolled back after each call, not 16 + 5
+    assert built.items_per_call == 1 and (built.info or {})["cache"] == 16
+
+
+@pytest.mark.parametrize("config", [MIXTRAL, QWEN3_MOE], ids=["mixtral", "qwen3-moe"])
+def test_moe_models_run_whole(config: dict[str, Any]) -> None:
+    built = build_phase(spec(config, "prefill"), Device("cpu"))
+    built.fn()
+    ops = (built.info or {})["census"]["ops"]
+    assert sum(ops.values()) > 0
+
+
+def test_an_encoder_runs_one_forward() -> None:
+    built = build_phase(spec(BERT, "forward"), Device("cpu"))
+    assert built.fn().last_hidden_state.shape == (1, 8, 64)
+
+
+def test_a_model_that_does_not_fit_runs_a_prefix_of_its_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    device = Device("cpu")
+    monkeypatch.setattr(device, "memory_limit", lambda: 450_000)  # the embeddings (131 kB) and two 148 kB blocks
+    built = build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
+    info = built.info or {}
+    assert 1 <= info["depth"] < info["layers"] == 4
+    built.fn()
+
+
+def test_depth_can_be_forced_and_even_one_block_too_many_is_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (build_phase(spec(LLAMA, "prefill", depth=1), Device("cpu")).info or {})["depth"] == 1
+    device = Device("cpu")
+    monkeypatch.setattr(device, "memory_limit", lambda: 10_000)
+    with pytest.raises(MemoryError, match="out of memory: even one block"):
+        build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
+
+
+def test_an_architecture_this_transformers_does_not_know_is_unsupported() -> None:
+    with pytest.raises(Unsupported, match="does not know model_type 'no-such-arch'"):
+        build_phase(spec({**LLAMA, "model_type": "no-such-arch"}, "prefill"), Device("cpu"))
+
+
+def test_missing_transformers_is_unsupported_with_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def no_transformers(name: str, *a: Any, **k: Any) -> Any:
+        if name == "transformers":
+            raise ImportError("No module named 'transformers'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", no_transformers)
+    with pytest.raises(Unsupported, match="transformers is not installed in this environment"):
+        build_phase(spec(LLAMA, "prefill"), Device("cpu"))
+
+
+def test_the_worker_answers_setup_with_the_phase_facts() -> None:
+    worker = Worker(io.StringIO())
+    worker.hello({"device": "cpu"})
+    ready = worker.setup({"workload": spec(LLAMA, "decode", cache=8), "calls": 2})
+    assert ready["type"] == "ready" and ready["phase"]["depth"] == 4 and ready["phase"]["cache"] == 8
+    samples = worker.sample({"count": 3})
+    assert len(samples["host"]) == 3 and all(s > 0 for s in samples["host"])
+
+
+def test_phases_for_each_kind_of_model() -> None:
+    opts = PhaseOptions(tokens=16, dtype="bf16")
+    causal = model_phases("transformers", LLAMA, None, "/m", opts)
+    assert [w.name for w in causal.workloads] == ["model/prefill", "model/decode"]
+    assert causal.workloads[1].params["cache"] == 16
+    encoder = model_phases("transformers", BERT, None, "/m", opts)
+    assert [w.params["phase"] for w in encoder.workloads] == ["forward"]
+    compiled = model_phases("transformers", LLAMA, None, "/m", PhaseOptions(tokens=16, compile_too=True))
+    assert [w.name for w in compiled.workloads][-1] == "model/decode/compiled"
+    gguf = model_phases("gguf", {}, None, "/m.gguf", opts)
+    assert not gguf.workloads and "estimated from its layers" in gguf.notes[0]
+    pipeline = model_phases(
+        "diffusers",
+        {},
+        {"unet": {"_class_name": "UNet2DConditionModel"}, "vae": {"_class_name": "AutoencoderKL"}},
+        "/p",
+        opts,
+    )
+    assert sorted(w.params["phase"] for w in pipeline.workloads) == ["step", "vae_decode", "vae_encode"]
+
+
+diffusers = pytest.importorskip("diffusers", reason="diffusers is in the test extra")
+
+VAE = {
+    "_class_name": "AutoencoderKL",
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": 4,
+    "block_out_channels": [8, 16],
+    "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
+    "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"],
+    "layers_per_block": 1,
+    "norm_num_groups": 4,
+}
+UNET = {
+    "_class_name": "UNet2DConditionModel",
+    "in_channels": 4,
+    "out_channels": 4,
+    "block_out_channels": [8, 16],
+    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
+    "layers_per_block": 1,
+    "cross_attention_dim": 16,
+    "attention_head_dim": 2,
+    "norm_num_groups": 4,
+}
+
+
+def diffusers_spec(config: dict[str, Any], phase: str, **extra: Any) -> dict[str, Any]:
+    params = {"library": "diffusers", "config": config, "phase": phase, "resolution": [64, 64], **extra}
+    return {"name": f"model/x/{phase}", "kind": "model_phase", "dtype": "fp32", "params": params}
+
+
+@pytest.mark.parametrize("phase", ["vae_decode", "vae_encode"])
+def test_a_vae_decodes_and_encodes_at_the_resolution(phase: str) -> None:
+    built = build_phase(diffusers_spec(VAE, phase), Device("cpu"))
+    out = built.fn()
+    info = built.info or {}
+    assert info["factor"] == 2  # two levels: one halving
+    if phase == "vae_decode":
+        assert out.sample.shape == (1, 3, 64, 64)
+        assert info["latent"] == "1x4x32x32"
+
+
+def test_a_unet_takes_one_denoising_step() -> None:
+    built = build_phase(diffusers_spec(UNET, "step", vae_factor=8), Device("cpu"))
+    assert built.fn().sample.shape == (1, 4, 8, 8)
+
+
+def test_an_unknown_diffusers_class_is_unsupported() -> None:
+    with pytest.raises(Unsupported, match="has no model class"):
+        build_phase(diffusers_spec({**VAE, "_class_name": "NoSuchModel"}, "vae_decode"), Device("cpu"))
+
+
+def write_llama_folder(folder: Path, config: dict[str, Any] = LLAMA) -> Path:
+    cfg = transformers.AutoConfig.for_model(**config)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_diffusers_folder_gives_its_phases(tmp_path: Path) -> None:
+    from mpsup.model.sources import open_model
+
+    pipe = tmp_path / "pipe"
+    for name, cfg in (("vae", VAE), ("unet", UNET)):
+        cls = getattr(diffusers, cfg["_class_name"])
+        cls.from_config({k: v for k, v in cfg.items() if k != "_class_name"}).save_pretrained(pipe / name)
+    (pipe / "model_index.json").write_text(
+        json.dumps(
+            {
+                "_class_name": "StableDiffusionPipeline",
+                "vae": ["diffusers", "AutoencoderKL"],
+                "unet": ["diffusers", "UNet2DConditionModel"],
+            }
+        )
+    )
+    model = open_model(pipe, tokens=(1, 16), resolution=64)
+    phases = [w for w in model.workloads if w.part == "phase"]
+    assert {w.name for w in phases} == {"model/unet/step", "model/vae/vae_decode", "model/vae/vae_encode"}
+    assert all(w.params["resolution"] == (64, 64) or w.params["resolution"] == [64, 64] for w in phases)
+    assert model.doc["whole"] is True
+
+
+def test_torch_dtype_is_the_checkpoint_s(tmp_path: Path) -> None:
+    from mpsup.model.sources import open_model
+
+    folder = write_llama_folder(tmp_path / "llama")
+    model = open_model(folder, tokens=(1, 8))
+    prefill = model.workloads[0]
+    assert prefill.name == "model/prefill" and prefill.dtype == "fp32" and prefill.params["tokens"] == 8
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_paired_bench_and_report_carry_the_phases(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    folder = write_llama_folder(tmp_path / "llama")
+    bench = run_cli(
+        "bench",
+        "--model",
+        str(folder),
+        "--aa",
+        "--no-smoke",
+        "--only",
+        "phase,*/t1",
+        "--tokens",
+        "1,8",
+        "--budget",
+        "0.05",
+        "--json",
+    )
+    assert bench.returncode == 0, bench.stderr
+    phases = json.loads(bench.stdout)["model_phases"]
+    assert set(phases) == {"prefill", "decode"}
+    for doc in phases.values():
+        assert doc["source"] == "whole-model" and doc["median_s"] > 0 and doc["tokens_per_s"] > 0
+        assert {"ci_low_s", "ci_high_s", "peak_memory_bytes"} <= doc.keys()
+    assert phases["decode"]["layer_coverage"] is not None
+    report = run_cli("report", "--json")
+    assert report.returncode == 0, report.stderr
+    doc = json.loads(report.stdout)
+    assert doc["model_speedup"]["source"] == "whole-model"
+    assert set(doc["model_phases"]) == {"prefill", "decode"}
+    for p in doc["model_phases"].values():
+        assert {"speedup", "low", "high", "change", "baseline_s", "candidate_s"} <= p.keys()
+    assert "decode" in doc["layer_coverage"] and doc["layer_coverage"]["decode"] > 0
+    assert "prefill" in doc["sentence"] and "decode" in doc["sentence"]
+    text = run_cli("report")
+    assert text.stdout.index("Phase prefill") < text.stdout.index("Method:")
+
+
+def test_a_config_transformers_cannot_build_still_delivers_the_layers(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    folder = write_llama_folder(tmp_path / "llama")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "no-such-arch"}))
+    bench = run_cli(
+        "bench",
+        "--model",
+        str(folder),
+        "--aa",
+        "--no-smoke",
+        "--only",
+        "phase,*/t1",
+        "--tokens",
+        "1,8",
+        "--budget",
+        "0.05",
+        "--json",
+    )
+    assert "Traceback" not in bench.stderr
+    summary = json.loads(bench.stdout)
+    statuses = {w["name"]: w["status"] for w in summary["workloads"]}
+    assert statuses["model/prefill"] == statuses["model/decode"] == "unsupported"
+    assert any(s == "ok" for n, s in statuses.items() if n.startswith("model/linear"))
+    report = json.loads(run_cli("report", "--json").stdout)
+    assert report["model_phases"]["prefill"]["change"] == "n/a"
+    assert "does not know model_type" in report["model_phases"]["prefill"]["reason"]
+
+
+def test_layers_alone_are_labelled_an_estimate(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    folder = write_llama_folder(tmp_path / "llama")
+    bench = run_cli(
+        "bench",
+        "--model",
+        str(folder / "model.safetensors"),
+        "--aa",
+        "--no-smoke",
+        "--only",
+        "*/t1",
+        "--tokens",
+        "1,8",
+        "--budget",
+        "0.05",
+        "--json",
+    )
+    assert bench.returncode == 0, bench.stderr
+    report = json.loads(run_cli("report", "--json").stdout)
+    assert report["model_speedup"]["source"] == "layers" and report["model_phases"] == {}
+    assert "estimated from its layers" in report["sentence"] and "your model's forward" not in report["sentence"]
+    assert "measure it whole" in report["sentence"]
+
+
+def test_phases_that_disagree_make_a_mixed_verdict_that_names_both() -> None:
+    from mpsup.report.phases import PhaseChange, phase_verdict
+    from mpsup.stats import Interval
+
+    prefill = PhaseChange("prefill", "model/prefill", Interval(0.53, 0.50, 0.56, 12), "slower", 0.1, 0.19, 0.94)
+    decode = PhaseChange("decode", "model/decode", Interval(1.0, 0.99, 1.01, 12), "same", 0.016, 0.016, 0.52)
+    verdict, sentence = phase_verdict([prefill, decode], [], "torch B vs A")
+    assert verdict == "mixed"
+    assert "prefill 0.53x (95% CI 0.50-0.56x), slower" in sentence
+    assert "decode 1.00x (95% CI 0.99-1.01x), no measurable change" in sentence
+    assert phase_verdict([decode], [], "v")[0] == "no-change"
+    assert phase_verdict([prefill], [], "v")[0] == "regression"
+    assert phase_verdict([], [], "v") is None
