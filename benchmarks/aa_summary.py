@@ -1,11 +1,12 @@
 """Stored A/A records, summarised the way docs/methodology.md quotes them; optionally, the power a real
 change keeps when each A/A run is its stored A/A floor.
 
-    mkdir -p /tmp/r && tar xJf docs/figures/h200_issue12_budget05_records.tar.xz -C /tmp/r
-    tar xJf docs/figures/h200_issue12_pinned_records.tar.xz -C /tmp/r
-    python benchmarks/aa_summary.py $(ls /tmp/r/h200_issue12_budget05_records/aa*.json | sort -V) \\
-        --candidate /tmp/r/h200_issue12_pinned_records/cublaslt.json \\
-        --reference docs/figures/h200_issue12_pinned_cublaslt.json
+    # the raw records are kept in git, not in the tree (docs/history.md)
+    mkdir -p /tmp/r && git show a4405ec:docs/figures/h200_issue12_round6_records.tar.xz | tar xJ -C /tmp/r
+    git show a4405ec:docs/figures/h200_issue12_round5_records.tar.xz | tar xJ -C /tmp/r
+    python benchmarks/aa_summary.py $(ls /tmp/r/h200_issue12_round6_records/full_*.json | sort -V) \\
+        --candidate /tmp/r/h200_issue12_round5_records/cublaslt.json \\
+        --reference docs/figures/h200_issue12_round5_cublaslt.json.gz
 
 Per A/A record: workloads flagged (mpsup, the method before issue 12, pyperf's and asv's rules, as
 `calibrate_h200.py` counts them), median interval half-width over all workloads and over those above
@@ -31,13 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from calibrate_h200 import METHODS, calls, score
+from record_files import read_json_object  # plain or .json.gz
 from speed import breakdown, widths
 
 from mpsup.errors import UserError
 from mpsup.report.analysis import analyze, process_floors
 from mpsup.runs.schema import as_record
 from mpsup.stats import PRACTICAL_THRESHOLD
-from mpsup.store import read_json_object
 
 THRESHOLD = PRACTICAL_THRESHOLD
 

@@ -35,6 +35,7 @@ compute_stats, quantile_ci):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -246,12 +247,13 @@ def one(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def records(paths: list[Path]) -> list[dict[str, Any]]:
-    files = [f for p in paths for f in (sorted(p.rglob("*.json")) if p.is_dir() else [p])]
+    files = [f for p in paths for f in (sorted([*p.rglob("*.json"), *p.rglob("*.json.gz")]) if p.is_dir() else [p])]
     out = []
     for f in files:
         try:
-            doc = json.loads(f.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raw = f.read_bytes()
+            doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)  # .json or .json.gz
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError) as exc:
             raise SystemExit(f"anchors_compare: {f}: not a readable JSON file ({exc.__class__.__name__})") from None
         if (
             isinstance(doc, dict)

@@ -1,8 +1,11 @@
 """How the between-process floor trades A/A false calls against power, on stored paired records.
 
-    tar xzf docs/figures/h200_issue12_records.tgz -C /tmp
+    git show a4405ec:docs/figures/h200_issue12_records.tgz | tar xz -C /tmp   # records kept in git, not the tree
+    git show a4405ec:docs/figures/h200_issue12_final.json > /tmp/h200_issue12_final.json
     python benchmarks/floor_scan.py --aa /tmp/h200_issue12_records/aa[123].json \\
-        --candidate /tmp/h200_issue12_records/cublaslt.json --reference docs/figures/h200_issue12_final.json
+        --candidate /tmp/h200_issue12_records/cublaslt.json --reference /tmp/h200_issue12_final.json
+
+Records and summaries may be plain JSON or .json.gz (what docs/figures keeps).
 
 For each factor on the median disagreement between a workload's two visits (and each neighbourhood
 size), prints the workloads flagged in every A/A record and, for the candidate record, how many of the
@@ -17,9 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from record_files import read_json_object  # plain or .json.gz
+
 import mpsup.report.analysis as analysis
 from mpsup.errors import UserError
-from mpsup.store import read_json_object
 
 CALLED = ("faster", "slower")
 

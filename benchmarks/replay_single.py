@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import sys
+import zlib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from statistics import median
@@ -226,6 +227,13 @@ def _floats(text: str, what: str) -> list[float]:
 def load(path: Path) -> dict[str, Any]:
     # The project's bounded reader: regular files only (a FIFO would block), at most 256 MiB.
     data = read_bytes_bounded(path, "run record", DEFAULT_MAX_JSON_BYTES)
+    if data[:2] == b"\x1f\x8b":  # a record kept as .json.gz
+        try:
+            data = zlib.decompressobj(wbits=31).decompress(data, DEFAULT_MAX_JSON_BYTES + 1)
+        except zlib.error:
+            raise BadRecord("not readable gzip") from None
+        if len(data) > DEFAULT_MAX_JSON_BYTES:
+            raise BadRecord("larger than 256 MiB uncompressed")
     try:
         rec = json.loads(data)
     except (ValueError, RecursionError):

@@ -1,7 +1,7 @@
 """Two single-environment runs of the same torch, compared the way `mpsup report --baseline A --candidate B`
 compares them: what an unpaired comparison calls when nothing changed.
 
-    mkdir -p /tmp/r && tar xJf docs/figures/h200_issue12_round5_records.tar.xz -C /tmp/r
+    mkdir -p /tmp/r && git show a4405ec:docs/figures/h200_issue12_round5_records.tar.xz | tar xJ -C /tmp/r
     python benchmarks/unpaired_aa.py /tmp/r/h200_issue12_round5_records/single{1,2,3}.json
 
 For every pair of the records given (in order, the earlier as the baseline): the report's verdict and
@@ -25,12 +25,13 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from record_files import read_json_object  # plain or .json.gz
+
 from mpsup.errors import UserError
 from mpsup.report.analysis import FLOOR_CAP, PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS, analyze
 from mpsup.runs.schema import as_record
 from mpsup.runs.select import merge_single_runs
 from mpsup.stats import PRACTICAL_THRESHOLD, classify_change
-from mpsup.store import read_json_object
 
 
 def called_under_neighbour_floor(ws: list) -> int:
