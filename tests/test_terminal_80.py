@@ -364,3 +364,23 @@ def test_details_show_every_table():
     assert "Smoke tests (device vs CPU reference)" in text and "BF16 linear layers" in text
     for w in rec["workloads"]:
         assert w["name"] in text
+
+
+def test_decode_above_the_copy_bandwidth_is_not_called_memory_bound():
+    rec = _single("20261203T100000Z-dddddd", device="cpu")
+    copy = {"status": "ok", "median": 0.01, "bytes_per_call": 2**27}  # 13.4 GB/s
+    rec["workloads"].append(
+        {
+            "name": "roofline/copy/64MiB",
+            "kind": "copy",
+            "part": "roofline",
+            "count": 1,
+            "status": "ok",
+            "envs": {"baseline": copy},
+        }
+    )
+    decode = rec["workloads"][0]
+    decode["tokens"] = 1
+    decode["envs"]["baseline"]["bytes_per_call"] = decode["envs"]["baseline"]["median"] * 4e10  # 40 GB/s
+    text = " ".join(meaning_lines(rec))
+    assert "more than the copy probe" in text and "bound by memory traffic" not in text
