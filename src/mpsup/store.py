@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -17,6 +18,22 @@ from mpsup.errors import UserError
 # Generous for every JSON document mpsup reads (records, configs, indexes, snapshots), yet far
 # below what would exhaust memory: an input larger than this is refused, never read whole.
 DEFAULT_MAX_JSON_BYTES = 256 << 20
+
+
+def stat_input(path: Path, what: str) -> os.stat_result | None:
+    """What a path the user named is (symlinks followed), or None where nothing is there.
+
+    pathlib's exists(), is_file() and is_dir() raise on anything but a missing file: a name over 255
+    bytes (ENAMETOOLONG), a folder on the way this user may not search (EACCES). Those become one
+    UserError naming the path."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot look at this {what} ({exc.strerror or exc})") from None
+    except ValueError:  # an embedded NUL byte
+        raise UserError(f"{str(path)!r}: not a valid path for a {what}") from None
 
 
 def open_regular(path: Path, what: str):  # type: ignore[no-untyped-def]
@@ -55,6 +72,34 @@ def read_bytes_bounded(path: Path, what: str, max_bytes: int) -> bytes:
     return data
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(doc: Any) -> Any:
+    """doc with every lone surrogate in its keys and texts replaced by U+FFFD (walked without recursion)."""
+
+    def fix(value: Any) -> Any:
+        return _SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
+
+    root: list[Any] = [doc]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        value = parent[key]
+        if isinstance(value, str):
+            parent[key] = fix(value)
+        elif isinstance(value, list):
+            stack.extend((value, i) for i in range(len(value)))
+        elif isinstance(value, dict):
+            if any(isinstance(k, str) and _SURROGATE.search(k) for k in value):
+                fixed = {fix(k): v for k, v in value.items()}
+                value.clear()
+                value.update(fixed)
+            stack.extend((value, k) for k in value)
+    return root[0]
+
+
 def parse_json(data: bytes | str, source: str | Path, what: str) -> Any:
     """Strict JSON from untrusted text: every failure becomes one UserError naming the source.
 
@@ -68,7 +113,10 @@ def parse_json(data: bytes | str, source: str | Path, what: str) -> Any:
 
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(text, parse_constant=no_constants)
+        doc = json.loads(text, parse_constant=no_constants)
+        # A `\ud800` escape is valid JSON but no text: every later encode (a fingerprint, the terminal, a
+        # report file) would raise on it. Only an escape can bring one in, so only then is the tree walked.
+        return without_surrogates(doc) if _SURROGATE_ESCAPE.search(text) else doc
     except UnicodeDecodeError:
         raise UserError(f"{source}: {what} is not UTF-8 text") from None
     except RecursionError:

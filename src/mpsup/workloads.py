@@ -162,7 +162,8 @@ class Selection:
             if p.startswith("re:"):
                 try:
                     re.compile(p[3:])
-                except re.error as exc:
+                except (re.error, OverflowError, RecursionError) as exc:
+                    # OverflowError: a repeat count past the engine's limit (a{99999999999}), not a re.error.
                     raise UserError(f"--only {p!r}: not a valid regular expression ({exc})") from None
         return cls(pats)
 

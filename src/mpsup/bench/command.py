@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -93,7 +94,8 @@ def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
     if text is None:
         return None
     parts = text.lower().split("x")
-    if len(parts) > 2 or not all(p.strip().isdigit() and 0 < int(p) <= 16384 for p in parts):
+    # ASCII digits, at most five: isdigit() takes '²' (int() does not) and int() refuses 4,300 digits and more.
+    if len(parts) > 2 or not all(re.fullmatch(r"[0-9]{1,5}", p.strip()) and 0 < int(p) <= 16384 for p in parts):
         raise UserError(f"--resolution {text!r}: expected pixels as SIDE or WIDTHxHEIGHT, e.g. 1024 or 832x480")
     return int(parts[0]) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
 

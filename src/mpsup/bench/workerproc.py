@@ -14,6 +14,7 @@ import math
 import os
 import queue
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.store import stat_input
 from mpsup.syscmd import clean_env
 
 WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
@@ -78,11 +80,12 @@ def check_interpreter(path: Path, flag: str = "--python") -> Path:
     Absolute because the worker runs in the temp folder; not resolved, because a venv's python is a
     symlink whose location is what selects the venv."""
     p = Path(os.path.abspath(path.expanduser()))
-    if not p.exists():
+    st = stat_input(p, "interpreter")  # a name too long or a folder we may not search: one line, no traceback
+    if st is None:
         raise UserError(f"{flag} {path}: no such interpreter")
-    if p.is_dir():
+    if stat.S_ISDIR(st.st_mode):
         raise UserError(f"{flag} {path}: is a folder, not an interpreter (give its bin/python)")
-    if not p.is_file():
+    if not stat.S_ISREG(st.st_mode):
         raise UserError(f"{flag} {path}: not a regular file, so not an interpreter")
     if not os.access(p, os.X_OK):
         raise UserError(f"{flag} {path}: not executable (permission denied)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mpsup.doctor.run import DoctorReport, diagnose
 from mpsup.errors import UserError
+from mpsup.store import stat_input
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def run(
     if req.from_snapshot is not None:
         snapshot = load_snapshot(req.from_snapshot)
     else:
-        if req.python is not None and not req.python.exists():
+        if req.python is not None and stat_input(req.python, "interpreter") is None:
             raise UserError(f"{req.python}: no such interpreter")
         with busy("Reading this machine and its Python..."):
             snapshot = capture(req.python)

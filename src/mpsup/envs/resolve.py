@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from mpsup.envs.records import recorded_environments
 from mpsup.envs.venvs import existing_venv_python
 from mpsup.errors import UserError
+from mpsup.store import stat_input
 
 
 def resolve_environment(value: str, flag: str) -> Path:
     """A Python executable, a venv folder, or a torch version recorded by `install-rc`."""
     p = Path(value).expanduser()
-    if p.is_file():
+    st = stat_input(p, "interpreter or venv")  # a name over 255 bytes: one line, no traceback
+    if st is not None and stat.S_ISREG(st.st_mode):
         return p
-    if p.is_dir():
+    if st is not None and stat.S_ISDIR(st.st_mode):
         py = existing_venv_python(p)
         if py is None:
             raise UserError(f"{flag} {value}: a folder without bin/python (not a virtual environment)")

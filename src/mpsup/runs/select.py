@@ -4,6 +4,7 @@ and two single-environment runs paired into one. What cannot be read is skipped 
 from __future__ import annotations
 
 import dataclasses
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from mpsup.errors import UserError
 from mpsup.runs.journal import recover_journals
 from mpsup.runs.schema import EnvRun, Hygiene, Layout, RunRecord, SmokeResult, SmokeRun, WorkloadRun
 from mpsup.runs.store import find_record, list_record_paths, load_record
+from mpsup.store import stat_input
 
 Warn = Callable[[str], None]
 
@@ -31,17 +33,19 @@ def record_files_in(folder: Path) -> list[Path]:
 
 
 def records_from_paths(paths: list[Path], warn: Warn) -> list[RunRecord]:
-    if len(paths) == 1 and not paths[0].is_dir() and paths[0].exists():
+    # One stat each, whose failures (a name over 255 bytes, a folder we may not search) are one line.
+    kinds = [stat_input(p, "run record or folder") for p in paths]
+    if len(paths) == 1 and kinds[0] is not None and not stat.S_ISDIR(kinds[0].st_mode):
         # The one record asked for: its own problem is the error, not a warning before a vaguer one.
         named = load_record(paths[0])
         if len(named.environments) < 2:
             raise UserError(f"{paths[0]}: a single-environment run; pair two with --baseline ID --candidate ID")
         return [named]
     files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
+    for p, st in zip(paths, kinds, strict=True):
+        if st is not None and stat.S_ISDIR(st.st_mode):
             files += record_files_in(p)
-        elif p.exists():
+        elif st is not None:
             files.append(p)
         else:
             raise UserError(f"{p}: no such file or folder")
