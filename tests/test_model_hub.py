@@ -109,3 +109,23 @@ def test_bad_ref_is_one_line(cache: Path):
     cache_repo(cache, "org/bad", {"config.json": {}}, commit="../../etc")
     with pytest.raises(ModelFormatError, match="not a commit hash"):
         load_model(Path("org/bad"))
+
+
+@pytest.mark.parametrize("how", ["ref-is-a-link", "refs-folder-is-a-link"])
+def test_a_ref_outside_the_repository_is_refused_unread(cache: Path, tmp_path: Path, how: str):
+    """Issue 26: a refs/main linking out of the cache was read and quoted ("holds '...', not a commit hash")."""
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "main").write_text("SECRET outside the cache")
+    cache_repo(cache, "org/linked", {"config.json": {}})
+    refs = cache / "models--org--linked" / "refs"
+    if how == "ref-is-a-link":
+        (refs / "main").unlink()
+        (refs / "main").symlink_to(secret / "main")
+    else:
+        (refs / "main").unlink()
+        refs.rmdir()
+        refs.symlink_to(secret)
+    with pytest.raises(ModelFormatError, match="not a plain file inside models--org--linked/") as info:
+        load_model(Path("org/linked"))
+    assert "SECRET" not in str(info.value)

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from mpsup.model.safetensors_header import ModelFormatError, shown
+from mpsup.model.safetensors_header import ModelFormatError
 from mpsup.store import read_bytes_bounded
 
 # Hugging Face's repo id rules: letters, digits, '-', '_', '.'; no '--' or '..'; up to 96 characters each part.
@@ -37,14 +37,22 @@ def resolve(repo_id: str) -> Path:
     cache = hub_cache()
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     ref = repo / "refs" / "main"
-    if not os.path.isfile(ref):
+    if not os.path.lexists(ref):
         raise ModelFormatError(
             f"{repo_id}: no such file or folder, and not in the Hugging Face cache (looked for {ref}); "
             "mpsup reads models offline: download it first (huggingface-cli download)"
         )
+    # huggingface_hub writes refs/main as a plain file in the repository's own folder. A link, or a file that
+    # resolves elsewhere (a linked refs/ folder), would have mpsup read (and quote) a file outside the cache.
+    inside = os.path.realpath(ref).startswith(os.path.join(os.path.realpath(repo), ""))
+    if os.path.islink(ref) or not inside or not os.path.isfile(ref):
+        raise ModelFormatError(
+            f"{ref}: not a plain file inside {repo.name}/ (a link, or a folder); refusing to read it as the "
+            "cache's ref: download the model again (huggingface-cli download)"
+        )
     commit = read_bytes_bounded(ref, "Hugging Face cache ref", 256).decode("ascii", "replace").strip()
     if not REVISION.match(commit):
-        raise ModelFormatError(f"{ref}: holds {shown(commit)}, not a commit hash")
+        raise ModelFormatError(f"{ref}: not a commit hash (40 hex digits expected)")
     snapshot = repo / "snapshots" / commit
     if not os.path.isdir(snapshot):
         raise ModelFormatError(
