@@ -188,6 +188,7 @@ def test_a_report_never_replaces_the_records_it_reads(three_runs: Path, tmp_path
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "a.json").write_bytes(before)
+    (folder / "sub").mkdir()  # a missing folder is refused on its own (issue 26)
     res = run_cli("report", str(folder), "--format", "json", "-o", str(folder / "sub" / "report.json"))
     assert res.returncode == 2 and "among the records being read" in res.stderr
     assert record.read_bytes() == before and (folder / "a.json").read_bytes() == before
@@ -227,3 +228,21 @@ def test_the_listed_id_is_the_one_run_takes_even_for_a_renamed_file(three_runs: 
     res = run_cli("report", "--run", "mine", "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["runs"] == [IDS[1]]
+
+
+def test_a_missing_folder_is_refused_not_made(three_runs: Path, tmp_path: Path):
+    """Issue 26: `-o a/b/c/r.html` with a/ missing made a/b/c; `>` refuses."""
+    with pytest.raises(UserError, match=r"no such folder: .*a/b/c\)"):
+        write_file_through(tmp_path / "a" / "b" / "c" / "r.html", "x", "report")
+    res = run_cli("report", "--format", "html", "-o", str(tmp_path / "a" / "b" / "c" / "r.html"))
+    assert res.returncode == 2 and "no such folder" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_trailing_slash_names_a_folder_and_is_refused(three_runs: Path, tmp_path: Path):
+    """Issue 26: `-o new.html/` wrote new.html (pathlib drops the slash)."""
+    res = run_cli("report", "--format", "html", "-o", f"{tmp_path}/new.html/")
+    assert res.returncode == 2 and "names a folder" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "new.html").exists()
+    res = run_cli("report", "--format", "html", "-o", f"{tmp_path}/new.html")
+    assert res.returncode in (0, 1, 3) and (tmp_path / "new.html").is_file(), res.stderr[-2000:]

@@ -218,7 +218,9 @@ def report(
     fmt: Annotated[
         ReportFormat, typer.Option("--format", help="terminal, markdown, json or html.")
     ] = ReportFormat.terminal,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report to FILE.")] = None,
+    output: Annotated[
+        str | None, typer.Option("-o", "--output", metavar="<path>", help="Write the report to FILE.")
+    ] = None,
     threshold: Annotated[
         float, typer.Option("--threshold", min=0.0, max=1.0, help="Practical change floor.")
     ] = PRACTICAL_THRESHOLD,
@@ -230,6 +232,7 @@ def report(
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
     from mpsup.report.command import ReportRequest, build, console_messages, deliver
+    from mpsup.store import output_path
 
     request = ReportRequest(
         paths=paths or [],
@@ -238,7 +241,7 @@ def report(
         baseline=baseline,
         candidate=candidate,
         fmt="json" if as_json else fmt.value,
-        output=output,
+        output=output_path(output, "report"),  # as typed: a trailing slash is refused, not dropped
         threshold=threshold,
         seed=seed,
         fail_on_regression=fail_on_regression,

@@ -188,6 +188,19 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def output_path(text: str | None, what: str) -> Path | None:
+    """A user-named output file as typed. A trailing slash names a folder, which `>` refuses; pathlib would
+    drop it and write a file of that name."""
+    if text is None:
+        return None
+    if text.endswith(("/", os.sep)):
+        raise UserError(f"{text}: ends in '/', so it names a folder; name the {what} file")
+    path = Path(text)
+    if not os.path.isdir(path.parent):  # said before the work, not after (write_file_through checks again)
+        raise UserError(f"{path}: cannot write the {what} there (no such folder: {path.parent}); create it first")
+    return path
+
+
 def write_file_through(path: Path, text: str, what: str) -> Path:
     """Write a user-named output file as a shell's `>` would, but atomically; returns the file written.
 
@@ -205,6 +218,9 @@ def write_file_through(path: Path, text: str, what: str) -> Path:
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = "is a folder" if stat.S_ISDIR(st.st_mode) else "is not a regular file"
         raise UserError(f"{path}: {kind}; refusing to write the {what} there (name a file)")
+    if st is None and not os.path.isdir(target.parent):
+        # `>` makes no folders: a mistyped path must not leave a tree of new ones behind.
+        raise UserError(f"{path}: cannot write the {what} there (no such folder: {target.parent}); create it first")
     try:
         atomic_write_text(target, text)
         if st is not None and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
