@@ -58,6 +58,36 @@ def make(config_path: Path, out: Path, layers: int | None, dtype: str) -> None:
     print(f"{out}: {len(header)} tensors, {offset / 2**30:.1f} GiB apparent (sparse)")
 
 
+def make_diffusers(config_path: Path, out: Path, component: str, dtype: str) -> None:
+    """A Diffusers folder holding one component (its config + a sparse safetensors file of its tensors)."""
+    import diffusers
+    import torch
+
+    doc = json.loads(config_path.read_text())
+    cls = getattr(diffusers, doc["_class_name"])
+    with torch.device("meta"):
+        model = cls.from_config(doc)
+    st_name, _, itemsize = DTYPES[dtype]
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, t in model.state_dict().items():
+        n = t.numel() * itemsize
+        header[name] = {"dtype": st_name, "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    sub = out / component
+    sub.mkdir(parents=True, exist_ok=True)
+    (sub / "config.json").write_text(json.dumps(doc, indent=1))
+    (out / "model_index.json").write_text(
+        json.dumps({"_class_name": "Pipeline", component: ["diffusers", cls.__name__]})
+    )
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(sub / "diffusion_pytorch_model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
+    print(f"{out}: {component} {cls.__name__}, {len(header)} tensors, {offset / 2**30:.2f} GiB apparent (sparse)")
+
+
 def _sync(device: str) -> None:
     import torch
 
@@ -169,6 +199,11 @@ def main() -> None:
     m.add_argument("out", type=Path)
     m.add_argument("--layers", type=int)
     m.add_argument("--dtype", default="bf16", choices=DTYPES)
+    d = sub.add_parser("make-diffusers")
+    d.add_argument("config", type=Path)
+    d.add_argument("out", type=Path)
+    d.add_argument("--component", default="vae")
+    d.add_argument("--dtype", default="bf16", choices=DTYPES)
     p = sub.add_parser("plain")
     p.add_argument("folder", type=Path)
     p.add_argument("--device", default="cpu")
@@ -184,6 +219,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cmd == "make":
         make(args.config, args.out, args.layers, args.dtype)
+    elif args.cmd == "make-diffusers":
+        make_diffusers(args.config, args.out, args.component, args.dtype)
     elif args.cmd == "plain":
         res = plain(args.folder, args.device, args.tokens, args.cache or args.tokens, args.reps, args.dtype)
         text = json.dumps(res, indent=1)

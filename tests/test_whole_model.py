@@ -366,3 +366,27 @@ def test_phases_that_disagree_make_a_mixed_verdict_that_names_both() -> None:
     assert phase_verdict([decode], [], "v")[0] == "no-change"
     assert phase_verdict([prefill], [], "v")[0] == "regression"
     assert phase_verdict([], [], "v") is None
+
+
+def test_ops_that_fell_back_to_the_cpu_are_recorded() -> None:
+    import warnings
+
+    from mpsup.worker.whole_model import _first_call
+
+    def forward() -> None:
+        warnings.warn(
+            "The operator 'aten::_upsample_bicubic2d_aa.out' is not currently supported on the MPS backend and "
+            "will fall back to run on the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=1,
+        )
+
+    assert _first_call(forward, lambda: None) == ["aten::_upsample_bicubic2d_aa.out"]
+
+
+def test_real_weights_are_loaded_when_asked(tmp_path: Path) -> None:
+    folder = write_llama_folder(tmp_path / "llama")
+    saved = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    built = build_phase(spec(LLAMA, "prefill", weights="real", path=str(folder)), Device("cpu"))
+    model = built.keep[0]
+    assert torch.equal(model.lm_head.weight, saved.lm_head.weight)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from mpsup.bench.figures import RunFigures, model_forward_estimate, run_figures
 from mpsup.bench.phase_table import render_phases
-from mpsup.model.coverage import phase_figures
+from mpsup.model.coverage import census, phase_figures
 from mpsup.model.phases import phase_shape
 from mpsup.render import NARROW, emit_json, error_line, safe
 from mpsup.stats import geometric_mean
@@ -728,6 +728,7 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
         "model": record.get("model"),
         "model_forward_s": model_forward_estimate(record, label),
         "model_phases": phase_figures(record, label),
+        "model_census": census(record, label),
         "smoke": {s["feature"]: {k: v["status"] for k, v in s["envs"].items()} for s in record.get("smoke", [])},
         "workloads": [
             {

@@ -351,6 +351,9 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
         video = _is_video(model)
         frames = int(params.get("frames") or 1)
         channels = int(cfg.get("in_channels", 3) or 3)
+        patch = cfg.get("patch_size")
+        if isinstance(patch, int) and patch > 1 and channels % (patch * patch) == 0:
+            channels //= patch * patch  # Wan 2.2: the image is patchified into in_channels before the first conv
         probe = 128
         image = rand(1, channels, 1, probe, probe) if video else rand(1, channels, probe, probe)
         with torch.inference_mode(), warnings.catch_warnings():
@@ -360,8 +363,7 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
         if width % factor or height % factor:
             raise Unsupported(f"--resolution {width}x{height} is not a multiple of this VAE's factor {factor}")
         if phase == "vae_decode":
-            shape = (1, int(small.shape[1]), *((frames,) if video else ()), height // factor, width // factor)
-            latent = rand(*shape)
+            latent = rand(1, int(small.shape[1]), *((frames,) if video else ()), height // factor, width // factor)
 
             def run() -> Any:
                 with torch.inference_mode():
@@ -374,7 +376,8 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
                 with torch.inference_mode():
                     return model.encode(image)
 
-        info["latent"] = "x".join(str(d) for d in (shape if phase == "vae_decode" else small.shape))
+        latent_shape = (1, int(small.shape[1]), *((frames,) if video else ()), height // factor, width // factor)
+        info["latent"] = "x".join(str(d) for d in latent_shape)
         info["factor"] = factor
         items = 1
     elif phase == "step":
