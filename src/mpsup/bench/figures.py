@@ -31,7 +31,7 @@ def run_figures(record: dict[str, Any]) -> RunFigures:
     spent: dict[str, float] = {}
     for w in ws:
         med = w["envs"].get(label, {}).get("median")
-        if med:
+        if med and w.get("part") != "phase":  # a phase holds its layers' time: counting both counts it twice
             part = w.get("part", "other")
             spent[part] = spent.get(part, 0.0) + w.get("count", 1) * med
     total = sum(spent.values())
