@@ -14,6 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
 
 from mpsup.model.phases import PhaseOptions, model_phases  # noqa: E402
+from mpsup.worker import whole_model  # noqa: E402
 from mpsup.worker.core import Unsupported  # noqa: E402
 from mpsup.worker.device import Device  # noqa: E402
 from mpsup.worker.main import Worker  # noqa: E402
@@ -102,7 +103,7 @@ def test_an_encoder_runs_one_forward() -> None:
 
 def test_a_model_that_does_not_fit_runs_a_prefix_of_its_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     device = Device("cpu")
-    monkeypatch.setattr(device, "memory_limit", lambda: 450_000)  # the embeddings (131 kB) and two 148 kB blocks
+    monkeypatch.setattr(whole_model, "_capacity", lambda _device: 450_000)  # the embeddings (131 kB) and two 148 kB blocks
     built = build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
     info = built.info or {}
     assert 1 <= info["depth"] < info["layers"] == 4
@@ -112,7 +113,7 @@ def test_a_model_that_does_not_fit_runs_a_prefix_of_its_blocks(monkeypatch: pyte
 def test_depth_can_be_forced_and_even_one_block_too_many_is_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (build_phase(spec(LLAMA, "prefill", depth=1), Device("cpu")).info or {})["depth"] == 1
     device = Device("cpu")
-    monkeypatch.setattr(device, "memory_limit", lambda: 10_000)
+    monkeypatch.setattr(whole_model, "_capacity", lambda _device: 10_000)
     with pytest.raises(MemoryError, match="out of memory: even one block"):
         build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
 import sys
 import warnings
@@ -48,6 +49,19 @@ def _blocks(model: torch.nn.Module, count: int) -> torch.nn.ModuleList | None:
     return max(lists, key=_bytes_of, default=None)
 
 
+def _capacity(device: Device) -> int | None:
+    """The device's memory as a constant, not what is free now: both environments of a paired run must fit
+    the same depth, and the second one sets up while the first one's model still holds its memory."""
+    if device.kind == "cuda":
+        return int(torch.cuda.mem_get_info()[1])
+    if device.kind == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return device.memory_limit()
+    return device.memory_limit()  # MPS: recommended_max_memory, a constant of the machine
+
+
 def _depth_for(
     params: dict[str, Any], total: int, block: int, per_block_extra: int, layers: int, device: Device
 ) -> int:
@@ -55,7 +69,7 @@ def _depth_for(
     forced = params.get("depth")
     if forced:
         return max(1, min(int(forced), layers))
-    limit = device.memory_limit()
+    limit = _capacity(device)
     if not limit:
         return layers
     budget = float(params.get("fit_share", 0.25)) * limit
