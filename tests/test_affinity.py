@@ -34,6 +34,7 @@ def test_auto_pins_cuda_to_the_last_allowed_cpu(monkeypatch: pytest.MonkeyPatch)
     assert choose(None, "cuda").cpus == (7,)
     assert choose("auto", "cuda").cpus == (7,)
     assert choose(None, "cpu").cpus is None
+    assert choose(None, "cuda").threads_on is None
     assert choose(None, "mps").cpus is None
     assert choose("none", "cuda").cpus is None
     assert choose("1-2", "cpu").cpus == (1, 2)
@@ -130,3 +131,42 @@ def test_a_workload_is_built_unpinned_and_timed_pinned(monkeypatch: pytest.Monke
         import gc
 
         gc.unfreeze()  # hello froze this test process's objects, as it does a worker's
+
+
+def test_auto_binds_cpu_workers_threads_one_per_cpu_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: left to the scheduler, a CPU worker's two intra-op threads shared one vCPU or had one each,
+    per process, and that leaned A/A runs; auto binds them alike in every worker, the calling thread last."""
+    monkeypatch.setattr(affinity, "allowed_cpus", lambda: (0, 1, 2, 7))
+    chosen = choose(None, "cpu")
+    assert chosen.cpus is None and chosen.threads_on == (7, 0, 1, 2)
+    assert "one per CPU" in chosen.why
+    assert choose("none", "cpu").threads_on is None  # the scheduler's placement, as before
+    assert choose("1-2", "cpu").threads_on is None  # a list pins the process, threads free within it
+    monkeypatch.setattr(affinity, "allowed_cpus", lambda: (3,))
+    assert choose(None, "cpu").threads_on is None  # one CPU: nothing to spread
+
+
+def test_bound_threads_reach_the_worker_as_openmp_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpsup.bench.workerproc import worker_env
+
+    env = worker_env(None, (1, 0))
+    assert env["OMP_PROC_BIND"] == "close" and env["OMP_PLACES"] == "{1},{0}"
+    assert env["OMP_NUM_THREADS"] == "2" and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert worker_env(1, (1, 0))["OMP_NUM_THREADS"] == "1"  # --threads wins
+    assert "OMP_PLACES" not in worker_env(2)
+
+
+@linux_only
+def test_cpu_workers_run_their_threads_one_per_cpu(mpsup_home: Path) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    done = run_cli(
+        *("bench", "--device", "cpu", "--aa", "--only", "linear/896x896/t1", "--no-smoke", "--budget", "0.02"),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(Path(json.loads(done.stdout)["path"]).read_text())
+    order = record["options"]["thread_cpus"]
+    assert order[0] == max(os.sched_getaffinity(0)) and sorted(order) == sorted(os.sched_getaffinity(0))
+    # The worker's calling thread is bound to the first place, so that is the CPU its hello reports.
+    assert [e["cpus"] for e in record["environments"]] == [[order[0]], [order[0]]]

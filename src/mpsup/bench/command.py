@@ -151,6 +151,7 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         threads=req.threads,
         smoke=req.smoke,
         cpus=plan.affinity.cpus,
+        thread_cpus=plan.affinity.threads_on,
     )
     record, path = run_bench(
         envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn, exiting=True

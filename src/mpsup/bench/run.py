@@ -172,6 +172,7 @@ def _measure(
             "budget_s": options.policy.budget_s,
             "threads": options.threads,
             "cpus": list(options.cpus) if options.cpus else None,
+            "thread_cpus": list(options.thread_cpus) if options.thread_cpus else None,
             "memory_share": options.memory_share,
             "policy": dict(asdict(options.policy).items()),
         },

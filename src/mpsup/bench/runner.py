@@ -43,6 +43,8 @@ class BenchOptions:
     smoke: bool = True
     clock: Callable[[], float] = time.perf_counter
     cpus: tuple[int, ...] | None = None  # every worker pinned to these (host/affinity.py); None: not pinned
+    # CPU workers: intra-op thread i bound to thread_cpus[i], alike in every worker (host/affinity.py)
+    thread_cpus: tuple[int, ...] | None = None
 
 
 class EnvSession:
@@ -59,7 +61,7 @@ class EnvSession:
         # Pinned to k CPUs, torch would still start a thread per CPU of the machine: k threads, unless told.
         cpus = self.options.cpus
         threads = self.options.threads or (len(cpus) if cpus else None)
-        self.worker = WorkerProcess(self.env.python, env=worker_env(threads))
+        self.worker = WorkerProcess(self.env.python, env=worker_env(threads, self.options.thread_cpus))
         try:
             hello = self.worker.request(
                 {

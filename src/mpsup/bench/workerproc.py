@@ -268,10 +268,19 @@ class WorkerProcess:
         self._stderr.close()
 
 
-def worker_env(threads: int | None) -> dict[str, str]:
+def worker_env(threads: int | None, threads_on: tuple[int, ...] | None = None) -> dict[str, str]:
+    """`threads_on`: bind intra-op thread i to CPU threads_on[i] (OpenMP places; the calling thread takes
+    the first), so that every worker's threads sit alike instead of wherever the scheduler last put them."""
     # OpenMP threads busy-wait after each parallel region by default; with two workers taking
     # turns, the idle one's spinning threads would steal the cores the measured one needs.
     env: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+    if threads_on:
+        # Bound when libgomp (or libomp) loads, i.e. at `import torch`. On a 2-vCPU VM the scheduler packed a
+        # worker's two threads onto one vCPU or spread them over two, a state that outlived a small layer's
+        # whole measurement (~235 vs ~130 us a call) and leaned A/A runs (issue 28).
+        env["OMP_PROC_BIND"] = "close"
+        env["OMP_PLACES"] = ",".join(f"{{{c}}}" for c in threads_on)
+        threads = threads or len(threads_on)
     if threads:
         # Thread pools must be sized before torch starts them, not only via set_num_threads.
         env["OMP_NUM_THREADS"] = str(threads)

@@ -26,6 +26,9 @@ _NUMBER = re.compile(r"[0-9]{1,6}")
 class Affinity:
     cpus: tuple[int, ...] | None  # None: not pinned
     why: str  # for the record and the plan notes
+    # CPU workloads: the workers' intra-op threads, one per CPU in this order (OpenMP places), the
+    # calling thread on the first; the same in every worker. None: left to the scheduler.
+    threads_on: tuple[int, ...] | None = None
 
 
 def allowed_cpus() -> tuple[int, ...] | None:
@@ -54,8 +57,11 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
 
 def choose(text: str | None, device: str) -> Affinity:
     """`auto` (the default) pins CUDA workers to one CPU, the last this process may use (CPU 0 takes
-    most interrupts): a GPU launch is single-threaded. CPU workloads are left unpinned: their threads
-    need every core, and both environments already share the same ones."""
+    most interrupts): a GPU launch is single-threaded. CPU workers keep every core, but each intra-op
+    thread is bound to one of them, the calling thread to the last, in both environments alike: left to
+    the scheduler, a worker's two threads ran on one vCPU or on two for the life of a layer's
+    measurement (~235 vs ~130 us a call for linear/896x896/t1 on a 2-vCPU VM), and which one a worker
+    got leaned a CPU A/A run ~20% one way (issue 28, docs/cpu-aa-bias.md)."""
     choice = (AUTO if text is None else text).strip().lower()
     allowed = allowed_cpus()
     if choice == NONE:
@@ -63,6 +69,14 @@ def choose(text: str | None, device: str) -> Affinity:
     if choice == AUTO:
         if allowed is None:
             return Affinity(None, "not pinned (this system has no CPU affinity interface)")
+        if device == "cpu" and len(allowed) > 1:
+            order = (allowed[-1], *allowed[:-1])
+            return Affinity(
+                None,
+                f"not pinned; each worker's threads one per CPU ({','.join(map(str, order))}), "
+                "the same in both environments (--affinity auto)",
+                threads_on=order,
+            )
         if device != "cuda":
             return Affinity(None, f"not pinned (--device {device} uses every core)")
         return Affinity((allowed[-1],), f"both environments on CPU {allowed[-1]} (--affinity auto)")
