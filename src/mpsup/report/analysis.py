@@ -573,7 +573,7 @@ def analyze(
     verdict, sentence = (
         _unpaired_verdict(main, what, str(envs[0].torch_version), str(envs[1].torch_version))
         if unpaired
-        else phase_verdict(phases, noise, f"torch {envs[1].torch_version} vs {envs[0].torch_version}")
+        else phase_verdict(phases, noise, f"torch {envs[1].torch_version} vs {envs[0].torch_version}", threshold)
         or _verdict(main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version))
     )
     if model_source == "layers" and not phases:

@@ -12,7 +12,7 @@ from typing import Any
 from mpsup.model.coverage import coverage, scale_of
 from mpsup.model.phases import phase_of
 from mpsup.runs.schema import RunRecord
-from mpsup.stats import Interval
+from mpsup.stats import PRACTICAL_THRESHOLD, Interval
 
 CHANGE_WORDS = {"faster": "faster", "slower": "slower", "same": "no measurable change", "n/a": "n/a"}
 LAYERS_LABEL = "the model estimated from its layers (which cover an unknown share of its forward)"
@@ -98,12 +98,20 @@ def phase_changes(record: RunRecord, changes_by_name: dict[str, Any], a: str, b:
     return out
 
 
-def phase_verdict(phases: list[PhaseChange], noise: list[str], vs: str) -> tuple[str, str] | None:
+def phase_verdict(
+    phases: list[PhaseChange], noise: list[str], vs: str, threshold: float = PRACTICAL_THRESHOLD
+) -> tuple[str, str] | None:
     """The verdict and its sentence from the phases, or None when no phase was measured (layers decide)."""
     if not phases:
         return None
+    # "No change" needs an interval narrow enough to have seen one: as wide as twice the threshold, it has not.
+    wide = [
+        p for p in phases if p.change == "same" and p.speedup is not None and p.speedup.rel_half_width > 2 * threshold
+    ]
     called = [p for p in phases if p.speedup is not None and p.change != "n/a"]
-    said = "; ".join(p.text() for p in phases)
+    said = "; ".join(
+        p.text().replace(CHANGE_WORDS["same"], "too wide to tell") if p in wide else p.text() for p in phases
+    )
     if not called:
         return "inconclusive", f"Inconclusive: no phase of the model could be bounded ({said}), {vs}."
     kinds = {p.change for p in called}
@@ -113,8 +121,9 @@ def phase_verdict(phases: list[PhaseChange], noise: list[str], vs: str) -> tuple
         if set(p.fallback) - set(p.fallback_candidate)
     ]
     native = f" {'; '.join(runs_natively)} (it fell back to the CPU before)." if runs_natively else ""
-    if kinds == {"same"} and noise:
-        return "inconclusive", f"Inconclusive: too noisy to tell ({', '.join(noise)}); {said}, {vs}.{native}"
+    if kinds == {"same"} and (noise or wide):
+        why = ", ".join(noise) if noise else f"the {' and '.join(p.phase for p in wide)} interval is too wide"
+        return "inconclusive", f"Inconclusive: too noisy to tell ({why}); {said}, {vs}.{native}"
     if len(kinds) > 1:
         return "mixed", f"Mixed, your model run whole with {vs}: {said}.{native}"
     only = kinds.pop()
