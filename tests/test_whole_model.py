@@ -391,3 +391,13 @@ def test_real_weights_are_loaded_when_asked(tmp_path: Path) -> None:
     built = build_phase(spec(LLAMA, "prefill", weights="real", path=str(folder)), Device("cpu"))
     model = built.keep[0]
     assert torch.equal(model.lm_head.weight, saved.lm_head.weight)
+
+
+def test_hostile_configs_fail_their_phase_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(Unsupported, match="num_hidden_layers 10000000 is beyond any real model"):
+        build_phase(spec({**LLAMA, "num_hidden_layers": 10_000_000}, "prefill"), Device("cpu"))
+    with pytest.raises(MemoryError, match="out of memory: even one block"):
+        build_phase(spec({**LLAMA, "hidden_size": 2**20, "intermediate_size": 2**22}, "prefill"), Device("cpu"))
+    monkeypatch.setattr(whole_model, "_capacity", lambda _device: 1000)
+    with pytest.raises(MemoryError, match="its weights need"):
+        build_phase(diffusers_spec(VAE, "vae_decode"), Device("cpu"))

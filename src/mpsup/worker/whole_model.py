@@ -28,6 +28,7 @@ from .device import Device
 # torch's words when an op has no MPS kernel and PYTORCH_ENABLE_MPS_FALLBACK=1 sends it to the CPU.
 _FALLBACK = re.compile(r"operator '([\w:.]+)' is not currently supported on the MPS backend and will fall back")
 _NOT_IMPLEMENTED = re.compile(r"operator '([\w:.]+)' is not currently implemented for the MPS device")
+MAX_LAYERS = 10_000
 CENSUS_MAX_ENTRIES = 400  # distinct (op, shapes, dtypes) kept; the rest are counted as "other"
 TEXT_TOKENS = 77  # CLIP's context: what a UNet's cross-attention and a pipeline's text encoder see
 
@@ -215,6 +216,8 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     causal = bool(params.get("causal"))
     auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    if layers > MAX_LAYERS:  # even on the meta device, building millions of blocks would take hours
+        raise Unsupported(f"num_hidden_layers {layers} is beyond any real model (at most {MAX_LAYERS})")
     tokens = int(params["tokens"])
     cache = int(params.get("cache") or tokens)
     limit_pos = getattr(config, "max_position_embeddings", None)
@@ -255,6 +258,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
             model = _construct(auto, config, dtype)
     model.eval()
     sig = inspect.signature(model.forward).parameters
+    architecture = type(model).__name__
     model = _maybe_compiled(model, params)
     extra_kw: dict[str, Any] = {}
     if causal:
@@ -277,7 +281,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     info: dict[str, Any] = {
         "library": "transformers",
         "library_version": str(tf.__version__),
-        "architecture": type(model).__name__,
+        "architecture": architecture,
         "attention": str(getattr(config, "_attn_implementation", None) or ""),
         "layers": layers,
         "depth": depth,
@@ -320,7 +324,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
 # --- Diffusers ---
 
 
-def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, dev: torch.device) -> Any:
+def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, device: Device, share: float) -> Any:
     name = cfg.get("_class_name")
     cls = getattr(df, name, None) if isinstance(name, str) and name.isidentifier() else None
     if cls is None:
@@ -330,7 +334,12 @@ def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, dev: torc
         meta = cls.from_config(dict(cfg))
     need = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
     del meta
-    with torch.device(dev), warnings.catch_warnings():
+    capacity = _capacity(device)
+    if capacity and need > share * capacity:
+        raise MemoryError(
+            f"out of memory: its weights need {need / 2**30:.1f} GiB, over {share:.0%} of {capacity / 2**30:.1f} GiB"
+        )
+    with torch.device(device.torch_device), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = cls.from_config(dict(cfg)).to(dtype)
     model.eval()
@@ -347,7 +356,7 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
     cfg = params["config"]
     width, height = params["resolution"]
     phase = params["phase"]
-    model, weights = _diffusers_model(df, cfg, dtype, dev)
+    model, weights = _diffusers_model(df, cfg, dtype, device, float(params.get("fit_share", 0.25)))
     info: dict[str, Any] = {
         "library": "diffusers",
         "library_version": str(df.__version__),
