@@ -259,6 +259,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     model.eval()
     sig = inspect.signature(model.forward).parameters
     architecture = type(model).__name__
+    attention = str(getattr(getattr(model, "config", config), "_attn_implementation", None) or "")
     model = _maybe_compiled(model, params)
     extra_kw: dict[str, Any] = {}
     if causal:
@@ -282,7 +283,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         "library": "transformers",
         "library_version": str(tf.__version__),
         "architecture": architecture,
-        "attention": str(getattr(config, "_attn_implementation", None) or ""),
+        "attention": attention,
         "layers": layers,
         "depth": depth,
         "tokens": tokens,
