@@ -347,7 +347,7 @@ def test_the_main_job_fits_one_screen_and_keeps_reasons_whole():
             assert metal == ["- Metal kernels, 9 workloads and a smoke test: unsupported off a Mac"], metal
             assert "metal/kernel_0" not in text
             assert "12 of 14 pass" in flat and "take the most time" in flat
-            assert "`mpsup bench --details`" in flat
+            assert "Every table: `mpsup bench --details`" in flat
             if paired:
                 assert "--format html -o report.html" in flat
                 assert text.rstrip().splitlines()[-1].split("#")[0].strip() == f"mpsup report --run {rec['id']}"

@@ -422,7 +422,8 @@ def _half_width(env: dict[str, Any]) -> str:
 
 
 def _where_the_rest_is(record: dict[str, Any], console: Console) -> None:
-    console.print("Every workload and smoke test, in tables: `mpsup bench --details`.", highlight=False)
+    # A finished single run's tables cannot be shown again (report takes paired runs): say where its figures are.
+    console.print("Every table: `mpsup bench --details`; this run's figures: the record below.", highlight=False)
     if len(record["environments"]) > 1:
         console.print(
             f"The comparison, with plots: `mpsup report --run {safe(record['id'])} --format html -o report.html`.",
