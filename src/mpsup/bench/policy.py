@@ -14,7 +14,7 @@ from mpsup.stats import median_ci, round_ratio_ci
 # H200 a paired run at 0.5 s found 47 of 49 clear cuBLASLt changes with no flat shape flagged (before the
 # visits were counterbalanced), 19 A/A runs flagged nothing, and the median half-widths (1.3-2.2% over 120
 # linears, under 0.85% above 100 us) met the 3% / 1% targets; 1 s took about 1.6x the wall time for
-# little (docs/methodology.md, fourth round).
+# little (docs/history.md, fourth round).
 DEFAULT_BUDGET_S = 0.5
 
 # One environment alone is only ever compared with another run, made by other processes (measured on the H200

@@ -3,7 +3,7 @@
 Why pin at all: a GPU layer of 15-30 us is bound by the host issuing it, and two worker processes of
 the same torch left to the scheduler were measured issuing at persistently different speeds (on the
 H200's virtual machine, ~16 us in one and ~23 us in the other, for the life of the processes:
-docs/methodology.md, "Pinning the workers"). Both environments pinned to the same CPU take turns on
+docs/history.md, "Pinning the workers"). Both environments pinned to the same CPU take turns on
 the same core, so that difference cannot lean one way.
 
 macOS has no CPU affinity interface (threads only get QoS classes), so there `auto` means "not pinned"
