@@ -228,6 +228,13 @@ def report(
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="Exit 1 on regression, 3 if inconclusive.")
     ] = False,
+    upstream: Annotated[
+        bool,
+        typer.Option("--upstream", help="An issue body for PyTorch with a standalone repro (-o NAME.py: the script)."),
+    ] = False,
+    with_paths: Annotated[
+        bool, typer.Option("--with-paths", help="--upstream: keep paths and environment names (left out by default).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
@@ -245,6 +252,8 @@ def report(
         threshold=threshold,
         seed=seed,
         fail_on_regression=fail_on_regression,
+        upstream=upstream,
+        keep_paths=with_paths,
     )
     result = build(request, *console_messages(stderr_console))
     deliver(result, request, stdout_console, stderr_console)
@@ -322,6 +331,61 @@ def install_rc(
     req = command.InstallRcRequest(install, list_envs=list_envs, remove=remove, rollback=rollback)
     result = command.run(req, terminal_hooks(as_json))
     render_result(result, as_json=as_json)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command(cls=_Command)
+def bisect(
+    environments: Annotated[
+        list[str] | None,
+        typer.Argument(help="Interpreters, venvs or recorded versions, in order: the good one first, the bad last."),
+    ] = None,
+    only: Annotated[
+        str | None, typer.Option("--only", help="The workload(s) that regressed: glob(s) as bench --only takes them.")
+    ] = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
+    ] = None,
+    device: Annotated[
+        DeviceChoice | None, typer.Option("--device", help="mps (default on a Mac), cuda or cpu.")
+    ] = None,
+    budget: Annotated[
+        float, typer.Option("--budget", help="Seconds per workload and step (doubled for a step measured again).")
+    ] = DEFAULT_BUDGET_S,
+    tokens: Annotated[str | None, typer.Option("--tokens", help="Decode and prefill sizes, e.g. 1,512.")] = None,
+    threads: Annotated[
+        int | None, typer.Option("--threads", min=1, help="CPU threads in the workers (recorded).")
+    ] = None,
+    threshold: Annotated[
+        float, typer.Option("--threshold", help="Practical change floor, as report takes it.")
+    ] = PRACTICAL_THRESHOLD,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the bisect last interrupted (or this one's journal).")
+    ] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Forget this bisect's journal and measure again.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
+    from mpsup.bench.render import bench_progress
+    from mpsup.bisect import command
+    from mpsup.bisect.render import progress_printer, render_result
+
+    request = command.BisectRequest(
+        environments=tuple(environments or ()),
+        only=only,
+        model=model,
+        device=device.value if device else None,
+        budget=budget,
+        threads=threads,
+        tokens=tokens,
+        threshold=threshold,
+        resume=resume,
+        fresh=fresh,
+    )
+    result = command.run(
+        request, progress_printer(stderr_console), bar=lambda: bench_progress(stderr_console), warn=warning_line
+    )
+    render_result(result, stdout_console, as_json)
     raise typer.Exit(result.exit_code)
 
 

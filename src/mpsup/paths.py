@@ -39,3 +39,8 @@ def tmp_dir() -> Path:
 def downloads_dir() -> Path:
     """Wheels fetched by install-rc, each named by its validated wheel file name (kept private: 0700)."""
     return data_dir() / "downloads"
+
+
+def bisect_dir() -> Path:
+    """`mpsup bisect`'s journals, one per set of arguments: an interrupted bisect continues from its own."""
+    return data_dir() / "bisect"

@@ -37,6 +37,9 @@ def _torch_facts():
     except Exception as exc:  # ImportError, or a broken install raising anything
         return None, "%s: %s" % (type(exc).__name__, exc)
     facts = {"version": str(torch.__version__).split("+")[0], "version_full": str(torch.__version__)}  # type: dict[str, object]
+    # The commit the build was made from: what `mpsup bisect` links between in pytorch/pytorch.
+    git = getattr(getattr(torch, "version", None), "git_version", None)
+    facts["git_version"] = str(git) if git else None
     mps = getattr(torch.backends, "mps", None)
     facts["mps_built"] = bool(mps and mps.is_built())
     with warnings.catch_warnings(record=True) as caught:

@@ -22,6 +22,7 @@ from mpsup.report.render import (
     render_run_list,
     render_terminal,
 )
+from mpsup.report.upstream import Upstream
 from mpsup.runs import select
 from mpsup.runs.schema import RunRecord
 from mpsup.runs.select import StoredRun, Warn, merge_single_runs
@@ -43,6 +44,8 @@ class ReportRequest:
     threshold: float = PRACTICAL_THRESHOLD
     seed: int = 0
     fail_on_regression: bool = False
+    upstream: bool = False  # an issue body for PyTorch (report/upstream.py)
+    keep_paths: bool = False  # --upstream: leave paths and environment names in
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class ReportResult:
     analyses: tuple[Analysis, ...] = ()
     stored: tuple[StoredRun, ...] | None = None
     exit_code: int = 0
+    upstream: Upstream | None = None
 
 
 def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
@@ -63,6 +67,8 @@ def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
         if extra or req.paths:
             raise UserError(f"--list takes no {', '.join(extra) or 'record paths'}: it lists the stored runs")
         return ReportResult(stored=tuple(select.stored_runs(warn)))
+    if req.upstream:
+        return _upstream(req, warn, note)
     if req.output is not None and req.fmt == "terminal":
         raise UserError("-o needs --format markdown, json or html")
     if req.output is not None:
@@ -85,7 +91,9 @@ def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
 def deliver(result: ReportResult, req: ReportRequest, out: Console, err: Console) -> None:
     """The one rendering the request asked for: the terminal, stdout, or the file named by -o."""
     analyses = list(result.analyses)
-    if result.stored is not None:
+    if result.upstream is not None:
+        _deliver_upstream(result.upstream, req, err)
+    elif result.stored is not None:
         if req.fmt == "json":
             emit_json([r.to_json() for r in result.stored])
         else:
@@ -177,6 +185,55 @@ def _document(analyses: list[Analysis], fmt: str) -> str:
         return "\n".join(render_markdown(a) for a in analyses)
     # One page per report: several machines' pages would not make one valid HTML document.
     return render_html(analyses[0])
+
+
+def _upstream(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
+    """One record: the one named, else the ends of the newest finished bisect, else the newest paired run."""
+    from mpsup.bisect.journal import finished_journals
+    from mpsup.report.upstream import bisect_for, build_upstream
+
+    if req.fmt not in ("terminal", "markdown", "json"):
+        raise UserError(f"--upstream writes Markdown (or --json); not --format {req.fmt}")
+    if req.output is not None:
+        _refuse_overwriting_records(req.output, req.paths)
+    journals = finished_journals()
+    if not (req.run or req.paths or req.baseline or req.candidate) and journals:
+        # After a bisect, its ends step (the good build against the bad) is the regression to report.
+        doc = journals[0]
+        last = len(doc.get("environments", [])) - 1
+        ends = [s for s in doc.get("steps", []) if isinstance(s, dict) and s.get("index") == last]
+        records = [select.by_id(str(ends[-1]["run_id"]), warn)] if ends and ends[-1].get("run_id") else []
+    else:
+        records = []
+    records = records or _records(req, warn, note)
+    if len(records) != 1:
+        raise UserError(f"--upstream reports one run; {len(records)} were given")
+    record = records[0]
+    if record.mode != "paired":
+        raise UserError(f"run {record.id}: --upstream needs a paired run (bench --candidate), not a {record.mode} one")
+    aa = matching_aa(record, select.stored_aa_runs(warn))
+    analysis = analyze(record, threshold=req.threshold, seed=req.seed, aa_reference=aa)
+    body = build_upstream(analysis, record, bisect_for(record.id, journals), keep_paths=req.keep_paths)
+    return ReportResult(analyses=(analysis,), upstream=body)
+
+
+def _deliver_upstream(body: Upstream, req: ReportRequest, err: Console) -> None:
+    """-o NAME.py writes the repro script alone; any other -o the Markdown body; without -o, stdout."""
+    if req.output is not None:
+        if req.output.suffix == ".py":
+            if body.script is None:
+                raise UserError(f"-o {req.output}: no standalone script for {body.workload}; see the Markdown body")
+            text, what = body.script, "repro script"
+        else:
+            text, what = body.markdown, "issue body"
+        write_file_through(req.output, text, what)
+        err.print(f"{what} written to {safe(str(req.output))}", highlight=False, soft_wrap=True)
+    elif req.fmt == "json":
+        emit_json(
+            {"schema": "mpsup.upstream/1", "workload": body.workload, "markdown": body.markdown, "script": body.script}
+        )
+    else:
+        sys.stdout.write(body.markdown)
 
 
 def _exit_code(analyses: tuple[Analysis, ...]) -> int:

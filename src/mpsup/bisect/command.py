@@ -1,0 +1,522 @@
+"""`mpsup bisect` as one call: an ordered list of environments (good first, bad last) and the workloads that
+regressed -> paired steps against the good one, journaled -> the last good and first bad environment.
+
+Each step is what `bench --candidate` does (bench.command.run over the same plan, smoke tests off) and
+what `report` calls of it (report.analysis.analyze, with a stored A/A floor where one matches); the
+choice of the next step and the reading of a step are pure functions (bisect/logic.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mpsup.bench.command import BUDGET_RANGE_S, BenchPlan, BenchRequest, check_budget, prepare
+from mpsup.bisect import journal as jr
+from mpsup.bisect.logic import (
+    BAD,
+    Done,
+    Figure,
+    Measure,
+    Outcome,
+    classify,
+    max_paired_runs,
+    next_action,
+)
+from mpsup.errors import OperationFailed, UserError
+from mpsup.stats import PRACTICAL_THRESHOLD
+
+Progress = Callable[[str, dict[str, Any]], None]
+COMPARE_URL = "https://github.com/pytorch/pytorch/compare/{good}...{bad}"
+
+
+def _no_progress(_event: str, _info: dict[str, Any]) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def _no_bar() -> Iterator[Progress]:
+    yield _no_progress
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    environments: tuple[str, ...] = ()
+    only: str | None = None
+    model: Path | None = None
+    device: str | None = None
+    budget: float = 0.5
+    threads: int | None = None
+    tokens: str | None = None
+    affinity: str | None = None
+    threshold: float = PRACTICAL_THRESHOLD
+    resume: bool = False  # without environments: the bisect last interrupted
+    fresh: bool = False  # forget this bisect's journal and measure again
+
+
+@dataclass(frozen=True)
+class EnvFacts:
+    """What the interpreter probe says of one environment (None where it could not tell)."""
+
+    python: str | None = None
+    torch: str | None = None
+    git_version: str | None = None
+    platform: str | None = None
+    machine: str | None = None
+
+    @classmethod
+    def from_probe(cls, doc: dict[str, Any] | None) -> EnvFacts:
+        if not doc:
+            return cls()
+        t = doc.get("torch") if isinstance(doc.get("torch"), dict) else {}
+        assert isinstance(t, dict)
+        return cls(
+            python=_str(doc.get("version")),
+            torch=_str(t.get("version_full")),
+            git_version=_str(t.get("git_version")),
+            platform=_str(doc.get("platform")),
+            machine=_str(doc.get("machine")),
+        )
+
+    @classmethod
+    def from_json(cls, doc: Any) -> EnvFacts:
+        d = doc if isinstance(doc, dict) else {}
+        return cls(**{k: _str(d.get(k)) for k in ("python", "torch", "git_version", "platform", "machine")})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "python": self.python,
+            "torch": self.torch,
+            "git_version": self.git_version,
+            "platform": self.platform,
+            "machine": self.machine,
+        }
+
+
+def _str(v: Any) -> str | None:
+    return str(v) if isinstance(v, (str, int, float)) and str(v) else None
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    attempt: int
+    budget_s: float
+    run_id: str | None
+    verdict: str
+    figures: tuple[Figure, ...]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "attempt": self.attempt,
+            "budget_s": self.budget_s,
+            "run_id": self.run_id,
+            "verdict": self.verdict,
+            "figures": [f.to_json() for f in self.figures],
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Step:
+        figs = tuple(
+            Figure(
+                str(f.get("name")),
+                str(f.get("change")),
+                _num(f.get("speedup")),
+                _num(f.get("low")),
+                _num(f.get("high")),
+            )
+            for f in d.get("figures", [])
+            if isinstance(f, dict)
+        )
+        return cls(
+            index=int(d["index"]),
+            attempt=int(d.get("attempt", 1)),
+            budget_s=float(d.get("budget_s", 0.0)),
+            run_id=_str(d.get("run_id")),
+            verdict=str(d.get("verdict")),
+            figures=figs,
+            seconds=float(d.get("seconds", 0.0)),
+        )
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    environments: tuple[str, ...]  # as the user typed them, in order
+    pythons: tuple[str, ...]  # the interpreters they resolved to
+    device: str
+    workloads: tuple[str, ...]  # what --only selected
+    targets: tuple[str, ...]  # of those, what the ends step called slower: what the later steps follow
+    budget_s: float
+    threshold: float
+    steps: tuple[Step, ...]
+    facts: dict[int, EnvFacts]
+    done: Done | None
+    journal: Path
+    resumed_steps: int  # steps taken from the journal rather than measured by this call
+    elapsed_s: float  # every session of this bisect together
+    interrupted: str | None = None  # the signal's name
+    exit_code: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def paired_runs(self) -> int:
+        return len(self.steps)
+
+    def compare_url(self) -> str | None:
+        if self.done is None or self.done.status != "found":
+            return None
+        good, bad = self.facts.get(self.done.last_good), self.facts.get(self.done.first_bad)
+        if not (good and bad and good.git_version and bad.git_version):
+            return None
+        return COMPARE_URL.format(good=good.git_version, bad=bad.git_version)
+
+    def to_json(self) -> dict[str, Any]:
+        def env(i: int) -> dict[str, Any]:
+            return {"index": i, "environment": self.environments[i], **self.facts.get(i, EnvFacts()).to_json()}
+
+        d = self.done
+        return {
+            "schema": "mpsup.bisect-result/1",
+            "status": d.status if d else ("interrupted" if self.interrupted else "running"),
+            "environments": list(self.environments),
+            "device": self.device,
+            "workloads": list(self.workloads),
+            "targets": list(self.targets),
+            "budget_s": self.budget_s,
+            "threshold": self.threshold,
+            "last_good": env(d.last_good) if d else None,
+            "first_bad": env(d.first_bad) if d and d.status == "found" else None,
+            "range": [d.last_good, d.first_bad] if d else None,
+            "unresolved": list(d.unresolved) if d else [],
+            "compare_url": self.compare_url(),
+            "paired_runs": self.paired_runs,
+            "max_paired_runs_if_clear": max_paired_runs(len(self.environments)),
+            "minutes": round(self.elapsed_s / 60.0, 2),
+            "resumed_steps": self.resumed_steps,
+            "interrupted": self.interrupted,
+            "journal": str(self.journal),
+            "steps": [
+                {**s.to_json(), "environment": self.environments[s.index], "torch": self._torch(s.index)}
+                for s in self.steps
+            ],
+            "notes": list(self.notes),
+            "exit_code": self.exit_code,
+        }
+
+    def _torch(self, i: int) -> str | None:
+        f = self.facts.get(i)
+        return f.torch if f else None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _args(req: BisectRequest, pythons: list[Path], device: str) -> dict[str, Any]:
+    """What makes two bisects the same one: a rerun with these continues the journal."""
+    return {
+        "pythons": [str(p.absolute()) for p in pythons],
+        "only": req.only,
+        "model": str(req.model.absolute()) if req.model else None,
+        "device": device,
+        "budget": req.budget,
+        "threads": req.threads,
+        "tokens": req.tokens,
+        "affinity": req.affinity,
+        "threshold": req.threshold,
+    }
+
+
+def _request_from_journal(doc: dict[str, Any]) -> BisectRequest:
+    a = doc["args"]
+    return BisectRequest(
+        environments=tuple(str(e) for e in doc["environments"]),
+        only=a.get("only"),
+        model=Path(a["model"]) if a.get("model") else None,
+        device=a.get("device"),
+        budget=float(a.get("budget", 0.5)),
+        threads=a.get("threads"),
+        tokens=a.get("tokens"),
+        affinity=a.get("affinity"),
+        threshold=float(a.get("threshold", PRACTICAL_THRESHOLD)),
+    )
+
+
+def check(req: BisectRequest) -> BisectRequest:
+    """Usage errors, as one line each, before anything runs; `--resume` alone becomes the journal's request."""
+    if req.resume and not req.environments:
+        path = jr.newest_unfinished()
+        if path is None:
+            raise UserError("--resume: no interrupted bisect to continue (none in the data dir's bisect/ folder)")
+        return _request_from_journal(jr.load_journal(path))
+    if len(req.environments) < 2:
+        raise UserError(
+            "bisect needs at least two environments, the good one first and the bad one last "
+            "(interpreters, venvs or versions recorded by install-rc)"
+        )
+    if len(req.environments) > 1024:
+        raise UserError(f"{len(req.environments)} environments: at most 1024")
+    if not req.only and req.model is None:
+        raise UserError("--only: name the workload(s) that regressed, e.g. --only 'linear/4096x4096/t16'")
+    check_budget(req.budget)
+    if not (math.isfinite(req.threshold) and 0.0 < req.threshold < 1.0):
+        raise UserError(f"--threshold {req.threshold:g}: expected a fraction between 0 and 1, e.g. 0.03")
+    return req
+
+
+def run(
+    req: BisectRequest,
+    progress: Progress = _no_progress,
+    bar: Callable[[], AbstractContextManager[Progress]] = _no_bar,
+    warn: Callable[[str], None] = lambda _m: None,
+) -> BisectResult:
+    """Bisect, or continue the journal of the same arguments; returns what is known so far."""
+    from mpsup.envs.resolve import resolve_environment
+
+    req = check(req)
+    pythons = [resolve_environment(e, f"environment {i + 1}") for i, e in enumerate(req.environments)]
+    base = BenchRequest(
+        device=req.device,
+        budget=req.budget,
+        only=req.only,
+        tokens=req.tokens,
+        threads=req.threads,
+        affinity=req.affinity,
+        smoke=False,
+        baseline=str(pythons[0]),
+        candidate=str(pythons[-1]),
+        model=req.model,
+    )
+    plan = prepare(base)  # --only, --device, --threads... checked once; the steps reuse the plan
+    key = jr.journal_key(_args(req, pythons, plan.device))
+    path = jr.journal_path(key)
+    doc: dict[str, Any] | None = None
+    if path.exists() and not req.fresh:
+        doc = jr.load_journal(path)
+    elif req.resume:
+        raise UserError("--resume: no journal for these arguments; run without --resume to start this bisect")
+    if doc is None:
+        doc = jr.new_journal(key, _args(req, pythons, plan.device), list(req.environments), _now())
+        jr.save_journal(doc)
+    session = _Session(req, plan, pythons, doc, progress, bar, warn)
+    return session.go()
+
+
+class _Session:
+    def __init__(
+        self,
+        req: BisectRequest,
+        plan: BenchPlan,
+        pythons: list[Path],
+        doc: dict[str, Any],
+        progress: Progress,
+        bar: Callable[[], AbstractContextManager[Progress]],
+        warn: Callable[[str], None],
+    ) -> None:
+        self.req, self.plan, self.pythons, self.doc = req, plan, pythons, doc
+        self.progress, self.bar, self.warn = progress, bar, warn
+        self.steps = [Step.from_json(s) for s in doc["steps"]]
+        self.resumed = len(self.steps)
+        self.facts = {int(k): EnvFacts.from_json(v) for k, v in doc["facts"].items() if str(k).isdigit()}
+        self.t0 = time.monotonic()
+        self.elapsed0 = float(doc.get("elapsed_s") or 0.0)
+        self.n = len(pythons)
+
+    # -- journal ---------------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return self.elapsed0 + (time.monotonic() - self.t0)
+
+    def save(self, done: Done | None = None) -> None:
+        self.doc["steps"] = [s.to_json() for s in self.steps]
+        self.doc["facts"] = {str(k): v.to_json() for k, v in self.facts.items()}
+        self.doc["updated"] = _now()
+        self.doc["elapsed_s"] = self.elapsed()
+        if done is not None:
+            self.doc["status"] = "done"
+            self.doc["result"] = {
+                "status": done.status,
+                "last_good": done.last_good,
+                "first_bad": done.first_bad,
+                "unresolved": list(done.unresolved),
+            }
+        jr.save_journal(self.doc)
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def outcomes(self) -> list[Outcome]:
+        return [Outcome(s.index, s.attempt, s.verdict) for s in self.steps]
+
+    def reference(self) -> dict[str, float]:
+        """Each workload the ends step called slower, with how much: what the later steps are held against."""
+        ends = [s for s in self.steps if s.index == self.n - 1 and s.verdict == BAD]
+        if not ends:
+            return {}
+        return {f.name: f.speedup for f in ends[-1].figures if f.change == "slower" and f.speedup}
+
+    def go(self) -> BisectResult:
+        if self.resumed:
+            self.progress("resume", {"steps": self.resumed, "journal": str(jr.journal_path(self.doc["key"]))})
+        try:
+            while True:
+                action = next_action(self.n, self.outcomes())
+                if isinstance(action, Done):
+                    for i in (action.last_good, action.first_bad):
+                        self.probe(i)
+                    self.save(action)
+                    return self.result(action)
+                stopped = self.measure(action)
+                if stopped:
+                    self.save()
+                    return self.result(None, interrupted=stopped)
+                self.save()
+        except KeyboardInterrupt:
+            # Between steps (a probe, the analysis): what is journaled stands; this step is measured again.
+            self.save()
+            return self.result(None, interrupted="SIGINT")
+
+    def probe(self, i: int) -> EnvFacts:
+        if i not in self.facts or self.facts[i].torch is None:
+            from mpsup.probe import run_interpreter_probe
+
+            self.facts[i] = EnvFacts.from_probe(run_interpreter_probe(self.pythons[i]))
+        return self.facts[i]
+
+    def measure(self, action: Measure) -> str | None:
+        """One paired run of environment 0 against `action.index`; the signal's name if it was stopped."""
+        from mpsup.bench.command import run as bench_run
+        from mpsup.report.analysis import analyze, matching_aa
+        from mpsup.runs import select
+        from mpsup.runs.schema import as_record
+
+        i = action.index
+        for k in (0, i):
+            self.probe(k)
+        budget = min(self.req.budget * 2 ** (action.attempt - 1), BUDGET_RANGE_S[1])
+        number = len(self.steps) + 1
+        self.progress(
+            "step",
+            {
+                "number": number,
+                "index": i,
+                "attempt": action.attempt,
+                "budget_s": budget,
+                "environment": self.req.environments[i],
+                "good": self.req.environments[0],
+                "torch": self.facts[i].torch,
+                "planned": max_paired_runs(self.n),
+            },
+        )
+        step_plan = replace(
+            self.plan, request=replace(self.plan.request, candidate=str(self.pythons[i]), budget=budget)
+        )
+        t0 = time.monotonic()
+        with self.bar() as on_event:
+            result = bench_run(step_plan, progress=on_event, warn=self.warn)
+        seconds = time.monotonic() - t0
+        record = result.record
+        if record.get("interrupted"):
+            return str(record.get("signal") or "SIGINT")
+        if record.get("failure"):
+            raise OperationFailed(f"step {number} ({self.req.environments[i]}): {record['failure']}")
+        # The stored A/A floor `report` would use for this record: a step calls what report would.
+        typed = as_record(record)
+        aa = matching_aa(typed, select.stored_aa_runs(self.warn))
+        analysis = analyze(typed, threshold=self.req.threshold, aa_reference=aa)
+        reference = self.reference()
+        wanted = set(reference) if (reference and i != self.n - 1) else {w.name for w in self.plan.workloads}
+        figures = tuple(
+            Figure(
+                c.name,
+                c.change,
+                c.speedup.estimate if c.speedup else None,
+                _finite(c.speedup.low) if c.speedup else None,
+                _finite(c.speedup.high) if c.speedup else None,
+            )
+            for c in sorted(analysis.workloads, key=lambda c: c.name)
+            if c.name in wanted
+        )
+        verdict = classify(figures, self.req.threshold, reference if i != self.n - 1 else None)
+        step = Step(i, action.attempt, budget, str(record.get("id") or "") or None, verdict, figures, seconds)
+        self.steps.append(step)
+        self.progress("step-done", {"step": step, "environment": self.req.environments[i], "number": number})
+        return None
+
+    def result(self, done: Done | None, interrupted: str | None = None) -> BisectResult:
+        reference = self.reference()
+        notes: list[str] = []
+        if done is not None:
+            notes.extend(_notes(done, self.facts, self.req.environments))
+        if interrupted:
+            code = 128 + signal.Signals[interrupted].value if interrupted in signal.Signals.__members__ else 130
+        elif done is None or done.status in ("inconclusive", "ends-inconclusive"):
+            code = 3
+        elif done.status == "no-regression":
+            code = 1
+        else:
+            code = 0
+        return BisectResult(
+            environments=tuple(self.req.environments),
+            pythons=tuple(str(p) for p in self.pythons),
+            device=self.plan.device,
+            workloads=tuple(w.name for w in self.plan.workloads),
+            targets=tuple(sorted(reference)),
+            budget_s=self.req.budget,
+            threshold=self.req.threshold,
+            steps=tuple(self.steps),
+            facts=dict(self.facts),
+            done=done,
+            journal=jr.journal_path(self.doc["key"]),
+            resumed_steps=self.resumed,
+            elapsed_s=self.elapsed(),
+            interrupted=interrupted,
+            exit_code=code,
+            notes=tuple(notes),
+        )
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def _notes(done: Done, facts: dict[int, EnvFacts], names: tuple[str, ...]) -> list[str]:
+    notes = []
+    if done.status == "found":
+        good, bad = facts.get(done.last_good), facts.get(done.first_bad)
+        if good and bad and good.git_version and good.git_version == bad.git_version:
+            notes.append(
+                "Both builds report the same git revision: the change is not in torch's source between them "
+                "(look at what else differs: the environment's variables, libraries, settings)."
+            )
+        elif not (good and bad and good.git_version and bad.git_version):
+            notes.append("A build did not report its git revision (torch.version.git_version): no compare link.")
+    elif done.status == "inconclusive":
+        notes.append(
+            f"The first bad build lies after {names[done.last_good]} and at or before {names[done.first_bad]}; "
+            f"{len(done.unresolved)} environment(s) between them measured twice without a call. "
+            "Rerun with a larger --budget (a new bisect) to settle them."
+        )
+    elif done.status == "no-regression":
+        notes.append(
+            f"{names[-1]} measured like {names[0]} on the chosen workload(s): nothing to bisect at this budget."
+        )
+    elif done.status == "ends-inconclusive":
+        notes.append(
+            f"{names[0]} and {names[-1]} could not be told apart twice (the second time at twice the budget): "
+            "rerun with a larger --budget."
+        )
+    return notes

@@ -1,0 +1,150 @@
+"""What `mpsup bisect` shows: a line per step on stderr as it goes, the answer and every step's figures at
+the end (stdout), or one JSON document."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mpsup.bisect.command import BisectResult, EnvFacts, Step
+from mpsup.bisect.logic import max_paired_runs
+from mpsup.render import emit_json, safe
+
+
+def _iv(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "n/a"
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.3f}x" if v is not None else "n/a"
+
+
+def step_line(step: Step, environment: str, number: int) -> str:
+    """One finished step, as plain text: what the progress line and the docs show."""
+    figs = "; ".join(f"{f.name} {_x(f.speedup)} {_iv(f.low, f.high)} {f.change}" for f in step.figures) or "no figures"
+    return f"step {number}: {environment} -> {step.verdict} ({figs}; run {step.run_id}, {step.seconds:.0f} s)"
+
+
+def progress_printer(console: Console) -> Any:
+    def on_event(event: str, info: dict[str, Any]) -> None:
+        if event == "resume":
+            console.print(
+                f"continuing from the journal: {info['steps']} step(s) done ({safe(info['journal'])})",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif event == "step":
+            again = f", again at {info['budget_s']:g} s (twice the budget)" if info["attempt"] > 1 else ""
+            console.print(
+                f"[bold]step {info['number']}[/]: {safe(info['environment'])} (torch {safe(info['torch'])}) "
+                f"against {safe(info['good'])}, {info['budget_s']:g} s per workload{again}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif event == "step-done":
+            console.print(
+                safe(step_line(info["step"], info["environment"], info["number"])), highlight=False, soft_wrap=True
+            )
+
+    return on_event
+
+
+def _env(facts: EnvFacts) -> str:
+    rev = facts.git_version[:12] if facts.git_version else "revision unknown"
+    return f"torch {facts.torch or '?'}, git {rev}"
+
+
+def render_result(result: BisectResult, console: Console, as_json: bool) -> None:
+    if as_json:
+        emit_json(result.to_json())
+        return
+    d = result.done
+    names = result.environments
+    p = console.print
+    if result.interrupted:
+        p(
+            f"Interrupted ({result.interrupted}) after {result.paired_runs} finished step(s); the journal keeps them: "
+            "rerun the same command (or `mpsup bisect --resume`) to continue.",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif d is not None:
+        good = result.facts.get(d.last_good, EnvFacts())
+        bad = result.facts.get(d.first_bad, EnvFacts())
+        if d.status == "found":
+            p(f"[bold]First bad:[/] {safe(names[d.first_bad])} ({safe(_env(bad))})", highlight=False, soft_wrap=True)
+            p(f"[bold]Last good:[/] {safe(names[d.last_good])} ({safe(_env(good))})", highlight=False, soft_wrap=True)
+            url = result.compare_url()
+            if url:
+                p(f"Compare:   {url}", highlight=False, soft_wrap=True)
+        elif d.status == "inconclusive":
+            p(
+                f"[bold]Inconclusive:[/] the first bad build is after {safe(names[d.last_good])} and at or before "
+                f"{safe(names[d.first_bad])}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif d.status == "no-regression":
+            p(
+                f"[bold]No regression[/] between {safe(names[0])} and {safe(names[-1])} at this budget",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            p(
+                f"[bold]Inconclusive:[/] {safe(names[0])} and {safe(names[-1])} not told apart",
+                highlight=False,
+                soft_wrap=True,
+            )
+    n = len(names)
+    resumed = f"; {result.resumed_steps} of them from the journal" if result.resumed_steps else ""
+    p(
+        f"{result.paired_runs} paired run(s) in {result.elapsed_s / 60:.1f} min over {n} environments "
+        f"({max_paired_runs(n)} when every call is clear; log2(N)+2 = {math.log2(n) + 2:.1f}){resumed}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if result.steps:
+        p(_steps_table(result))
+    p(
+        "speedup: the good build's time / this build's (below 1x: slower), paired as `bench --candidate`.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for note in result.notes:
+        p(safe(note), highlight=False, soft_wrap=True)
+    if d is not None and not result.interrupted:
+        p("An issue body for PyTorch with a standalone repro script: `mpsup report --upstream`", highlight=False)
+
+
+def _steps_table(result: BisectResult) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for col in ("step", "environment", "torch", "budget", "workload", "speedup", "95% interval", "call", "step is"):
+        table.add_column(col, justify="right" if col in ("step", "speedup", "budget") else "left")
+    table.add_column("run", overflow="fold")
+    for k, s in enumerate(result.steps, 1):
+        facts = result.facts.get(s.index, EnvFacts())
+        for j, f in enumerate(s.figures):
+            first = j == 0
+            table.add_row(
+                str(k) if first else "",
+                safe(result.environments[s.index]) if first else "",
+                safe(facts.torch or "?") if first else "",
+                f"{s.budget_s:g} s" if first else "",
+                safe(f.name),
+                _x(f.speedup),
+                _iv(f.low, f.high),
+                f.change,
+                s.verdict if first else "",
+                safe(s.run_id or "") if first else "",
+            )
+        if not s.figures:
+            table.add_row(
+                str(k), safe(result.environments[s.index]), "", f"{s.budget_s:g} s", "", "", "", "", s.verdict
+            )
+    return table

@@ -1,0 +1,165 @@
+"""mpsup bisect: the pure bisection over fake step outcomes (clear, inconclusive, resumed from a journal),
+and one real bisect over four interpreter wrappers through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpsup.bisect.logic import (
+    BAD,
+    GOOD,
+    INCONCLUSIVE,
+    Done,
+    Figure,
+    Measure,
+    Outcome,
+    classify,
+    max_paired_runs,
+    next_action,
+)
+from tests.conftest import run_cli
+
+
+def simulate(n: int, first_bad: int, flaky: dict[int, list[str]] | None = None) -> tuple[Done, list[Outcome]]:
+    """Drive next_action with a fake measurer: environments from `first_bad` on are bad; `flaky` gives an
+    environment's verdicts attempt by attempt before the truth (inconclusive ones)."""
+    flaky = {k: list(v) for k, v in (flaky or {}).items()}
+    outcomes: list[Outcome] = []
+    for _ in range(100):
+        action = next_action(n, outcomes)
+        if isinstance(action, Done):
+            return action, outcomes
+        queued = flaky.get(action.index)
+        verdict = queued.pop(0) if queued else (BAD if action.index >= first_bad else GOOD)
+        outcomes.append(Outcome(action.index, action.attempt, verdict))
+    raise AssertionError("the bisect did not end")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 16, 33])
+def test_every_first_bad_is_found_within_the_bound(n: int) -> None:
+    for first_bad in range(1, n):
+        done, outcomes = simulate(n, first_bad)
+        assert (done.status, done.first_bad, done.last_good) == ("found", first_bad, first_bad - 1)
+        assert len(outcomes) <= max_paired_runs(n) <= math.log2(n) + 2
+        assert outcomes[0] == Outcome(n - 1, 1, BAD)  # the ends come first
+
+
+def test_eight_environments_change_at_the_fifth_takes_four_runs() -> None:
+    done, outcomes = simulate(8, 4)
+    assert [o.index for o in outcomes] == [7, 3, 5, 4]
+    assert (done.last_good, done.first_bad) == (3, 4)
+
+
+def test_an_inconclusive_step_is_measured_once_more_then_the_bisect_goes_on() -> None:
+    done, outcomes = simulate(8, 4, flaky={5: [INCONCLUSIVE]})
+    assert [(o.index, o.attempt) for o in outcomes] == [(7, 1), (3, 1), (5, 1), (5, 2), (4, 1)]
+    assert (done.status, done.first_bad) == ("found", 4)
+
+
+def test_twice_inconclusive_is_stated_with_the_range_that_remains() -> None:
+    # The change is at 4; 4 never gives a call: the answer is a range, 3 good and 5 bad, 4 unresolved.
+    done, outcomes = simulate(8, 4, flaky={4: [INCONCLUSIVE, INCONCLUSIVE]})
+    assert done == Done("inconclusive", 3, 5, (4,))
+    assert [(o.index, o.attempt) for o in outcomes if o.index == 4] == [(4, 1), (4, 2)]
+
+
+def test_an_unresolved_environment_is_skipped_for_its_neighbours() -> None:
+    # 3 (the first midpoint) never gives a call: the bisect tries the others and still names 5.
+    done, _ = simulate(8, 5, flaky={3: [INCONCLUSIVE, INCONCLUSIVE]})
+    assert (done.status, done.last_good, done.first_bad) == ("found", 4, 5)
+
+
+def test_ends_alike_or_untold() -> None:
+    assert next_action(5, [Outcome(4, 1, GOOD)]) == Done("no-regression", 0, 4)
+    assert next_action(5, [Outcome(4, 1, INCONCLUSIVE)]) == Measure(4, 2)
+    assert next_action(5, [Outcome(4, 1, INCONCLUSIVE), Outcome(4, 2, INCONCLUSIVE)]) == Done(
+        "ends-inconclusive", 0, 4, (4,)
+    )
+    with pytest.raises(ValueError):
+        next_action(1, [])
+
+
+def test_resume_from_a_journal_prefix_continues_identically() -> None:
+    """Whatever step a bisect is stopped after, the outcomes so far (what the journal holds) lead to the
+    same next steps and the same answer as an uninterrupted bisect."""
+    done, outcomes = simulate(16, 11, flaky={7: [INCONCLUSIVE]})
+    for cut in range(len(outcomes) + 1):
+        prefix = list(outcomes[:cut])
+        rest: list[Outcome] = []
+        while not isinstance(action := next_action(16, prefix + rest), Done):
+            rest.append(outcomes[cut + len(rest)])
+            assert (rest[-1].index, rest[-1].attempt) == (action.index, action.attempt)
+        assert action == done
+
+
+def test_classify_reads_a_step_against_the_ends() -> None:
+    slow = Figure("w", "slower", 0.5, 0.45, 0.55)
+    assert classify([slow], 0.03) == BAD
+    assert classify([Figure("w", "same", 1.0, 0.97, 1.03)], 0.03, {"w": 0.5}) == GOOD
+    assert classify([Figure("w", "faster", 1.2, 1.1, 1.3)], 0.03, {"w": 0.5}) == GOOD
+    # 'same' but reaching down towards the bad build's 0.5x: leaning, not called
+    assert classify([Figure("w", "same", 0.8, 0.6, 1.1)], 0.03, {"w": 0.5}) == INCONCLUSIVE
+    assert classify([Figure("w", "n/a", 0.5, None, None)], 0.03, {"w": 0.5}) == INCONCLUSIVE
+    assert classify([], 0.03) == INCONCLUSIVE
+    # the ends step: no yardstick yet, an estimate pointing at a practical slowdown is not 'good'
+    assert classify([Figure("w", "same", 0.9, 0.5, 1.4)], 0.03) == INCONCLUSIVE
+    assert classify([Figure("w", "same", 0.99, 0.9, 1.1)], 0.03) == GOOD
+
+
+# --- one real bisect ---------------------------------------------------------------------------------------
+
+
+def _wrapper(folder: Path, i: int, bad: bool) -> Path:
+    """An 'environment': this interpreter behind a shell script; the bad ones turn off ATen's vectorised
+    CPU kernels (ATEN_CPU_CAPABILITY=default), which makes a bf16 linear several times slower here."""
+    p = folder / f"env{i}"
+    change = "export ATEN_CPU_CAPABILITY=default\n" if bad else ""
+    p.write_text(f'#!/bin/sh\n{change}exec "{sys.executable}" "$@"\n')
+    p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return p
+
+
+@pytest.mark.skipif(os.name != "posix", reason="interpreter wrappers are shell scripts")
+def test_cli_bisect_over_four_wrappers_names_the_third_and_resumes(tmp_path: Path, mpsup_home: Path) -> None:
+    envs = [str(_wrapper(tmp_path, i, bad=i >= 3)) for i in (1, 2, 3, 4)]
+    args = ["bisect", *envs, "--device", "cpu", "--only", "linear/4096x4096/t1", "--budget", "0.05", "--json"]
+    res = run_cli(*args)
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "mpsup.bisect-result/1"
+    assert doc["paired_runs"] == len(doc["steps"]) >= 1
+    assert doc["steps"][0]["index"] == 3  # the ends first
+    for step in doc["steps"]:
+        assert step["run_id"] and (mpsup_home / "runs" / f"{step['run_id']}.json").is_file()
+        assert step["verdict"] in ("good", "bad", "inconclusive")
+    if res.returncode == 0:
+        # the change is at the third; the measurement named it
+        assert doc["status"] == "found" and doc["first_bad"]["index"] == 2 and doc["last_good"]["index"] == 1
+        assert doc["first_bad"]["git_version"] and doc["compare_url"].startswith("https://github.com/pytorch/")
+        assert doc["paired_runs"] <= 2 + 2  # the ends, one halving; at most a second look at one of them
+    journal = Path(doc["journal"])
+    saved = json.loads(journal.read_text())
+    assert saved["status"] == "done" and len(saved["steps"]) == doc["paired_runs"]
+    # The same command again: the journal answers, nothing is measured.
+    again = run_cli(*args)
+    assert again.returncode == res.returncode
+    redo = json.loads(again.stdout)
+    assert redo["resumed_steps"] == doc["paired_runs"] and redo["steps"] == doc["steps"]
+
+
+def test_cli_bisect_bad_input_is_one_line(tmp_path: Path) -> None:
+    one = run_cli("bisect", sys.executable, "--only", "x")
+    assert one.returncode == 2 and "at least two environments" in one.stderr and "Traceback" not in one.stderr
+    missing = run_cli("bisect", sys.executable, str(tmp_path / "nope"), "--only", "linear/*")
+    assert missing.returncode == 2 and "environment 2" in missing.stderr and "Traceback" not in missing.stderr
+    none = run_cli("bisect", sys.executable, sys.executable, "--only", "no-such-workload", "--device", "cpu")
+    assert none.returncode == 2 and "matches no workload" in none.stderr
+    resume = run_cli("bisect", "--resume")
+    assert resume.returncode == 2 and "no interrupted bisect" in resume.stderr
