@@ -4,6 +4,7 @@ the problem, exit code 2, never a traceback."""
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -102,3 +103,73 @@ def test_a_record_name_with_a_lone_surrogate_reports_in_every_format(fmt: str, m
     res = run_cli("report", "--format", fmt, *(["-o", str(out)] if fmt != "terminal" else []))
     assert res.returncode in (0, 1, 3) and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "linear/\ufffd" in (res.stdout if fmt == "terminal" else out.read_text(encoding="utf-8"))
+
+
+# --- item 9: small things --------------------------------------------------------------------------------------
+
+
+def test_threads_are_bounded_by_the_machine():
+    """--threads 100000 ended in "can't start new thread" with a partial record."""
+    _one_line_exit_2(
+        ["bench", "--device", "cpu", "--threads", "100000", "--no-smoke"], "--threads 100000: expected 1 to"
+    )
+
+
+def test_a_limit_under_a_mib_is_printed_exactly(tmp_path: Path):
+    from mpsup.store import read_bytes_bounded
+
+    (tmp_path / "main").write_text("x" * 300)
+    with pytest.raises(UserError, match="larger than 256 bytes"):  # was "larger than 0 MiB"
+        read_bytes_bounded(tmp_path / "main", "Hugging Face cache ref", 256)
+
+
+def test_a_gguf_expert_count_out_of_range_is_named_by_its_gguf_key(tmp_path: Path):
+    from mpsup.model.safetensors_header import ModelFormatError
+    from tests.test_model_gguf import write_gguf
+
+    path = write_gguf(
+        tmp_path / "m.gguf",
+        {"blk.0.attn_q.weight": ((64, 64), "F32")},
+        {"general.architecture": "qwen3moe", "qwen3moe.expert_used_count": 5000},
+    )
+    with pytest.raises(ModelFormatError, match=r"'qwen3moe\.expert_used_count' must be .* found 5000"):
+        load_model(path)
+
+
+def test_a_38_digit_block_index_is_no_level_count(tmp_path: Path):
+    from mpsup.model.extract import extract_model
+    from tests.test_model_comfy import sd15_keys, write_st
+
+    keys = sd15_keys()
+    keys["model.diffusion_model.input_blocks." + "9" * 38 + ".0.in_layers.2.weight"] = (320, 320, 3, 3)
+    loaded = load_model(write_st(tmp_path / "sd.safetensors", keys, "F16"))
+    ex = extract_model(loaded.tensors, loaded.config, tokens=(1,), components=loaded.components)
+    (unet,) = [n for n in ex.notes if n.startswith("diffusion_model:")]
+    assert "over 4 levels" in unet, unet  # was "over 33333333333333333333333333333333333334 levels"
+
+
+def test_a_record_at_the_value_cap_is_resampled_in_bounded_time(monkeypatch: pytest.MonkeyPatch):
+    """A 74 MB record took 70-85 s a report (here: over 5 minutes for one of 44 MB): the suite bootstrap drew
+    every round of every workload 1000 times. Above EXACT_RESAMPLE_LIMIT blocks it draws one rank instead."""
+    import random
+
+    from mpsup import stats
+
+    rng = random.Random(3)
+    groups = [[rng.lognormvariate(0.1, 0.05) for _ in range(20_000)] for _ in range(3)]
+    drawn: list[int] = []
+    real = random.Random.choices
+
+    def counting(self, population, weights=None, *, cum_weights=None, k=1):  # type: ignore[no-untyped-def]
+        drawn.append(k)
+        return real(self, population, weights, cum_weights=cum_weights, k=k)
+
+    monkeypatch.setattr(random.Random, "choices", counting)
+    ci = stats.suite_geomean_ci(groups, floor=0.0)
+    assert sum(drawn) <= 1000 * 3  # was 1000 x 3 x 10,000 block draws
+    assert ci.low < ci.estimate < ci.high and abs(math.log(ci.estimate) - 0.1) < 0.01
+    assert math.log(ci.high / ci.low) < 0.01  # 10,000 blocks a workload: a narrow interval
+    # Short workloads, every real record's, are still resampled in full: the same draws as before.
+    drawn.clear()
+    stats.suite_geomean_ci([g[:40] for g in groups], floor=0.0)
+    assert sum(drawn) == 1000 * 3 + 1000 * 3 * 20

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.units import fmt_limit
 
 # Generous for every JSON document mpsup reads (records, configs, indexes, snapshots), yet far
 # below what would exhaust memory: an input larger than this is refused, never read whole.
@@ -68,7 +69,7 @@ def read_bytes_bounded(path: Path, what: str, max_bytes: int) -> bytes:
     with open_regular(path, what) as fh:
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise UserError(f"{path}: {what} is larger than {max_bytes >> 20} MiB; refusing to read it")
+        raise UserError(f"{path}: {what} is larger than {fmt_limit(max_bytes)}; refusing to read it")
     return data
 
 

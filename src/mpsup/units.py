@@ -24,6 +24,14 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
+def fmt_limit(n: int) -> str:
+    """A size limit, exactly: `256 MiB`, `64 KiB`, `256 bytes` (a limit under a MiB once read "0 MiB")."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n:,} bytes"
+
+
 def fmt_rate(per_s: float, unit: str) -> str:
     """A rate with the SI prefix that keeps three significant digits: CPU rates are GFLOP/s, not 0.00 TFLOP/s."""
     for prefix, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import signal
 import sys
@@ -103,6 +104,10 @@ def parse_resolution(text: str | None) -> int | tuple[int, int] | None:
 def prepare(req: BenchRequest) -> BenchPlan:
     """Choose the workloads: the bundled suite, a checkpoint's layers, or a whole model end to end."""
     check_budget(req.budget)
+    cpus = os.cpu_count() or 1
+    if req.threads is not None and not 1 <= req.threads <= cpus:
+        # More threads than the machine has CPUs measures contention, and 100,000 cannot even start.
+        raise UserError(f"--threads {req.threads}: expected 1 to {cpus}, the CPUs this machine has")
     device = req.device or default_device()
     affinity = choose(req.affinity, device)
     if req.dtype is not None and req.dtype not in DTYPES:

@@ -25,6 +25,7 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.store import parse_json, read_bytes_bounded
+from mpsup.units import fmt_limit
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 # The nightly channel's torch page, the largest we know of, is a few MB; 32 MiB leaves ample room
@@ -243,7 +244,7 @@ def _charset(name: str | None) -> str:
 def read_capped(resp: Any, url: str, max_bytes: int = MAX_INDEX_PAGE_BYTES) -> bytes:
     """The body, streamed, refused as soon as it passes `max_bytes` (Content-Length is checked first)."""
     too_big = UserError(
-        f"{url}: the index page is larger than {max_bytes >> 20} MiB; refusing to read it (is this a package index?)"
+        f"{url}: the index page is larger than {fmt_limit(max_bytes)}; refusing to read it (is this a package index?)"
     )
     length = resp.headers.get("Content-Length")
     if length and length.isdigit() and int(length) > max_bytes:

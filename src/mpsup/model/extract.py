@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mpsup.model.comfy import ARCHITECTURE_KEY
-from mpsup.model.config import ModelConfig, model_config
+from mpsup.model.config import MAX_LEVELS, ModelConfig, model_config
 from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
@@ -375,11 +375,14 @@ def _unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
 
 def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
     """Levels of an LDM UNet (three input blocks each) or VAE (one encoder.down.N each), from the names."""
-    pattern = r"^input_blocks\.(\d+)\." if arch == "ldm-unet" else r"^encoder\.down\.(\d+)\."
-    found = [int(m.group(1)) for n in tensors if (m := re.match(pattern, n))]
+    pattern = r"^input_blocks\.(\d{1,6})\." if arch == "ldm-unet" else r"^encoder\.down\.(\d{1,6})\."
+    per_level = 3 if arch == "ldm-unet" else 1
+    # A block index past MAX_LEVELS levels is no level of a real UNet or VAE (a 38-digit one was echoed as the
+    # level count): it is left out, as a name mpsup does not place.
+    found = [i for n in tensors if (m := re.match(pattern, n)) and (i := int(m.group(1))) // per_level < MAX_LEVELS]
     if not found:
         return DEFAULT_LEVELS
-    return max(found) // 3 + 1 if arch == "ldm-unet" else max(found) + 1
+    return max(found) // per_level + 1
 
 
 def _component_plan(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.model import comfy, hub
-from mpsup.model.config import model_config
+from mpsup.model.config import MAX_TOP_K, model_config
 from mpsup.model.files import ModelFolder
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, check_name, read_header, shown
 from mpsup.store import open_regular, read_json_object
@@ -221,10 +221,13 @@ def _gguf(path: Path) -> LoadedModel:
         loaded = _components(path, "gguf", parts)
         return loaded
     arch = header.metadata.get("general.architecture")
-    top_k = header.metadata.get(f"{arch}.expert_used_count") if isinstance(arch, str) else None
+    key = f"{arch}.expert_used_count"
+    top_k = header.metadata.get(key) if isinstance(arch, str) else None
     config: dict[str, Any] = (
         {"num_experts_per_tok": top_k} if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 0 else {}
     )
+    if config and config["num_experts_per_tok"] > MAX_TOP_K:  # here, so the error names the GGUF key
+        raise ModelFormatError(f"{path}: {shown(key)} must be a positive integer up to {MAX_TOP_K}, found {top_k}")
     model_config(config, str(path))
     return LoadedModel(path, "gguf", header.tensors, config, _fingerprint(header.tensors))
 
