@@ -157,3 +157,45 @@ def test_cli_html_report_from_a_hostile_record(mpsup_home: Path, tmp_path: Path)
     res = run_cli("report", "--format", "html")
     assert res.returncode == 0, res.stderr
     assert "<script" not in res.stdout and "&lt;script&gt;" in res.stdout
+
+
+# --- issue 26: terminal escapes and bidi overrides in record text and names -------------------------------------
+
+# An OSC that retitles the window, a CSI that colours and one (8-bit) that clears the screen, a C0 backspace and
+# carriage return, and a right-to-left override that shows `exe.txt` for `txt.exe`.
+ESCAPES = "\x1b]0;PWNED\x07\x1b[31mRED\x1b[0m\x9b2J\x08\r\u202etxt.exe\u2066"
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_controls_and_bidi_overrides_are_shown_not_obeyed_in_every_format():
+    rec = _hostile(ESCAPES)
+    console = Console(file=io.StringIO(), width=300, color_system=None, force_terminal=False)
+    render_terminal(analyze(rec), console)
+    render_multi_terminal([analyze(rec), analyze(rec)], console)
+    pages = {
+        "terminal": console.file.getvalue(),  # type: ignore[attr-defined]
+        "markdown": render_markdown(analyze(rec)),
+        "html": render_html(analyze(rec)),
+    }
+    for fmt, page in pages.items():
+        assert not CONTROLS.search(page), (fmt, CONTROLS.findall(page)[:5])  # before: every one reached the output
+        shown = "\\\\x1b\\]0;PWNED" if fmt == "markdown" else "\\x1b]0;PWNED"  # Markdown escapes `\\` and `]`
+        assert shown in page and "u202etxt.exe" in page, fmt
+
+
+def test_bench_list_shows_a_hostile_tensor_and_component_name_escaped(tmp_path: Path):
+    from tests.test_odd_inputs import _safetensors
+
+    model = tmp_path / "m.safetensors"
+    model.write_bytes(_safetensors({"evilNAME.weight": [8, 8, 3], "x.weight": [8, 8]}, {"NAME": json.dumps(ESCAPES)[1:-1]}))
+    res = run_cli("bench", "--model", str(model), "--list")
+    assert res.returncode == 0 and "not measured: evil\\x1b]0;PWNED" in res.stdout + res.stderr, res.stderr
+    assert not CONTROLS.search(res.stdout + res.stderr)
+    pipe = tmp_path / "pipe"  # a Diffusers pipeline whose component folder is named with the same sequences
+    unet = pipe / ("unet" + ESCAPES.replace("/", "").replace("\x00", ""))
+    unet.mkdir(parents=True)
+    (pipe / "model_index.json").write_text(json.dumps({"_class_name": "X", unet.name: ["diffusers", "UNet"]}))
+    (unet / "config.json").write_text("{}")
+    (unet / "diffusion_pytorch_model.safetensors").write_bytes(_safetensors({"conv.weight": [8, 4, 3, 3]}))
+    res = run_cli("bench", "--model", str(pipe), "--list")
+    assert "Traceback" not in res.stderr and not CONTROLS.search(res.stdout + res.stderr), res.stdout + res.stderr

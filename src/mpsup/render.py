@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -23,12 +24,31 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def safe(text: object) -> str:
-    """Text mpsup did not write itself (names, paths, ids, env values), made inert for rich markup.
+# C0 controls but tab and newline, DEL, C1 controls, the bidi marks, embeddings, overrides and isolates, and lone
+# surrogates. In a tensor or component name they would reach the terminal as commands (ESC ] retitles the window,
+# ESC [ 2 J clears it, 0x9b is a one-byte CSI) or show a name reversed (U+202E): `x.weight` read as `thgiew.x`.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
-    Without this, `[/x]` in a tensor name raises and `[old]` in a path silently disappears.
+
+def _escaped(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: object) -> str:
+    """Text mpsup did not write itself, with every control and bidi character shown as an escape (`\\x1b`,
+    `\\u202e`) instead of acting on the terminal or the page. Every renderer's escape goes through it: `safe`
+    (terminal), `md` (Markdown) and `esc` (HTML)."""
+    return _UNPRINTABLE.sub(_escaped, str(text))
+
+
+def safe(text: object) -> str:
+    """Text mpsup did not write itself (names, paths, ids, env values), made inert for rich markup and the terminal.
+
+    Without this, `[/x]` in a tensor name raises, `[old]` in a path silently disappears and ESC sequences in a
+    name act on the terminal.
     """
-    return rich_escape(str(text))
+    return rich_escape(printable(text))
 
 
 def warning_line(message: str, console: Console = stderr_console) -> None:

@@ -17,7 +17,7 @@ from mpsup.bench.figures import RunFigures, model_forward_estimate, run_figures
 from mpsup.bench.phase_table import render_phases
 from mpsup.model.coverage import census, phase_figures
 from mpsup.model.phases import phase_shape
-from mpsup.render import NARROW, emit_json, error_line, safe
+from mpsup.render import NARROW, emit_json, error_line, printable, safe
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
 
@@ -312,7 +312,7 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
         wrapped = textwrap.fill(
             line, width=max(20, console.width), initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False
         )
-        console.print(Text(wrapped, style="yellow"), soft_wrap=True)
+        console.print(Text(printable(wrapped), style="yellow"), soft_wrap=True)
 
 
 def _add_reasons(groups: dict[str, list[str]], what: str, failed: dict[str, dict[str, Any]], envs: int) -> None:

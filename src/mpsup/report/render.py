@@ -14,7 +14,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.render import NARROW, safe
+from mpsup.render import NARROW, printable, safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun
@@ -31,12 +31,12 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
 def md(text: object) -> str:
     """Record text as inert Markdown on one line: it can neither leave its table cell (`|`, a newline)
     nor become HTML, a link, an image or emphasis."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))
+    return _MD_SPECIAL.sub(r"\\\1", printable(" ".join(str(text).splitlines())))
 
 
 def esc(text: object) -> str:
     """Record text for HTML element content and quoted attribute values."""
-    return html.escape(str(text), quote=True)
+    return html.escape(printable(text), quote=True)
 
 
 def unbounded_text(i: Interval, *, hint: bool = True) -> str:
@@ -115,7 +115,7 @@ def phase_line(p: PhaseChange, quote: Callable[[object], str] = str) -> str:
 
 def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
     style = {"benefit": "green", "regression": "red", "mixed": "yellow", "inconclusive": "yellow"}.get(a.verdict, "")
-    console.print(Text(a.sentence, style=f"bold {style}"))
+    console.print(Text(printable(a.sentence), style=f"bold {style}"))  # a Text is no markup, but may hold names
     console.print(
         f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
         f" · run {safe(', '.join(a.run_ids))}"
@@ -460,7 +460,7 @@ def _census_html(a: Analysis) -> str:
 
 def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:
     for an in analyses:
-        console.print(Text(f"{an.machine}: {an.sentence}", style="bold"))
+        console.print(Text(printable(f"{an.machine}: {an.sentence}"), style="bold"))
     names: list[str] = []
     for an in analyses:
         for w in an.workloads:
