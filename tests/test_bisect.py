@@ -127,8 +127,8 @@ def _wrapper(folder: Path, i: int, bad: bool) -> Path:
 
 
 @pytest.mark.skipif(os.name != "posix", reason="interpreter wrappers are shell scripts")
-def test_cli_bisect_over_four_wrappers_names_the_third_and_resumes(tmp_path: Path, mpsup_home: Path) -> None:
-    envs = [str(_wrapper(tmp_path, i, bad=i >= 3)) for i in (1, 2, 3, 4)]
+def test_cli_bisect_over_four_wrappers_names_the_second_and_resumes(tmp_path: Path, mpsup_home: Path) -> None:
+    envs = [str(_wrapper(tmp_path, i, bad=i >= 2)) for i in (1, 2, 3, 4)]
     args = ["bisect", *envs, "--device", "cpu", "--only", "linear/4096x4096/t1", "--budget", "0.05", "--json"]
     res = run_cli(*args)
     assert res.returncode in (0, 3), res.stderr[-2000:]
@@ -140,10 +140,12 @@ def test_cli_bisect_over_four_wrappers_names_the_third_and_resumes(tmp_path: Pat
         assert step["run_id"] and (mpsup_home / "runs" / f"{step['run_id']}.json").is_file()
         assert step["verdict"] in ("good", "bad", "inconclusive")
     if res.returncode == 0:
-        # the change is at the third; the measurement named it
-        assert doc["status"] == "found" and doc["first_bad"]["index"] == 2 and doc["last_good"]["index"] == 1
-        assert doc["first_bad"]["git_version"] and doc["compare_url"].startswith("https://github.com/pytorch/")
-        assert doc["paired_runs"] <= 2 + 2  # the ends, one halving; at most a second look at one of them
+        # the change is at the second; the measurement named it
+        assert doc["status"] == "found" and doc["first_bad"]["index"] == 1 and doc["last_good"]["index"] == 0
+        # one torch behind every wrapper: the same revision twice, so no compare link, and the note says why
+        assert doc["first_bad"]["git_version"] == doc["last_good"]["git_version"] and doc["compare_url"] is None
+        assert any("same git revision" in n for n in doc["notes"])
+        assert doc["paired_runs"] <= 2 + 2  # the ends, then the second; at most a second look at each
     journal = Path(doc["journal"])
     saved = json.loads(journal.read_text())
     assert saved["status"] == "done" and len(saved["steps"]) == doc["paired_runs"]

@@ -180,8 +180,8 @@ class BisectResult:
         if self.done is None or self.done.status != "found":
             return None
         good, bad = self.facts.get(self.done.last_good), self.facts.get(self.done.first_bad)
-        if not (good and bad and good.git_version and bad.git_version):
-            return None
+        if not (good and bad and good.git_version and bad.git_version) or good.git_version == bad.git_version:
+            return None  # nothing to compare (the note says why)
         return COMPARE_URL.format(good=good.git_version, bad=bad.git_version)
 
     def to_json(self) -> dict[str, Any]:

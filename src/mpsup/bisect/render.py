@@ -82,6 +82,8 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
             url = result.compare_url()
             if url:
                 p(f"Compare:   {url}", highlight=False, soft_wrap=True)
+            elif good.git_version and good.git_version == bad.git_version:
+                p(f"Compare:   nothing to compare: both are git {good.git_version[:12]}", highlight=False)
         elif d.status == "inconclusive":
             p(
                 f"[bold]Inconclusive:[/] the first bad build is after {safe(names[d.last_good])} and at or before "
@@ -126,7 +128,7 @@ def _steps_table(result: BisectResult) -> Table:
     table = Table(box=None, pad_edge=False)
     for col in ("step", "environment", "torch", "budget", "workload", "speedup", "95% interval", "call", "step is"):
         table.add_column(col, justify="right" if col in ("step", "speedup", "budget") else "left")
-    table.add_column("run", overflow="fold")
+    table.add_column("run", no_wrap=True)
     for k, s in enumerate(result.steps, 1):
         facts = result.facts.get(s.index, EnvFacts())
         for j, f in enumerate(s.figures):

@@ -388,10 +388,20 @@ def _versions(record: dict[str, Any], bisect: dict[str, Any] | None) -> list[str
     py = None
     if bisect and isinstance(bisect.get("facts"), dict):
         py = next((f.get("python") for f in bisect["facts"].values() if isinstance(f, dict) and f.get("python")), None)
+    revs: dict[str, Any] = {}
+    if bisect and isinstance(bisect.get("facts"), dict):
+        # The bisect probed both builds of each step: build 1 is the baseline, the step's build the candidate.
+        step = next(
+            (s for s in bisect.get("steps", []) if isinstance(s, dict) and s.get("run_id") == record.get("id")), {}
+        )
+        for role, key in (("good", "0"), ("bad", str(step.get("index")))):
+            f = bisect["facts"].get(key)
+            revs[role] = f.get("git_version") if isinstance(f, dict) else None
     lines = []
     for e in envs:
         role = {"baseline": "good", "candidate": "bad"}.get(str(e.get("label")), str(e.get("label")))
-        lines.append(f"PyTorch version ({role}): {e.get('torch_version')}")
+        rev = f" (git {revs[role]})" if revs.get(role) else ""
+        lines.append(f"PyTorch version ({role}): {e.get('torch_version')}{rev}")
     first = envs[0] if envs else {}
     lines += [
         f"OS: {first.get('platform') or 'not recorded'}",
