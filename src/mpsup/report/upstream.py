@@ -368,7 +368,8 @@ def _bisect_section(doc: dict[str, Any], keep_paths: bool) -> list[str]:
                 continue
             lo, hi, sp = f.get("low"), f.get("high"), f.get("speedup")
             ci = f"{lo:.3f}-{hi:.3f}x" if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "n/a"
-            idx = s.get("index") if isinstance(s.get("index"), int) else -1
+            raw = s.get("index")
+            idx = raw if isinstance(raw, int) else -1
             lines.append(
                 f"| {k} | {idx + 1} | {_x(sp if isinstance(sp, (int, float)) else None)} | {ci} | "
                 f"{_md(f.get('change'))} | {_md(s.get('verdict'))} |"
@@ -498,7 +499,7 @@ def build_upstream(
             "",
         ]
     else:
-        w = next((w for w in rec.get("workloads", []) if w.get("name") == main.name), {})
+        w: dict[str, Any] = next((w for w in rec.get("workloads", []) if w.get("name") == main.name), {})
         params = {k: v for k, v in w.items() if k not in ("envs", "rounds", "ratios", "source", "tags")}
         lines += [
             f"No standalone script for a `{_md(w.get('kind'))}` workload; what the record holds of it:",
