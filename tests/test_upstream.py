@@ -180,3 +180,15 @@ def test_cli_refusals_are_one_line(tmp_path: Path, fmt: str) -> None:
     slow.write_text(json.dumps(_slow_record()))
     html = run_cli("report", "--upstream", str(slow), "--format", fmt)
     assert html.returncode == 2 and "--upstream writes Markdown" in html.stderr
+
+
+def test_a_regressed_phase_gets_its_census_matmul_in_the_body() -> None:
+    rec = _slow_record()
+    w = rec["workloads"][0]
+    w.update(part="phase", kind="whole_model", phase="decode")
+    census = {"entries": [{"op": "addmm", "shapes": "32 8x16 16x32", "dtypes": "bfloat16", "count": 8}]}
+    w["envs"]["baseline"]["phase"] = {"census": census}
+    record = as_record(rec)
+    md = build_upstream(analyze(record), record).markdown
+    assert "the decode phase's largest matmul by its op census" in md
+    assert "one op of the phase, not the phase. Run it" in md  # said whole, never cut

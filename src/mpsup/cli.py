@@ -353,6 +353,12 @@ def bisect(
         float, typer.Option("--budget", help="Seconds per workload and step (doubled for a step measured again).")
     ] = DEFAULT_BUDGET_S,
     tokens: Annotated[str | None, typer.Option("--tokens", help="Decode and prefill sizes, e.g. 1,512.")] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help="--model: override the checkpoint's dtype: bf16, fp16, fp32.")
+    ] = None,
+    resolution: Annotated[
+        str | None, typer.Option("--resolution", help="--model, diffusion: image size, e.g. 1024 or 832x480.")
+    ] = None,
     threads: Annotated[
         int | None, typer.Option("--threads", min=1, help="CPU threads in the workers (recorded).")
     ] = None,
@@ -378,6 +384,8 @@ def bisect(
         budget=budget,
         threads=threads,
         tokens=tokens,
+        dtype=dtype,
+        resolution=resolution,
         threshold=threshold,
         resume=resume,
         fresh=fresh,

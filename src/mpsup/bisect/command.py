@@ -56,6 +56,8 @@ class BisectRequest:
     threads: int | None = None
     tokens: str | None = None
     affinity: str | None = None
+    dtype: str | None = None  # --model: as bench takes it
+    resolution: str | None = None
     threshold: float = PRACTICAL_THRESHOLD
     resume: bool = False  # without environments: the bisect last interrupted
     fresh: bool = False  # forget this bisect's journal and measure again
@@ -237,6 +239,8 @@ def _args(req: BisectRequest, pythons: list[Path], device: str) -> dict[str, Any
         "threads": req.threads,
         "tokens": req.tokens,
         "affinity": req.affinity,
+        "dtype": req.dtype,
+        "resolution": req.resolution,
         "threshold": req.threshold,
     }
 
@@ -252,6 +256,8 @@ def _request_from_journal(doc: dict[str, Any]) -> BisectRequest:
         threads=a.get("threads"),
         tokens=a.get("tokens"),
         affinity=a.get("affinity"),
+        dtype=a.get("dtype"),
+        resolution=a.get("resolution"),
         threshold=float(a.get("threshold", PRACTICAL_THRESHOLD)),
     )
 
@@ -300,6 +306,8 @@ def run(
         baseline=str(pythons[0]),
         candidate=str(pythons[-1]),
         model=req.model,
+        dtype=req.dtype,
+        resolution=req.resolution,
     )
     plan = prepare(base)  # --only, --device, --threads... checked once; the steps reuse the plan
     key = jr.journal_key(_args(req, pythons, plan.device))

@@ -377,9 +377,9 @@ def _bisect_section(doc: dict[str, Any], keep_paths: bool) -> list[str]:
     return [*lines, ""]
 
 
-def _md(v: Any) -> str:
-    """Record text in a table cell: no pipes or newlines to break the row."""
-    return re.sub(r"[|\r\n`]", " ", str(v))[:200]
+def _md(v: Any, limit: int = 200) -> str:
+    """Record text in a table cell or a line: no pipes, backquotes or newlines to break it; bounded."""
+    return re.sub(r"[|\r\n`]", " ", str(v))[:limit]
 
 
 def _versions(record: dict[str, Any], bisect: dict[str, Any] | None) -> list[str]:
@@ -490,7 +490,7 @@ def build_upstream(
     lines += ["#### Repro", ""]
     if script and repro:
         lines += [
-            f"Times {_md(repro.what)}. Run it with each build's interpreter; it prints the median time per call "
+            f"Times {_md(repro.what, 2000)}. Run it with each build's interpreter; it prints the median time per call "
             "and its spread.",
             "",
             "```python",
