@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.bench.command import BUDGET_RANGE_S, BenchPlan, BenchRequest, check_budget, prepare
+from mpsup.bench.run import Interrupted
 from mpsup.bisect import journal as jr
 from mpsup.bisect.logic import (
     BAD,
@@ -396,6 +397,12 @@ class _Session:
             # Between steps (a probe, the analysis): what is journaled stands; this step is measured again.
             self.save()
             return self.result(None, interrupted="SIGINT")
+        except Interrupted as exc:
+            # Stopped while a step's workers were starting: bench's one line would not say the bisect goes on.
+            self.save()
+            signum = exc.exit_code - 128
+            name = signal.Signals(signum).name if signum in {s.value for s in signal.Signals} else "SIGINT"
+            return self.result(None, interrupted=name)
 
     def probe(self, i: int) -> EnvFacts:
         if i not in self.facts or self.facts[i].torch is None:
