@@ -165,3 +165,27 @@ def test_cli_bisect_bad_input_is_one_line(tmp_path: Path) -> None:
     assert none.returncode == 2 and "matches no workload" in none.stderr
     resume = run_cli("bisect", "--resume")
     assert resume.returncode == 2 and "no interrupted bisect" in resume.stderr
+
+
+def test_resume_alone_takes_the_last_interrupted_journal_and_a_damaged_one_is_one_line(mpsup_home: Path) -> None:
+    from mpsup.bisect import command
+    from mpsup.bisect import journal as jr
+    from mpsup.errors import UserError
+
+    args = {"only": "linear/*", "device": "cpu", "budget": 0.1, "threshold": 0.03, "pythons": []}
+    older = jr.new_journal("a" * 16, args, ["old1", "old2"], "2026-12-01T00:00:00Z")
+    newer = jr.new_journal("b" * 16, {**args, "budget": 0.2}, ["new1", "new2", "new3"], "2026-12-02T00:00:00Z")
+    done = {**jr.new_journal("c" * 16, args, ["x", "y"], "2026-12-03T00:00:00Z"), "status": "done"}
+    for doc in (older, newer, done):
+        jr.save_journal(doc)
+    req = command.check(command.BisectRequest(resume=True))
+    assert req.environments == ("new1", "new2", "new3") and req.budget == 0.2 and req.only == "linear/*"
+    assert [d["key"] for d in jr.finished_journals()] == ["c" * 16]
+    jr.journal_path("b" * 16).write_text("{not json")
+    with pytest.raises(UserError, match="JSON"):
+        jr.load_journal(jr.journal_path("b" * 16))
+    jr.journal_path("b" * 16).write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(UserError, match="--fresh"):
+        jr.load_journal(jr.journal_path("b" * 16))
+    # the damaged one is passed over: --resume now finds the older
+    assert command.check(command.BisectRequest(resume=True)).environments == ("old1", "old2")
