@@ -182,7 +182,7 @@ def test_resume_alone_takes_the_last_interrupted_journal_and_a_damaged_one_is_on
     assert req.environments == ("new1", "new2", "new3") and req.budget == 0.2 and req.only == "linear/*"
     assert [d["key"] for d in jr.finished_journals()] == ["c" * 16]
     jr.journal_path("b" * 16).write_text("{not json")
-    with pytest.raises(UserError, match="JSON"):
+    with pytest.raises(UserError, match="--fresh"):
         jr.load_journal(jr.journal_path("b" * 16))
     jr.journal_path("b" * 16).write_text(json.dumps({"schema": "something else"}))
     with pytest.raises(UserError, match="--fresh"):

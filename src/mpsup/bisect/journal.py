@@ -47,7 +47,10 @@ def new_journal(key: str, args: dict[str, Any], typed: list[str], now: str) -> d
 
 def load_journal(path: Path) -> dict[str, Any]:
     """A journal as written by save_journal, or one line naming the file and the way out."""
-    doc = read_json_object(path, "bisect journal", MAX_JOURNAL_BYTES)
+    try:
+        doc = read_json_object(path, "bisect journal", MAX_JOURNAL_BYTES)
+    except UserError as exc:
+        raise UserError(f"{exc}; rerun with --fresh to start over") from None
     ok = (
         doc.get("schema") == SCHEMA
         and isinstance(doc.get("args"), dict)
