@@ -189,3 +189,24 @@ def test_resume_alone_takes_the_last_interrupted_journal_and_a_damaged_one_is_on
         jr.load_journal(jr.journal_path("b" * 16))
     # the damaged one is passed over: --resume now finds the older
     assert command.check(command.BisectRequest(resume=True)).environments == ("old1", "old2")
+
+
+def test_a_journal_whose_steps_name_no_environment_is_refused_not_bisected_on(mpsup_home: Path) -> None:
+    from mpsup.bisect import command
+    from mpsup.bisect import journal as jr
+    from mpsup.errors import UserError
+
+    req = command.BisectRequest(
+        environments=(sys.executable, sys.executable), only="linear/384x384/t1", device="cpu", budget=0.1
+    )
+    args = command._args(req, [Path(sys.executable)] * 2, "cpu")
+    key = jr.journal_key(args)
+    doc = jr.new_journal(key, args, list(req.environments), "2026-12-04T00:00:00Z")
+    doc["steps"] = [{"index": 7, "attempt": 1, "verdict": "bad", "figures": []}]
+    jr.save_journal(doc)
+    with pytest.raises(UserError, match="names no environment"):
+        command.run(req)
+    doc["steps"] = [{"index": 1, "attempt": "x", "verdict": "bad"}]
+    jr.save_journal(doc)
+    with pytest.raises(UserError, match="damaged steps"):
+        command.run(req)

@@ -23,6 +23,8 @@ from mpsup.bench.run import Interrupted
 from mpsup.bisect import journal as jr
 from mpsup.bisect.logic import (
     BAD,
+    GOOD,
+    INCONCLUSIVE,
     Done,
     Figure,
     Measure,
@@ -35,6 +37,7 @@ from mpsup.errors import OperationFailed, UserError
 from mpsup.stats import PRACTICAL_THRESHOLD
 
 Progress = Callable[[str, dict[str, Any]], None]
+VERDICTS = (GOOD, BAD, INCONCLUSIVE)
 COMPARE_URL = "https://github.com/pytorch/pytorch/compare/{good}...{bad}"
 
 
@@ -338,12 +341,20 @@ class _Session:
     ) -> None:
         self.req, self.plan, self.pythons, self.doc = req, plan, pythons, doc
         self.progress, self.bar, self.warn = progress, bar, warn
-        self.steps = [Step.from_json(s) for s in doc["steps"]]
-        self.resumed = len(self.steps)
-        self.facts = {int(k): EnvFacts.from_json(v) for k, v in doc["facts"].items() if str(k).isdigit()}
-        self.t0 = time.monotonic()
-        self.elapsed0 = float(doc.get("elapsed_s") or 0.0)
         self.n = len(pythons)
+        path = jr.journal_path(str(doc["key"]))
+        try:
+            self.steps = [Step.from_json(s) for s in doc["steps"]]
+            self.facts = {int(k): EnvFacts.from_json(v) for k, v in doc["facts"].items() if str(k).isdigit()}
+            self.elapsed0 = float(doc.get("elapsed_s") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}: a bisect journal with damaged steps; rerun with --fresh to start over") from None
+        # A step the logic would misread (an environment out of range, a verdict it does not know) is refused,
+        # not bisected on.
+        if any(not 0 < s.index < self.n or s.verdict not in VERDICTS or s.attempt < 1 for s in self.steps):
+            raise UserError(f"{path}: a step names no environment of this bisect; rerun with --fresh to start over")
+        self.resumed = len(self.steps)
+        self.t0 = time.monotonic()
 
     # -- journal ---------------------------------------------------------------------------------------
 
