@@ -187,7 +187,9 @@ def test_bench_list_shows_a_hostile_tensor_and_component_name_escaped(tmp_path: 
     from tests.test_odd_inputs import _safetensors
 
     model = tmp_path / "m.safetensors"
-    model.write_bytes(_safetensors({"evilNAME.weight": [8, 8, 3], "x.weight": [8, 8]}, {"NAME": json.dumps(ESCAPES)[1:-1]}))
+    model.write_bytes(
+        _safetensors({"evilNAME.weight": [8, 8, 3], "x.weight": [8, 8]}, {"NAME": json.dumps(ESCAPES)[1:-1]})
+    )
     res = run_cli("bench", "--model", str(model), "--list")
     assert res.returncode == 0 and "not measured: evil\\x1b]0;PWNED" in res.stdout + res.stderr, res.stderr
     assert not CONTROLS.search(res.stdout + res.stderr)
