@@ -51,6 +51,7 @@ MEMBERS = (
     "torch/accelerator/__init__.py",
     "torch/linalg/__init__.py",
     "torch/_dynamo/__init__.py",
+    "torch/utils/_python_dispatch.py",
     "torch/include/ATen/mps/MPSEvent.h",
     "torch/include/ATen/mps/MPSAllocator.h",
     "torch/include/ATen/BlasBackend.h",
@@ -432,6 +433,7 @@ MODULE_FILES = {
     "torch.accelerator": ("torch/accelerator/__init__.py",),
     "torch.linalg": ("torch/linalg/__init__.py",),
     "torch._dynamo": ("torch/_dynamo/__init__.py",),
+    "torch.utils._python_dispatch": ("torch/utils/_python_dispatch.py",),  # the whole-model op census
 }
 SUBMODULES = {
     "torch.nn",

@@ -103,7 +103,9 @@ def test_an_encoder_runs_one_forward() -> None:
 
 def test_a_model_that_does_not_fit_runs_a_prefix_of_its_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     device = Device("cpu")
-    monkeypatch.setattr(whole_model, "_capacity", lambda _device: 450_000)  # the embeddings (131 kB) and two 148 kB blocks
+    monkeypatch.setattr(
+        whole_model, "_capacity", lambda _device: 450_000
+    )  # the embeddings (131 kB) and two 148 kB blocks
     built = build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
     info = built.info or {}
     assert 1 <= info["depth"] < info["layers"] == 4
