@@ -210,3 +210,19 @@ def test_a_journal_whose_steps_name_no_environment_is_refused_not_bisected_on(mp
     jr.save_journal(doc)
     with pytest.raises(UserError, match="damaged steps"):
         command.run(req)
+
+
+def test_resume_alone_works_from_any_folder_and_refuses_fresh(mpsup_home: Path, tmp_path: Path) -> None:
+    from mpsup.bisect import command
+    from mpsup.bisect import journal as jr
+    from mpsup.errors import UserError
+
+    args = {"only": "linear/*", "device": "cpu", "budget": 0.1, "threshold": 0.03, "pythons": ["/abs/a", "/abs/b"]}
+    jr.save_journal(jr.new_journal("d" * 16, args, ["envs/a", "envs/b"], "2026-12-02T00:00:00Z"))
+    # the interpreters as resolved then: a relative name typed elsewhere still finds this journal
+    assert command.check(command.BisectRequest(resume=True)).environments == ("/abs/a", "/abs/b")
+    with pytest.raises(UserError, match="contradict"):
+        command.check(command.BisectRequest(resume=True, fresh=True))
+    jr.save_journal({**jr.new_journal("d" * 16, {**args, "budget": "x"}, ["a", "b"], "2026-12-02T00:00:00Z")})
+    with pytest.raises(UserError, match="damaged arguments"):
+        command.check(command.BisectRequest(resume=True))

@@ -249,10 +249,22 @@ def _args(req: BisectRequest, pythons: list[Path], device: str) -> dict[str, Any
     }
 
 
-def _request_from_journal(doc: dict[str, Any]) -> BisectRequest:
+def _request_from_journal(doc: dict[str, Any], path: Path) -> BisectRequest:
+    """The request a journal was made by. Its interpreters as resolved then (absolute paths), so that
+    `--resume` works from any folder and finds the same journal."""
+    try:
+        return _from_args(doc)
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{path}: a bisect journal with damaged arguments; rerun with --fresh to start over") from None
+
+
+def _from_args(doc: dict[str, Any]) -> BisectRequest:
     a = doc["args"]
+    pythons = a.get("pythons")
+    if not (isinstance(pythons, list) and len(pythons) == len(doc["environments"]) >= 2):
+        pythons = doc["environments"]
     return BisectRequest(
-        environments=tuple(str(e) for e in doc["environments"]),
+        environments=tuple(str(e) for e in pythons),
         only=a.get("only"),
         model=Path(a["model"]) if a.get("model") else None,
         device=a.get("device"),
@@ -268,11 +280,13 @@ def _request_from_journal(doc: dict[str, Any]) -> BisectRequest:
 
 def check(req: BisectRequest) -> BisectRequest:
     """Usage errors, as one line each, before anything runs; `--resume` alone becomes the journal's request."""
+    if req.resume and req.fresh:
+        raise UserError("--resume and --fresh contradict each other: continue a bisect, or start it over")
     if req.resume and not req.environments:
         path = jr.newest_unfinished()
         if path is None:
             raise UserError("--resume: no interrupted bisect to continue (none in the data dir's bisect/ folder)")
-        return _request_from_journal(jr.load_journal(path))
+        return _request_from_journal(jr.load_journal(path), path)
     if len(req.environments) < 2:
         raise UserError(
             "bisect needs at least two environments, the good one first and the bad one last "
@@ -342,6 +356,9 @@ class _Session:
         self.req, self.plan, self.pythons, self.doc = req, plan, pythons, doc
         self.progress, self.bar, self.warn = progress, bar, warn
         self.n = len(pythons)
+        # Shown as first typed, also when `--resume` alone resolved them from the journal's absolute paths.
+        typed = [str(e) for e in doc.get("environments", [])]
+        self.names = typed if len(typed) == self.n else list(req.environments)
         path = jr.journal_path(str(doc["key"]))
         try:
             self.steps = [Step.from_json(s) for s in doc["steps"]]
@@ -441,8 +458,8 @@ class _Session:
                 "index": i,
                 "attempt": action.attempt,
                 "budget_s": budget,
-                "environment": self.req.environments[i],
-                "good": self.req.environments[0],
+                "environment": self.names[i],
+                "good": self.names[0],
                 "torch": self.facts[i].torch,
                 "planned": max_paired_runs(self.n),
             },
@@ -458,7 +475,7 @@ class _Session:
         if record.get("interrupted"):
             return str(record.get("signal") or "SIGINT")
         if record.get("failure"):
-            raise OperationFailed(f"step {number} ({self.req.environments[i]}): {record['failure']}")
+            raise OperationFailed(f"step {number} ({self.names[i]}): {record['failure']}")
         # The stored A/A floor `report` would use for this record: a step calls what report would.
         typed = as_record(record)
         aa = matching_aa(typed, select.stored_aa_runs(self.warn))
@@ -479,14 +496,14 @@ class _Session:
         verdict = classify(figures, self.req.threshold, reference if i != self.n - 1 else None)
         step = Step(i, action.attempt, budget, str(record.get("id") or "") or None, verdict, figures, seconds)
         self.steps.append(step)
-        self.progress("step-done", {"step": step, "environment": self.req.environments[i], "number": number})
+        self.progress("step-done", {"step": step, "environment": self.names[i], "number": number})
         return None
 
     def result(self, done: Done | None, interrupted: str | None = None) -> BisectResult:
         reference = self.reference()
         notes: list[str] = []
         if done is not None:
-            notes.extend(_notes(done, self.facts, self.req.environments))
+            notes.extend(_notes(done, self.facts, tuple(self.names)))
         if interrupted:
             code = 128 + signal.Signals[interrupted].value if interrupted in signal.Signals.__members__ else 130
         elif done is None or done.status in ("inconclusive", "ends-inconclusive"):
@@ -496,7 +513,7 @@ class _Session:
         else:
             code = 0
         return BisectResult(
-            environments=tuple(self.req.environments),
+            environments=tuple(self.names),
             pythons=tuple(str(p) for p in self.pythons),
             device=self.plan.device,
             workloads=tuple(w.name for w in self.plan.workloads),
