@@ -27,6 +27,10 @@ DEFAULT_BUDGET_S = 0.5
 SINGLE_TARGET_REL_CI = 0.02
 SINGLE_WARMUP_WINDOW = 2
 
+# Budget units a whole-model phase (bench --model, part "phase") takes: on a CPU a 190 ms prefill got 6
+# paired rounds at the default budget (0.74x, 95% CI 0.58-0.83x, left uncalled); ten units give it ~13.
+PHASE_BUDGET_FACTOR = 10.0
+
 
 @dataclass(frozen=True)
 class SamplingPolicy:

@@ -18,7 +18,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from mpsup.bench.measurement import WorkloadMeasurement
-from mpsup.bench.policy import converged, eta_s, next_allotment, predict_visits, widest_first
+from mpsup.bench.policy import PHASE_BUDGET_FACTOR, converged, eta_s, next_allotment, predict_visits, widest_first
 from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
@@ -254,6 +254,11 @@ def _two_passes(
     pool = 0.0
     sizes = [float(w.memory_bytes) for w in workloads]  # what the ETA scales an unvisited workload's time by
 
+    def weight(w: Workload) -> float:
+        # A whole-model phase is the verdict, and each of its calls is a whole forward: it gets the budget of
+        # PHASE_BUDGET_FACTOR workloads, so it reaches the rounds a call needs (six bound nothing at q=0.05).
+        return PHASE_BUDGET_FACTOR if w.part == "phase" else 1.0
+
     def eta(unvisited: int, revisit: Sequence[int] = (), restart: bool = False) -> float:
         """Everything still planned: `unvisited` first visits, the second visits of `revisit` (measured
         workloads), a `restart` of the workers still to come, and the leftover pass they all lead to."""
@@ -286,7 +291,7 @@ def _two_passes(
         revisit = [k for k, m in enumerate(measured) if m.status == "ok"] if split else []
         progress("workload", {"name": w.name, "eta_s": eta(n - i, revisit, restart=paired), "pass": 1})
         t0 = clock()
-        m = runner.measure(w, share1, half_rounds if split else None)
+        m = runner.measure(w, share1 * weight(w), half_rounds if split else None)
         keep("workloads", m.to_json())
         measured.append(m)
         took.append(clock() - t0)
@@ -323,7 +328,7 @@ def _two_passes(
             progress("extend", {"name": measured[i].name, "eta_s": eta(0, ok[j:])})
             # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
             # overrun cap), so both process pairs weigh alike and the caps still bound the time.
-            extend(i, share1, min_new=min(half_rounds, len(measured[i].ratios)))
+            extend(i, share1 * weight(workloads[i]), min_new=min(half_rounds, len(measured[i].ratios)))
             spent[i] = measured[i].elapsed_s or spent[i]
             open_[i] = not converged(measured[i].interval_width(), pol.target_rel_ci)
             progress("visited", {"name": measured[i].name})
