@@ -28,7 +28,8 @@ SINGLE_TARGET_REL_CI = 0.02
 SINGLE_WARMUP_WINDOW = 2
 
 # Budget units a whole-model phase (bench --model, part "phase") takes: on a CPU a 190 ms prefill got 6
-# paired rounds at the default budget (0.74x, 95% CI 0.58-0.83x, left uncalled); ten units give it ~13.
+# paired rounds at the default budget (0.74x, 95% CI 0.58-0.83x, left uncalled). Ten units gave a 33 ms
+# decode 12 rounds; a 174 ms prefill still got 6, its visits spent mostly in warmup (docs/figures/cpu_whole_model.txt).
 PHASE_BUDGET_FACTOR = 10.0
 
 
