@@ -35,27 +35,33 @@ def make(config_path: Path, out: Path, layers: int | None, dtype: str) -> None:
     doc = json.loads(config_path.read_text())
     if layers:
         doc["num_hidden_layers"] = layers
-    st_name, torch_name, itemsize = DTYPES[dtype]
-    doc["torch_dtype"] = torch_name
+    doc["torch_dtype"] = DTYPES[dtype][1]
     cfg = transformers.AutoConfig.for_model(**doc) if "model_type" in doc else None
     if cfg is None:
         raise SystemExit(f"{config_path}: no model_type")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(doc, indent=1))
+    count, size = _write_sparse(model, dtype, out / "model.safetensors")
+    print(f"{out}: {count} tensors, {size / 2**30:.1f} GiB apparent (sparse)")
+
+
+def _write_sparse(model: Any, dtype: str, path: Path) -> tuple[int, int]:
+    """A safetensors file naming every tensor of the (meta) model, its data a hole: (tensors, data bytes)."""
+    st_name, _, itemsize = DTYPES[dtype]
     header: dict[str, Any] = {}
     offset = 0
     for name, t in model.state_dict().items():
         n = t.numel() * itemsize
         header[name] = {"dtype": st_name, "shape": list(t.shape), "data_offsets": [offset, offset + n]}
         offset += n
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(doc, indent=1))
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
-    with open(out / "model.safetensors", "wb") as fh:
+    with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)) + raw)
         fh.truncate(8 + len(raw) + offset)
-    print(f"{out}: {len(header)} tensors, {offset / 2**30:.1f} GiB apparent (sparse)")
+    return len(header), offset
 
 
 def make_diffusers(config_path: Path, out: Path, component: str, dtype: str) -> None:
@@ -67,25 +73,14 @@ def make_diffusers(config_path: Path, out: Path, component: str, dtype: str) -> 
     cls = getattr(diffusers, doc["_class_name"])
     with torch.device("meta"):
         model = cls.from_config(doc)
-    st_name, _, itemsize = DTYPES[dtype]
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, t in model.state_dict().items():
-        n = t.numel() * itemsize
-        header[name] = {"dtype": st_name, "shape": list(t.shape), "data_offsets": [offset, offset + n]}
-        offset += n
     sub = out / component
     sub.mkdir(parents=True, exist_ok=True)
     (sub / "config.json").write_text(json.dumps(doc, indent=1))
     (out / "model_index.json").write_text(
         json.dumps({"_class_name": "Pipeline", component: ["diffusers", cls.__name__]})
     )
-    raw = json.dumps(header).encode()
-    raw += b" " * (-len(raw) % 8)
-    with open(sub / "diffusion_pytorch_model.safetensors", "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)) + raw)
-        fh.truncate(8 + len(raw) + offset)
-    print(f"{out}: {component} {cls.__name__}, {len(header)} tensors, {offset / 2**30:.2f} GiB apparent (sparse)")
+    count, size = _write_sparse(model, dtype, sub / "diffusion_pytorch_model.safetensors")
+    print(f"{out}: {component} {cls.__name__}, {count} tensors, {size / 2**30:.2f} GiB apparent (sparse)")
 
 
 def _sync(device: str) -> None:

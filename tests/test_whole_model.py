@@ -263,24 +263,20 @@ def test_torch_dtype_is_the_checkpoint_s(tmp_path: Path) -> None:
     assert torch.get_default_dtype() == torch.float32
 
 
+def aa_bench(model: str, only: str) -> Any:
+    """A short A/A bench of a model as a user runs it (a fresh process), with its JSON summary on stdout."""
+    from tests.conftest import run_cli
+
+    return run_cli(
+        "bench", "--model", model, "--aa", "--no-smoke", "--only", only, "--tokens", "1,8", "--budget", "0.05", "--json"
+    )
+
+
 def test_paired_bench_and_report_carry_the_phases(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
     folder = write_llama_folder(tmp_path / "llama")
-    bench = run_cli(
-        "bench",
-        "--model",
-        str(folder),
-        "--aa",
-        "--no-smoke",
-        "--only",
-        "phase,*/t1",
-        "--tokens",
-        "1,8",
-        "--budget",
-        "0.05",
-        "--json",
-    )
+    bench = aa_bench(str(folder), "phase,*/t1")
     assert bench.returncode == 0, bench.stderr
     phases = json.loads(bench.stdout)["model_phases"]
     assert set(phases) == {"prefill", "decode"}
@@ -307,20 +303,7 @@ def test_a_config_transformers_cannot_build_still_delivers_the_layers(tmp_path: 
     folder = write_llama_folder(tmp_path / "llama")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "no-such-arch"}))
-    bench = run_cli(
-        "bench",
-        "--model",
-        str(folder),
-        "--aa",
-        "--no-smoke",
-        "--only",
-        "phase,*/t1",
-        "--tokens",
-        "1,8",
-        "--budget",
-        "0.05",
-        "--json",
-    )
+    bench = aa_bench(str(folder), "phase,*/t1")
     assert "Traceback" not in bench.stderr
     summary = json.loads(bench.stdout)
     statuses = {w["name"]: w["status"] for w in summary["workloads"]}
@@ -335,20 +318,7 @@ def test_layers_alone_are_labelled_an_estimate(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
     folder = write_llama_folder(tmp_path / "llama")
-    bench = run_cli(
-        "bench",
-        "--model",
-        str(folder / "model.safetensors"),
-        "--aa",
-        "--no-smoke",
-        "--only",
-        "*/t1",
-        "--tokens",
-        "1,8",
-        "--budget",
-        "0.05",
-        "--json",
-    )
+    bench = aa_bench(str(folder / "model.safetensors"), "*/t1")
     assert bench.returncode == 0, bench.stderr
     report = json.loads(run_cli("report", "--json").stdout)
     assert report["model_speedup"]["source"] == "layers" and report["model_phases"] == {}
