@@ -27,6 +27,12 @@ def scale_of(env: dict[str, Any]) -> float:
     return 1.0
 
 
+def scaled_from(env: dict[str, Any]) -> str | None:
+    """The blocks run, as "8 of 32", where only a prefix of them ran; else None (said beside every scaled figure)."""
+    info = env.get("phase") or {}
+    return f"{info.get('depth')} of {info.get('layers')}" if scale_of(env) != 1.0 else None
+
+
 def _layers_of(record: dict[str, Any], phase_w: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The layer workloads one call of this phase runs, or None where the record cannot tell."""
     phase = str(phase_w.get("phase"))
@@ -87,8 +93,8 @@ def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any
         }
         if w.get("reason"):
             doc["reason"] = w["reason"]
-        if scale != 1.0:
-            doc["scaled_from_blocks"] = f"{info.get('depth')} of {info.get('layers')}"
+        if (blocks := scaled_from(env)) is not None:
+            doc["scaled_from_blocks"] = blocks
         if memory.get("driver_allocated_max"):
             doc["driver_memory_max_bytes"] = memory["driver_allocated_max"]
         if info.get("fallback_ops"):

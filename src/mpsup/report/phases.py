@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mpsup.model.coverage import coverage, scale_of
+from mpsup.model.coverage import coverage, scale_of, scaled_from
 from mpsup.model.phases import phase_of
 from mpsup.runs.schema import RunRecord
 from mpsup.stats import PRACTICAL_THRESHOLD, Interval
@@ -78,7 +78,6 @@ def phase_changes(record: RunRecord, changes_by_name: dict[str, Any], a: str, b:
             continue
         env_a, env_b = w.get("envs", {}).get(a, {}), w.get("envs", {}).get(b, {})
         scale = scale_of(env_a)
-        info = env_a.get("phase") or {}
         out.append(
             PhaseChange(
                 phase=phase,
@@ -88,7 +87,7 @@ def phase_changes(record: RunRecord, changes_by_name: dict[str, Any], a: str, b:
                 baseline_s=c.baseline_s * scale if c.baseline_s else None,
                 candidate_s=c.candidate_s * scale if c.candidate_s else None,
                 coverage=coverage(doc, w, a),
-                scaled_from=f"{info.get('depth')} of {info.get('layers')}" if scale != 1.0 else None,
+                scaled_from=scaled_from(env_a),
                 status=c.status,
                 reason=w.get("reason"),
                 fallback=tuple((env_a.get("phase") or {}).get("fallback_ops") or ()),
