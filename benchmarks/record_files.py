@@ -12,11 +12,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mpsup.errors import UserError
-from mpsup.store import DEFAULT_MAX_JSON_BYTES, parse_json, read_bytes_bounded
+from mpsup.safe_files import DEFAULT_MAX_JSON_BYTES, parse_json, read_bytes_bounded
 
 
 def read_json_object(path: Path, what: str, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> dict[str, Any]:
-    """mpsup.store.read_json_object, also for `NAME.json.gz` (recognised by its gzip magic, not its name)."""
+    """mpsup.safe_files.read_json_object, also for `NAME.json.gz` (recognised by its gzip magic, not its name)."""
     data = read_bytes_bounded(path, what, max_bytes)
     if data[:2] == b"\x1f\x8b":
         try:

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.errors import UserError
+from mpsup.safe_files import DEFAULT_MAX_JSON_BYTES, read_bytes_bounded
 from mpsup.stats import median_ci
-from mpsup.store import DEFAULT_MAX_JSON_BYTES, read_bytes_bounded
 
 
 class BadRecord(ValueError):

@@ -15,7 +15,7 @@ from mpsup.envs.resolve import resolve_environment
 from mpsup.errors import UserError
 from mpsup.model.load import load_model
 from mpsup.runs import select
-from mpsup.store import parse_json
+from mpsup.safe_files import parse_json
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 
@@ -116,7 +116,7 @@ def test_threads_are_bounded_by_the_machine():
 
 
 def test_a_limit_under_a_mib_is_printed_exactly(tmp_path: Path):
-    from mpsup.store import read_bytes_bounded
+    from mpsup.safe_files import read_bytes_bounded
 
     (tmp_path / "main").write_text("x" * 300)
     with pytest.raises(UserError, match="larger than 256 bytes"):  # was "larger than 0 MiB"

@@ -17,7 +17,7 @@ from rich.console import Console
 from mpsup.errors import UserError
 from mpsup.report.command import ReportRequest, run_report
 from mpsup.runs.store import find_record, save_record
-from mpsup.store import atomic_write_text, write_file_through
+from mpsup.safe_files import atomic_write_text, write_file_through
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
 

@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from mpsup.bench.policy import DEFAULT_BUDGET_S
-from mpsup.render import stderr_console, stdout_console, warning_line
+from mpsup.console import stderr_console, stdout_console, warning_line
 from mpsup.stats import PRACTICAL_THRESHOLD
 
 
@@ -239,7 +239,7 @@ def report(
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
     from mpsup.report.command import ReportRequest, build, console_messages, deliver
-    from mpsup.store import output_path
+    from mpsup.safe_files import output_path
 
     request = ReportRequest(
         paths=paths or [],

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import NoReturn
 
+from mpsup.console import emit_json, error_line, stdout_console
 from mpsup.errors import OperationFailed, UserError
-from mpsup.render import emit_json, error_line, stdout_console
 
 
 def run_app(app: Callable[[], object], argv: list[str] | None = None) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from mpsup.console import safe
 from mpsup.model.coverage import phase_figures
-from mpsup.render import safe
 from mpsup.units import fmt_time
 
 

@@ -15,9 +15,9 @@ from rich.text import Text
 
 from mpsup.bench.figures import RunFigures, model_forward_estimate, run_figures
 from mpsup.bench.phase_table import render_phases
+from mpsup.console import NARROW, emit_json, error_line, printable, safe
 from mpsup.model.coverage import census, phase_figures
 from mpsup.model.phases import phase_shape
-from mpsup.render import NARROW, emit_json, error_line, printable, safe
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.store import stat_input
+from mpsup.safe_files import stat_input
 from mpsup.syscmd import clean_env
 
 WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"

@@ -13,7 +13,7 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.paths import bisect_dir
-from mpsup.store import atomic_write_json, read_json_object
+from mpsup.safe_files import atomic_write_json, read_json_object
 
 SCHEMA = "mpsup.bisect/1"
 # A journal holds a few dozen steps at most; anything near this is not one of ours.

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from mpsup.bisect.command import BisectResult, EnvFacts, Step
 from mpsup.bisect.logic import max_paired_runs
-from mpsup.render import emit_json, safe
+from mpsup.console import emit_json, safe
 
 
 def _iv(low: float | None, high: float | None) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mpsup.doctor.run import DoctorReport, diagnose
 from mpsup.errors import UserError
-from mpsup.store import stat_input
+from mpsup.safe_files import stat_input
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mpsup.console import NARROW, emit_json, safe, stderr_console, stdout_console
 from mpsup.doctor.checks import Finding, Status
 from mpsup.doctor.command import DoctorResult
 from mpsup.doctor.run import INSTALL_RC_HINT, DoctorReport
-from mpsup.render import NARROW, emit_json, safe, stderr_console, stdout_console
 
 MARKS = {
     Status.OK: ("✓", "green"),

@@ -21,7 +21,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from mpsup.envs.index import local_path, open_url
 from mpsup.errors import OperationFailed, UserError
-from mpsup.store import open_regular
+from mpsup.safe_files import open_regular
 
 ProgressFn = Callable[[int, int | None], None]  # (bytes so far, total or None)
 _CHUNK = 1 << 20

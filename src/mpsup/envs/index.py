@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.store import parse_json, read_bytes_bounded
+from mpsup.safe_files import parse_json, read_bytes_bounded
 from mpsup.units import fmt_limit
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"

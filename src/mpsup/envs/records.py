@@ -17,7 +17,7 @@ from typing import Any
 from mpsup.clock import file_stamp, iso_now
 from mpsup.errors import UserError
 from mpsup.paths import envs_dir, rollback_dir
-from mpsup.store import atomic_write_json, read_json_object
+from mpsup.safe_files import atomic_write_json, read_json_object
 
 # A record is a few kB; anything much larger is not one of ours.
 _MAX_RECORD_BYTES = 1 << 20

@@ -27,9 +27,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from mpsup.console import NARROW, emit_json, safe, stderr_console, stdout_console, warning_line
 from mpsup.envs import command
 from mpsup.envs.plan import InstallPlan
-from mpsup.render import NARROW, emit_json, safe, stderr_console, stdout_console, warning_line
 
 
 def human_size(size: int | None) -> str:

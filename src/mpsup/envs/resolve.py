@@ -8,7 +8,7 @@ from pathlib import Path
 from mpsup.envs.records import recorded_environments
 from mpsup.envs.venvs import existing_venv_python
 from mpsup.errors import UserError
-from mpsup.store import stat_input
+from mpsup.safe_files import stat_input
 
 
 def resolve_environment(value: str, flag: str) -> Path:

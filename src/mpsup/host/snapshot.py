@@ -16,7 +16,7 @@ from typing import Any
 
 from mpsup import clock
 from mpsup.errors import UserError
-from mpsup.store import atomic_write_text, read_json
+from mpsup.safe_files import atomic_write_text, read_json
 from mpsup.syscmd import run_command
 
 SCHEMA = "mpsup.snapshot/1"

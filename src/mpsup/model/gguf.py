@@ -24,7 +24,7 @@ from mpsup.model.safetensors_header import (
     check_name,
     shown,
 )
-from mpsup.store import open_regular
+from mpsup.safe_files import open_regular
 
 MAGIC = b"GGUF"
 MAX_COUNT = 1 << 20  # tensors or keys; real files hold a few thousand

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from mpsup.model.safetensors_header import ModelFormatError
-from mpsup.store import read_bytes_bounded
+from mpsup.safe_files import read_bytes_bounded
 
 # Hugging Face's repo id rules: letters, digits, '-', '_', '.'; no '--' or '..'; up to 96 characters each part.
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")

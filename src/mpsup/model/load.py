@@ -20,7 +20,7 @@ from mpsup.model import comfy, hub
 from mpsup.model.config import MAX_TOP_K, model_config
 from mpsup.model.files import ModelFolder
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo, check_name, read_header, shown
-from mpsup.store import open_regular, read_json_object
+from mpsup.safe_files import open_regular, read_json_object
 
 NOT_YET = {".ckpt": "checkpoint"}
 STATE_DICT_SUFFIXES = (".pt", ".pth", ".bin")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.store import open_regular, parse_json
+from mpsup.safe_files import open_regular, parse_json
 from mpsup.workloads import SAFETENSORS_ITEMSIZE
 
 # One table of element sizes for the reader and the workloads, so the two cannot drift.

@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
+from mpsup.console import emit_json, safe, warning_line
 from mpsup.errors import UserError
-from mpsup.render import emit_json, safe, warning_line
 from mpsup.report.analysis import Analysis, analyze, matching_aa
 from mpsup.report.render import (
     multi_json,
@@ -26,8 +26,8 @@ from mpsup.report.upstream import Upstream
 from mpsup.runs import select
 from mpsup.runs.schema import RunRecord
 from mpsup.runs.select import StoredRun, Warn, merge_single_runs
+from mpsup.safe_files import finite_json, write_file_through
 from mpsup.stats import PRACTICAL_THRESHOLD
-from mpsup.store import finite_json, write_file_through
 
 FORMATS = ("terminal", "markdown", "json", "html")
 

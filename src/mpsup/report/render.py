@@ -14,7 +14,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.render import NARROW, printable, safe
+from mpsup.console import NARROW, printable, safe
 from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun

@@ -28,7 +28,7 @@ from mpsup.errors import UserError
 from mpsup.paths import runs_dir
 from mpsup.runs.schema import Corrupt, RunRecord, SmokeRun, WorkloadRun
 from mpsup.runs.store import SAFE_ID, load_record, save_record
-from mpsup.store import DEFAULT_MAX_JSON_BYTES, finite_json
+from mpsup.safe_files import DEFAULT_MAX_JSON_BYTES, finite_json
 
 JOURNAL_SCHEMA = "mpsup.journal/1"
 SUFFIX = ".journal.jsonl"

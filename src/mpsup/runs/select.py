@@ -14,7 +14,7 @@ from mpsup.errors import UserError
 from mpsup.runs.journal import recover_journals
 from mpsup.runs.schema import EnvRun, Hygiene, Layout, RunRecord, SmokeResult, SmokeRun, WorkloadRun
 from mpsup.runs.store import find_record, list_record_paths, load_record
-from mpsup.store import stat_input
+from mpsup.safe_files import stat_input
 
 Warn = Callable[[str], None]
 

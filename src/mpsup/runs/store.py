@@ -12,7 +12,7 @@ from mpsup import __version__, clock
 from mpsup.errors import UserError
 from mpsup.paths import runs_dir
 from mpsup.runs.schema import SCHEMA, RunRecord
-from mpsup.store import DEFAULT_MAX_JSON_BYTES, atomic_write_json, read_json
+from mpsup.safe_files import DEFAULT_MAX_JSON_BYTES, atomic_write_json, read_json
 
 MAX_RECORD_BYTES = DEFAULT_MAX_JSON_BYTES
 

@@ -1,4 +1,4 @@
-"""Shared output helpers: one JSON document on stdout, human text via rich, messages on stderr."""
+"""The consoles and their safe output: one JSON document on stdout, human text via rich, messages on stderr."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
-from mpsup.store import finite_json
+from mpsup.safe_files import finite_json
 
 NARROW = 100  # below this many columns tables drop their wide, secondary columns
 

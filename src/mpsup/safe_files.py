@@ -1,4 +1,4 @@
-"""Records on disk: atomic writes, strict JSON, and the one guarded way to read any input file."""
+"""Guarded reads of untrusted input files (bounded, regular files only, strict JSON) and atomic writes of records."""
 
 from __future__ import annotations
 
