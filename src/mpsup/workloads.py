@@ -107,6 +107,24 @@ def priced_bytes(kind: str, dtype: str, params: dict[str, Any]) -> int | None:
     return None
 
 
+def priced_flops(kind: str, params: dict[str, Any]) -> float | None:
+    """Arithmetic of one call (a multiply-add is two), as worker/ops.py counts it; None for a kind whose work
+    the params do not describe. With the rate a similar workload reached, it predicts a call's time before
+    any is made (bench/runner.py skips what the budget has no room for)."""
+    try:
+        if kind in ("linear", "scaled_mm", "int_mm"):
+            t, k, n = _ints(params, "tokens", "in_features", "out_features")
+            return 2.0 * t * k * n
+        if kind == "grouped_mm":
+            t, top_k, k, n = _ints(params, "tokens", "top_k", "in_features", "out_features")
+            return 2.0 * t * top_k * k * n
+        if kind == "matmul":
+            return 2.0 * _ints(params, "n")[0] ** 3
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -126,6 +144,16 @@ class Workload:
         priced = priced_bytes(self.kind, self.dtype, self.params)
         if priced is not None and priced > self.memory_bytes:
             object.__setattr__(self, "memory_bytes", priced)
+
+    @property
+    def flops(self) -> float | None:
+        return priced_flops(self.kind, self.params)
+
+    @property
+    def rate_family(self) -> tuple[str, str, object]:
+        """Workloads whose arithmetic rates predict each other's: one kind, dtype and token count (a GEMM's
+        rate grows with its tokens, so a decode shape's rate would overstate a prefill's time)."""
+        return (self.kind, self.dtype, self.params.get("tokens"))
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "params": self.params}

@@ -157,6 +157,8 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         smoke=req.smoke,
         cpus=plan.affinity.cpus,
         thread_cpus=plan.affinity.threads_on,
+        # Only the bundled suite as a whole: what --only names, and a user's model, is what they asked for.
+        skip_slow=plan.model_doc is None and not req.only,
     )
     record, path = run_bench(
         envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn, exiting=True

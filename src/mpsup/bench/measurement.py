@@ -157,6 +157,11 @@ class WorkloadMeasurement:
     elapsed_s: float | None = None  # None: skipped before any setup
     visits: int = 0
     extend_error: str | None = None  # why a later visit failed; the earlier figures stand
+    # status "too_slow": one call's time, timed in the first environment's setup or predicted from a like
+    # workload's rate (call_predicted)
+    call_s: float | None = None
+    call_predicted: bool = False
+    budget_needed_s: float | None = None  # the --budget at which it would be measured
 
     @property
     def name(self) -> str:
@@ -193,4 +198,9 @@ class WorkloadMeasurement:
             doc["visits"] = self.visits
         if self.extend_error is not None:
             doc["extend_error"] = self.extend_error
+        if self.call_s is not None:
+            doc["call_s"] = self.call_s
+            doc["call_predicted"] = self.call_predicted
+        if self.budget_needed_s is not None:
+            doc["budget_needed_s"] = self.budget_needed_s
         return doc

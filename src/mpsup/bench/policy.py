@@ -33,6 +33,13 @@ SINGLE_WARMUP_WINDOW = 2
 PHASE_BUDGET_FACTOR = 10.0
 
 
+# A workload of the default suite whose fewest calls (fewest_calls) would take more than this many of its
+# budgets is skipped, said so with its call time, rather than measured: on this 2-vCPU VM 26 workloads of
+# 0.25-6 s a call (int8 _int_mm at 16 tokens, vocabulary heads) took 79% of a 519 s main job for a 0.5 s
+# budget (docs/figures/cpu_speed_main.txt). Four: the first visit and the second pass's three extensions.
+SLOW_CALL_BUDGETS = 4.0
+
+
 @dataclass(frozen=True)
 class SamplingPolicy:
     budget_s: float = DEFAULT_BUDGET_S
@@ -85,6 +92,16 @@ class SamplingPolicy:
         last = median(samples[-w:])
         before = median(samples[-2 * w : -w])
         return abs(last - before) <= self.warmup_tolerance * before
+
+    def fewest_calls(self, paired: bool) -> int:
+        """The calls a measurement cannot do with fewer, one warmup call per environment and visit included:
+        six samples alone; paired, min_rounds rounds of one call each side over its visits."""
+        visits = self.visits(paired)
+        return 2 * (self.min_rounds + visits) if paired else 6 + 1
+
+    def slow_call_s(self, paired: bool, weight: float = 1.0) -> float:
+        """The longest call a workload of `weight` budgets can be measured with in SLOW_CALL_BUDGETS of them."""
+        return SLOW_CALL_BUDGETS * weight * self.budget_s / self.fewest_calls(paired)
 
     def visits(self, paired: bool) -> int:
         """Planned visits per workload: two (two pairs of processes) for a paired run with split pairs."""

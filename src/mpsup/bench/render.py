@@ -278,7 +278,11 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
             metal.append("a smoke test")
         else:
             _add_reasons(groups, f"smoke {s['feature']}", failed, len(envs))
+    slow: list[dict[str, Any]] = []
     for w in record["workloads"]:
+        if w["status"] == "too_slow":
+            slow.append(w)
+            continue
         unmeasured = {
             e["label"]: {
                 "status": w["status"] if w["status"] != "ok" else env.get("status", "?"),
@@ -301,6 +305,8 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
             highlight=False,
         )
     lines = [f"{_names(stopped)}: {why}" for why, stopped in groups.items()]
+    if slow:
+        lines.append(_too_slow_line(slow, record))
     if metal:
         kernels = sum(1 for m in metal if m != "a smoke test")
         what = [f"{kernels} workload{'s' * (kernels > 1)}"] if kernels else []
@@ -313,6 +319,21 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
             line, width=max(20, console.width), initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False
         )
         console.print(Text(printable(wrapped), style="yellow"), soft_wrap=True)
+
+
+def _too_slow_line(slow: list[dict[str, Any]], record: dict[str, Any]) -> str:
+    """Every workload the budget had no room for, in one line: how slow, which, and the budget that takes them."""
+    if len(slow) == 1:
+        return f"{slow[0]['name']}: {slow[0].get('reason') or 'too slow for this budget; skipped'}"
+    calls = [float(w["call_s"]) for w in slow if isinstance(w.get("call_s"), (int, float))]
+    span = f" ({fmt_time(min(calls))} to {fmt_time(max(calls))} a call here)" if calls else ""
+    needed = [float(w["budget_needed_s"]) for w in slow if isinstance(w.get("budget_needed_s"), (int, float))]
+    hint = "`--only NAME` measures one"
+    if needed:
+        hint = f"`--budget {max(needed):g}` measures them all, {hint}"
+    budget = (record.get("options") or {}).get("budget_s")
+    at = f" at --budget {budget:g}" if isinstance(budget, (int, float)) else ""
+    return f"{_names([w['name'] for w in slow])}: too slow to measure{at}{span}; skipped ({hint})"
 
 
 def _add_reasons(groups: dict[str, list[str]], what: str, failed: dict[str, dict[str, Any]], envs: int) -> None:

@@ -7,6 +7,7 @@ hit both alike; each round yields one paired ratio."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +16,11 @@ from statistics import median
 from typing import Any
 
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
-from mpsup.bench.policy import SamplingPolicy
+from mpsup.bench.policy import SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 from mpsup.errors import UserError
+from mpsup.units import fmt_time
 from mpsup.workloads import Workload
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -45,6 +47,10 @@ class BenchOptions:
     cpus: tuple[int, ...] | None = None  # every worker pinned to these (host/affinity.py); None: not pinned
     # CPU workers: intra-op thread i bound to thread_cpus[i], alike in every worker (host/affinity.py)
     thread_cpus: tuple[int, ...] | None = None
+    # The default suite (no --only): a workload whose fewest calls would overrun its budget several-fold is
+    # skipped with its call time (policy.slow_call_s). What a user names with --only is measured whatever it
+    # costs, and so is a whole-model phase.
+    skip_slow: bool = False
 
 
 class EnvSession:
@@ -132,6 +138,7 @@ class Runner:
         self.sessions = [EnvSession(e, options) for e in envs]
         self.progress = progress
         self.restarts = 0
+        self.rates: dict[tuple[str, str, object], float] = {}  # FLOP/s, the best seen per Workload.rate_family
 
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]
@@ -196,12 +203,25 @@ class Runner:
         if skip:
             m.status, m.reason = "skipped", skip
             return m
+        slow = self._slow_call_limit(w)
+        predicted = self._predicted_call_s(w)
+        # Twice the limit: a rate from a smaller workload of the family understates a larger one's.
+        if slow is not None and predicted is not None and predicted > 2 * slow:
+            self._too_slow(m, predicted, slow, predicted=True)
+            return m
         live: list[EnvSession] = []
         calls: int | None = None
         for s in self.sessions:
             r = self._setup(s, w, calls, share)
             m.envs[s.env.label] = r
             if r.ok:
+                per_call = r.sample_s / r.calls if r.calls else None
+                self._learn_rate(w, r, per_call)
+                if slow is not None and per_call is not None and per_call > slow and not live:
+                    self._teardown(s, r)
+                    self._too_slow(m, per_call, slow, predicted=False)
+                    m.elapsed_s = self.options.clock() - t0
+                    return m
                 calls = calls or r.calls
                 live.append(s)
         try:
@@ -223,6 +243,37 @@ class Runner:
         m.elapsed_s = self.options.clock() - t0
         m.visits = 1
         return m
+
+    def _slow_call_limit(self, w: Workload) -> float | None:
+        if not self.options.skip_slow or w.part == "phase":
+            return None
+        return self.options.policy.slow_call_s(paired=len(self.sessions) == 2)
+
+    def _predicted_call_s(self, w: Workload) -> float | None:
+        rate, flops = self.rates.get(w.rate_family), w.flops
+        return flops / rate if rate and flops else None
+
+    def _learn_rate(self, w: Workload, r: EnvMeasurement, per_call: float | None) -> None:
+        flops = r.flops_per_call or w.flops
+        if flops and per_call and per_call > 0:
+            family = w.rate_family
+            self.rates[family] = max(self.rates.get(family, 0.0), flops / per_call)
+
+    def _too_slow(self, m: WorkloadMeasurement, call_s: float, limit_s: float, *, predicted: bool) -> None:
+        pol = self.options.policy
+        paired = len(self.sessions) == 2
+        fewest = pol.fewest_calls(paired)
+        # The budget at which this workload's fewest calls fit in SLOW_CALL_BUDGETS of it, rounded up.
+        enough = math.ceil(fewest * call_s / SLOW_CALL_BUDGETS * 10) / 10
+        how = "predicted from a like workload's rate here" if predicted else "timed here"
+        m.status = "too_slow"
+        m.call_s, m.call_predicted, m.budget_needed_s = call_s, predicted, enough
+        m.reason = (
+            f"one call takes {fmt_time(call_s)} ({how}), over the {fmt_time(limit_s)} that {fewest} calls "
+            f"fit in {SLOW_CALL_BUDGETS:g} budgets of {pol.budget_s:g} s; skipped (--budget {enough:g} or --only "
+            "measures it)"
+        )
+        m.envs = {}
 
     def extend(self, w: Workload, m: WorkloadMeasurement, share_s: float, min_new: int = 2) -> bool:
         """A second visit: more rounds (or samples) for a finished workload, added to its measurement. The
