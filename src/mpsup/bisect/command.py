@@ -1,5 +1,7 @@
 """`mpsup bisect` as one call: an ordered list of environments (good first, bad last) and the workloads that
 regressed -> paired steps against the good one, journaled -> the last good and first bad environment.
+With --nightlies the list is the nightly builds between two, each installed into a throwaway environment when
+the bisect first probes it (bisect/nightlies.py).
 
 Each step is what `bench --candidate` does (bench.command.run over the same plan, smoke tests off) and
 what `report` calls of it (report.analysis.analyze, with a stored A/A floor where one matches); the
@@ -10,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mpsup.bench.command import BUDGET_RANGE_S, BenchPlan, BenchRequest, check_budget, prepare
 from mpsup.bench.run import Interrupted
@@ -35,6 +38,9 @@ from mpsup.bisect.logic import (
 )
 from mpsup.errors import OperationFailed, UserError
 from mpsup.stats import PRACTICAL_THRESHOLD
+
+if TYPE_CHECKING:  # nightlies pulls in install-rc's planner: imported when --nightlies runs
+    from mpsup.bisect.nightlies import Throwaway
 
 Progress = Callable[[str, dict[str, Any]], None]
 VERDICTS = (GOOD, BAD, INCONCLUSIVE)
@@ -65,6 +71,12 @@ class BisectRequest:
     threshold: float = PRACTICAL_THRESHOLD
     resume: bool = False  # without environments: the bisect last interrupted
     fresh: bool = False  # forget this bisect's journal and measure again
+    # --nightlies: `environments` are GOOD and BAD, nightly versions or dates, and the builds between them on
+    # `index_url` (install-rc's nightly channel by default) are installed from `python` (default: mpsup's own).
+    nightlies: bool = False
+    index_url: str | None = None
+    python: Path | None = None
+    keep_envs: bool = False  # leave the throwaway environments installed at the end
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,7 @@ class BisectResult:
     interrupted: str | None = None  # the signal's name
     exit_code: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    throwaway: Throwaway | None = None  # --nightlies: what was installed, and whether it is still there
 
     @property
     def paired_runs(self) -> int:
@@ -220,6 +233,7 @@ class BisectResult:
                 for s in self.steps
             ],
             "notes": list(self.notes),
+            "nightlies": self.throwaway.to_json() if self.throwaway else None,
             "exit_code": self.exit_code,
         }
 
@@ -260,11 +274,19 @@ def _request_from_journal(doc: dict[str, Any], path: Path) -> BisectRequest:
 
 def _from_args(doc: dict[str, Any]) -> BisectRequest:
     a = doc["args"]
-    pythons = a.get("pythons")
-    if not (isinstance(pythons, list) and len(pythons) == len(doc["environments"]) >= 2):
-        pythons = doc["environments"]
+    night = a.get("nightlies")
+    if night is not None:
+        ends = (night["good"], night["bad"], night["index_url"], night["python"])
+        if not all(isinstance(e, str) for e in ends):
+            raise TypeError("nightlies")
+        environments: tuple[str, ...] = (str(night["good"]), str(night["bad"]))
+    else:
+        pythons = a.get("pythons")
+        if not (isinstance(pythons, list) and len(pythons) == len(doc["environments"]) >= 2):
+            pythons = doc["environments"]
+        environments = tuple(str(e) for e in pythons)
     return BisectRequest(
-        environments=tuple(str(e) for e in pythons),
+        environments=environments,
         only=a.get("only"),
         model=Path(a["model"]) if a.get("model") else None,
         device=a.get("device"),
@@ -275,6 +297,9 @@ def _from_args(doc: dict[str, Any]) -> BisectRequest:
         dtype=a.get("dtype"),
         resolution=a.get("resolution"),
         threshold=float(a.get("threshold", PRACTICAL_THRESHOLD)),
+        nightlies=night is not None,
+        index_url=str(night["index_url"]) if night else None,
+        python=Path(night["python"]) if night else None,
     )
 
 
@@ -286,7 +311,16 @@ def check(req: BisectRequest) -> BisectRequest:
         path = jr.newest_unfinished()
         if path is None:
             raise UserError("--resume: no interrupted bisect to continue (none in the data dir's bisect/ folder)")
-        return _request_from_journal(jr.load_journal(path), path)
+        return replace(_request_from_journal(jr.load_journal(path), path), keep_envs=req.keep_envs)
+    if not req.nightlies:
+        for flag, given in (("--index-url", req.index_url), ("--python", req.python), ("--keep-envs", req.keep_envs)):
+            if given:
+                raise UserError(f"{flag} goes with --nightlies (the environments named here are used as they are)")
+    elif len(req.environments) != 2:
+        raise UserError(
+            f"--nightlies takes two builds, GOOD BAD (nightly versions such as 2.16.0.dev20261101, or dates such as "
+            f"20261101), the good one first; {len(req.environments)} given"
+        )
     if len(req.environments) < 2:
         raise UserError(
             "bisect needs at least two environments, the good one first and the bad one last "
@@ -299,7 +333,40 @@ def check(req: BisectRequest) -> BisectRequest:
     check_budget(req.budget)
     if not (math.isfinite(req.threshold) and 0.0 < req.threshold < 1.0):
         raise UserError(f"--threshold {req.threshold:g}: expected a fraction between 0 and 1, e.g. 0.03")
+    if req.nightlies:
+        from mpsup.bisect.nightlies import parse_endpoint
+
+        parse_endpoint(req.environments[0], "GOOD")
+        parse_endpoint(req.environments[1], "BAD")
     return req
+
+
+class Environments(Protocol):
+    """The bisect's environments as interpreters, by index: resolved up front, or installed when first asked for."""
+
+    @property
+    def n(self) -> int: ...
+
+    def python(self, i: int) -> Path: ...  # may install (--nightlies)
+
+    def known(self, i: int) -> Path | None: ...  # without installing anything
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """Environments the user named: interpreters resolved before the bisect starts."""
+
+    pythons: tuple[Path, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.pythons)
+
+    def python(self, i: int) -> Path:
+        return self.pythons[i]
+
+    def known(self, i: int) -> Path | None:
+        return self.pythons[i]
 
 
 def run(
@@ -312,22 +379,10 @@ def run(
     from mpsup.envs.resolve import resolve_environment
 
     req = check(req)
+    if req.nightlies:
+        return _run_nightlies(req, progress, bar, warn)
     pythons = [resolve_environment(e, f"environment {i + 1}") for i, e in enumerate(req.environments)]
-    base = BenchRequest(
-        device=req.device,
-        budget=req.budget,
-        only=req.only,
-        tokens=req.tokens,
-        threads=req.threads,
-        affinity=req.affinity,
-        smoke=False,
-        baseline=str(pythons[0]),
-        candidate=str(pythons[-1]),
-        model=req.model,
-        dtype=req.dtype,
-        resolution=req.resolution,
-    )
-    plan = prepare(base)  # --only, --device, --threads... checked once; the steps reuse the plan
+    plan = _prepare(req, pythons[0], pythons[-1])
     key = jr.journal_key(_args(req, pythons, plan.device))
     path = jr.journal_path(key)
     doc: dict[str, Any] | None = None
@@ -338,8 +393,110 @@ def run(
     if doc is None:
         doc = jr.new_journal(key, _args(req, pythons, plan.device), list(req.environments), _now())
         jr.save_journal(doc)
-    session = _Session(req, plan, pythons, doc, progress, bar, warn)
+    session = _Session(req, plan, _Listed(tuple(pythons)), doc, progress, bar, warn)
     return session.go()
+
+
+def _prepare(req: BisectRequest, good: Path, bad: Path) -> BenchPlan:
+    """--only, --device, --threads... checked once; each step takes this plan with its own pair of interpreters."""
+    return prepare(
+        BenchRequest(
+            device=req.device,
+            budget=req.budget,
+            only=req.only,
+            tokens=req.tokens,
+            threads=req.threads,
+            affinity=req.affinity,
+            smoke=False,
+            baseline=str(good),
+            candidate=str(bad),
+            model=req.model,
+            dtype=req.dtype,
+            resolution=req.resolution,
+        )
+    )
+
+
+def _nightly_args(req: BisectRequest, good: str, bad: str, index_url: str, python: Path, device: str) -> dict[str, Any]:
+    """A bisect over nightlies is the same one for the same ends (as dates or versions, normalised), index,
+    interpreter and measurement settings: its journal holds the builds listed when it started."""
+    args = {k: v for k, v in _args(req, [], device).items() if k != "pythons"}
+    return {**args, "nightlies": {"good": good, "bad": bad, "index_url": index_url, "python": str(python)}}
+
+
+def _run_nightlies(
+    req: BisectRequest,
+    progress: Progress,
+    bar: Callable[[], AbstractContextManager[Progress]],
+    warn: Callable[[str], None],
+) -> BisectResult:
+    """List the builds (once, when the bisect starts), then bisect them with installs on demand; at the end the
+    throwaway environments go, unless --keep-envs or the bisect was interrupted (kept for --resume)."""
+    from mpsup.bench.workerproc import check_interpreter
+    from mpsup.bisect import nightlies as nl
+    from mpsup.envs.plan import CHANNEL_INDEX
+
+    good, bad = nl.parse_endpoint(req.environments[0], "GOOD"), nl.parse_endpoint(req.environments[1], "BAD")
+    index_url = req.index_url or CHANNEL_INDEX["nightly"]
+    # Absolute, not resolved: a venv's python is a link to the base interpreter, and the venv is what was named.
+    python = check_interpreter(req.python or Path(sys.executable), "--python")
+    index = nl.IndexSession(python, index_url)  # checks the URL's scheme: https, file, or loopback http
+    plan = _prepare(req, python, python)  # every check of the measurement before the index is read
+    args = _nightly_args(req, good.key, bad.key, index_url, python, plan.device)
+    key = jr.journal_key(args)
+    path = jr.journal_path(key)
+    folder = nl.folder_for(key)
+    doc: dict[str, Any] | None = None
+    if path.exists() and not req.fresh:
+        doc = jr.load_journal(path)
+    elif req.resume:
+        raise UserError("--resume: no journal for these arguments; run without --resume to start this bisect")
+    if doc is None:
+        selection = nl.select_builds(index.torch_files(), index.target(), good, bad, index_url)
+        # A new bisect of these arguments (--fresh, or a journal deleted by hand): what an earlier one left is stale.
+        nl.remove_folder(folder)
+        doc = jr.new_journal(key, args, list(selection.versions), _now())
+        doc["nightlies"] = nl.new_entry(index_url, python, folder, selection)
+        jr.save_journal(doc)
+    entry = nl.journal_entry(doc, path)
+    journal_doc = doc
+
+    def save() -> None:
+        jr.save_journal(journal_doc)
+
+    envs = nl.Throwaways(doc, entry, folder, index, progress, save)
+    progress(
+        "nightlies",
+        {
+            "builds": envs.n,
+            "first": envs.versions[0],
+            "last": envs.versions[-1],
+            "index_url": index_url,
+            "skipped": len(entry.get("skipped", [])),
+            "folder": str(folder),
+            "at_most": max_paired_runs(envs.n) + 1,
+        },
+    )
+    session = _Session(req, plan, envs, doc, progress, bar, warn)
+    try:
+        result = session.go()
+    except KeyboardInterrupt:
+        raise  # outside a step (go() keeps its own): what is installed stays for the rerun, as after Ctrl-C in one
+    except BaseException:
+        # A step or an install failed: the journal keeps the finished steps, the environments go unless kept.
+        if not req.keep_envs:
+            gone = envs.remove_all()
+            progress("cleanup", {"removed": len(gone), "folder": str(folder)})
+        raise
+    if result.interrupted:
+        state = "kept-for-resume"
+    elif req.keep_envs:
+        envs.tidy()
+        state = "kept"
+    else:
+        envs.remove_all()
+        state = "removed"
+    return replace(result, throwaway=envs.summary(state))
 
 
 class _Session:
@@ -347,15 +504,15 @@ class _Session:
         self,
         req: BisectRequest,
         plan: BenchPlan,
-        pythons: list[Path],
+        envs: Environments,
         doc: dict[str, Any],
         progress: Progress,
         bar: Callable[[], AbstractContextManager[Progress]],
         warn: Callable[[str], None],
     ) -> None:
-        self.req, self.plan, self.pythons, self.doc = req, plan, pythons, doc
+        self.req, self.plan, self.envs, self.doc = req, plan, envs, doc
         self.progress, self.bar, self.warn = progress, bar, warn
-        self.n = len(pythons)
+        self.n = envs.n
         # Shown as first typed, also when `--resume` alone resolved them from the journal's absolute paths.
         typed = [str(e) for e in doc.get("environments", [])]
         self.names = typed if len(typed) == self.n else list(req.environments)
@@ -416,13 +573,14 @@ class _Session:
                         self.probe(i)
                     self.save(action)
                     return self.result(action)
+                self.ready(action.index)
                 stopped = self.measure(action)
                 if stopped:
                     self.save()
                     return self.result(None, interrupted=stopped)
                 self.save()
         except KeyboardInterrupt:
-            # Between steps (a probe, the analysis): what is journaled stands; this step is measured again.
+            # Between steps (an install, a probe, the analysis): what is journaled stands; this step is measured again.
             self.save()
             return self.result(None, interrupted="SIGINT")
         except Interrupted as exc:
@@ -436,8 +594,14 @@ class _Session:
         if i not in self.facts or self.facts[i].torch is None:
             from mpsup.probe import run_interpreter_probe
 
-            self.facts[i] = EnvFacts.from_probe(run_interpreter_probe(self.pythons[i]))
+            self.facts[i] = EnvFacts.from_probe(run_interpreter_probe(self.envs.python(i)))
         return self.facts[i]
+
+    def ready(self, i: int) -> None:
+        """Environment 0 and `i` there and probed; with --nightlies each is installed here the first time."""
+        for k in (0, i):
+            self.envs.python(k)
+            self.probe(k)
 
     def measure(self, action: Measure) -> str | None:
         """One paired run of environment 0 against `action.index`; the signal's name if it was stopped."""
@@ -447,8 +611,6 @@ class _Session:
         from mpsup.runs.schema import as_record
 
         i = action.index
-        for k in (0, i):
-            self.probe(k)
         budget = min(self.req.budget * 2 ** (action.attempt - 1), BUDGET_RANGE_S[1])
         number = len(self.steps) + 1
         self.progress(
@@ -464,9 +626,10 @@ class _Session:
                 "planned": max_paired_runs(self.n),
             },
         )
-        step_plan = replace(
-            self.plan, request=replace(self.plan.request, candidate=str(self.pythons[i]), budget=budget)
+        request = replace(
+            self.plan.request, baseline=str(self.envs.python(0)), candidate=str(self.envs.python(i)), budget=budget
         )
+        step_plan = replace(self.plan, request=request)
         t0 = time.monotonic()
         with self.bar() as on_event:
             result = bench_run(step_plan, progress=on_event, warn=self.warn)
@@ -514,7 +677,7 @@ class _Session:
             code = 0
         return BisectResult(
             environments=tuple(self.names),
-            pythons=tuple(str(p) for p in self.pythons),
+            pythons=tuple(str(self.envs.known(i) or "") for i in range(self.n)),
             device=self.plan.device,
             workloads=tuple(w.name for w in self.plan.workloads),
             targets=tuple(sorted(reference)),

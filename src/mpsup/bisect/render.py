@@ -11,7 +11,9 @@ from rich.table import Table
 
 from mpsup.bisect.command import BisectResult, EnvFacts, Step
 from mpsup.bisect.logic import max_paired_runs
+from mpsup.bisect.nightlies import Throwaway
 from mpsup.console import emit_json, safe
+from mpsup.units import fmt_bytes
 
 
 def _iv(low: float | None, high: float | None) -> str:
@@ -50,8 +52,62 @@ def progress_printer(console: Console) -> Any:
             console.print(
                 safe(step_line(info["step"], info["environment"], info["number"])), highlight=False, soft_wrap=True
             )
+        else:
+            line = nightly_line(event, info)
+            if line:
+                console.print(safe(line), highlight=False, soft_wrap=True)
 
     return on_event
+
+
+def nightly_line(event: str, info: dict[str, Any]) -> str | None:
+    """--nightlies' own progress, as plain text: the builds, each install, what was removed after a failure."""
+    if event == "nightlies":
+        skipped = f" ({info['skipped']} without a wheel for this Python left out)" if info["skipped"] else ""
+        return (
+            f"{info['builds']} nightly builds from {info['first']} to {info['last']} on {info['index_url']}{skipped}; "
+            f"installed one at a time as the bisect probes them ({info['at_most']} when every call is clear) "
+            f"under {info['folder']}"
+        )
+    if event == "install":
+        size = f", a {fmt_bytes(info['size'])} wheel" if info.get("size") else ""
+        return f"installing torch {info['version']} with {info['installer']}{size} into {info['prefix']}"
+    if event == "installed":
+        return f"installed torch {info['version']} in {info['seconds']:.0f} s"
+    if event == "reuse":
+        return f"reusing torch {info['version']}, installed by an earlier run of this bisect ({info['prefix']})"
+    if event == "cleanup" and info["removed"]:
+        return f"removed the {info['removed']} throwaway environment(s) this bisect installed ({info['folder']})"
+    return None
+
+
+def throwaway_lines(t: Throwaway) -> list[str]:
+    """What a bisect over nightlies installed, and where it is now."""
+    n = len(t.installed)
+    lines = [
+        f"Installed {n} of the {t.builds} builds over this bisect"
+        + (f" ({len(t.reused)} reused from an earlier run)" if t.reused else "")
+        + f"; log2(N)+2 = {math.log2(t.builds) + 2:.1f}."
+    ]
+    if t.state == "kept":
+        lines.append(
+            f"Kept (--keep-envs): {len(t.left)} environment(s) in {t.folder}, each a venv with its bin/python; "
+            f"rerunning this bisect without --keep-envs removes them, or: rm -rf {t.folder}"
+        )
+    elif t.state == "kept-for-resume":
+        lines.append(
+            f"Kept for the rerun: {len(t.left)} environment(s) in {t.folder}; `mpsup bisect --resume` reuses them "
+            "and removes them at its end (unless --keep-envs)."
+        )
+    elif t.state == "removed":
+        lines.append(f"Removed at the end: nothing of them is left ({t.folder}); --keep-envs keeps them.")
+    if t.skipped:
+        lines.append(
+            f"{len(t.skipped)} build(s) in the range have no wheel for this Python and were left out: "
+            + ", ".join(t.skipped[:5])
+            + (", ..." if len(t.skipped) > 5 else "")
+        )
+    return lines
 
 
 def _env(facts: EnvFacts) -> str:
@@ -120,6 +176,9 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
     )
     for note in result.notes:
         p(safe(note), highlight=False, soft_wrap=True)
+    if result.throwaway is not None:
+        for line in throwaway_lines(result.throwaway):
+            p(safe(line), highlight=False, soft_wrap=True)
     if d is not None and not result.interrupted:
         p("An issue body for PyTorch with a standalone repro script: `mpsup report --upstream`", highlight=False)
 
