@@ -338,7 +338,10 @@ def install_rc(
 def bisect(
     environments: Annotated[
         list[str] | None,
-        typer.Argument(help="Interpreters, venvs or recorded versions, in order: the good one first, the bad last."),
+        typer.Argument(
+            help="Interpreters, venvs or recorded versions, in order: the good one first, the bad last. "
+            "With --nightlies: GOOD BAD, nightly versions (2.16.0.dev20261101) or dates (20261101)."
+        ),
     ] = None,
     only: Annotated[
         str | None, typer.Option("--only", help="The workload(s) that regressed: glob(s) as bench --only takes them.")
@@ -369,6 +372,25 @@ def bisect(
         bool, typer.Option("--resume", help="Continue the bisect last interrupted (or this one's journal).")
     ] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Forget this bisect's journal and measure again.")] = False,
+    nightlies: Annotated[
+        bool,
+        typer.Option(
+            "--nightlies",
+            help="Bisect over the nightly builds published from GOOD to BAD, each installed into a throwaway "
+            "environment when first probed.",
+        ),
+    ] = False,
+    index_url: Annotated[
+        str | None,
+        typer.Option("--index-url", help="--nightlies: read this index (default: install-rc's nightly channel)."),
+    ] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option("--python", help="--nightlies: make the environments from this Python (default: mpsup's)."),
+    ] = None,
+    keep_envs: Annotated[
+        bool, typer.Option("--keep-envs", help="--nightlies: keep the installed builds at the end (say where).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
@@ -389,6 +411,10 @@ def bisect(
         threshold=threshold,
         resume=resume,
         fresh=fresh,
+        nightlies=nightlies,
+        index_url=index_url,
+        python=python,
+        keep_envs=keep_envs,
     )
     result = command.run(
         request, progress_printer(stderr_console), bar=lambda: bench_progress(stderr_console), warn=warning_line

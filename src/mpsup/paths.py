@@ -44,3 +44,9 @@ def downloads_dir() -> Path:
 def bisect_dir() -> Path:
     """`mpsup bisect`'s journals, one per set of arguments: an interrupted bisect continues from its own."""
     return data_dir() / "bisect"
+
+
+def bisect_envs_dir() -> Path:
+    """`mpsup bisect --nightlies`' throwaway environments, one folder per bisect (named as its journal): removed
+    at the bisect's end unless --keep-envs, kept for --resume when it is interrupted."""
+    return data_dir() / "bisect-envs"

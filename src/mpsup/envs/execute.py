@@ -39,7 +39,7 @@ from mpsup.envs.records import (
 )
 from mpsup.envs.venvs import commit_move, create_venv, is_ours, mark_as_ours, point_at, remove_tree, venv_python
 from mpsup.errors import OperationFailed, UserError
-from mpsup.paths import downloads_dir, envs_dir, tmp_dir
+from mpsup.paths import envs_dir, tmp_dir
 from mpsup.probe import run_interpreter_probe
 from mpsup.syscmd import pip_command, run_command
 
@@ -188,7 +188,8 @@ def _fetch(plan: InstallPlan, progress: Progress) -> FetchedWheel:
         plan.wheel.url,
         plan.wheel.filename,
         plan.wheel.sha256,
-        downloads_dir(),
+        # The plan's folder: install-rc's is downloads/, a bisect's throwaway wheels go with its environments.
+        plan.wheel_path.parent,
         cafile=plan.cafile,
         progress=progress.download,
         allow_unhashed=plan.allow_unhashed,

@@ -303,14 +303,20 @@ def _supersede_note(
 
 
 def _side_by_side_prefix(
-    version: str, wheel: PlannedWheel, target: Target, label: str, channel: str, baseline_torch: str | None
+    version: str,
+    wheel: PlannedWheel,
+    target: Target,
+    label: str,
+    channel: str,
+    baseline_torch: str | None,
+    root: Path | None = None,
 ) -> tuple[Path, tuple[str, ...], bool, dict[str, Any] | None] | NothingToDo:
     """Where the new environment goes: (prefix, notes, replaces a leftover, superseded record), or why nothing is to do.
 
     Only a folder with its record is an installed environment: the record is written last, so a
     folder without one is what an interrupted install left, never "already installed".
     """
-    prefix = envs_dir() / f"torch-{version}-{target.python_tag}"
+    prefix = (root or envs_dir()) / f"torch-{version}-{target.python_tag}"
     notes: list[str] = []
     superseded: dict[str, Any] | None = None
     if (prefix / ENV_RECORD).is_file():
@@ -349,7 +355,10 @@ def plan_install(
     fetch: Fetcher | None = None,
     probe: ProbeFn = run_interpreter_probe,
     host_macos: HostMacosFn = read_host_macos,
+    envs_root: Path | None = None,
 ) -> InstallPlan | NothingToDo:
+    """`envs_root`: where a side-by-side environment goes instead of the data dir's envs/ (bisect's throwaway
+    environments, which install-rc's records and --list must not show)."""
     if request.index_url:
         check_index_url(request.index_url)
     if request.version is not None and _version(request.version) is None:
@@ -418,7 +427,7 @@ def plan_install(
         prefix = Path(str(facts.get("executable") or request.python)).parent.parent
         python = request.python
     else:
-        placed = _side_by_side_prefix(version, wheel, target, label, request.channel, baseline_torch)
+        placed = _side_by_side_prefix(version, wheel, target, label, request.channel, baseline_torch, envs_root)
         if isinstance(placed, NothingToDo):
             return placed
         prefix, where_notes, leftover, superseded = placed
