@@ -27,10 +27,10 @@ def _linear(tokens: int, k: int, n: int) -> Workload:
 
 def test_the_limit_is_the_fewest_calls_in_four_budgets():
     pol = SamplingPolicy(budget_s=0.5)
-    assert pol.fewest_calls(paired=False) == 7  # six samples and a warmup call
-    assert pol.fewest_calls(paired=True) == 28  # twelve rounds a side over two visits, and their warmups
-    assert pol.slow_call_s(paired=False) == pytest.approx(SLOW_CALL_BUDGETS * 0.5 / 7)
-    assert pol.slow_call_s(paired=True) == pytest.approx(SLOW_CALL_BUDGETS * 0.5 / 28)
+    assert pol.fewest_calls(paired=False) == 9  # six samples, a warmup call, the setup's two
+    assert pol.fewest_calls(paired=True) == 36  # twelve rounds a side over two visits, and 3 calls a visit a side
+    assert pol.slow_call_s(paired=False) == pytest.approx(SLOW_CALL_BUDGETS * 0.5 / 9)
+    assert pol.slow_call_s(paired=True) == pytest.approx(SLOW_CALL_BUDGETS * 0.5 / 36)
     assert pol.slow_call_s(paired=False, weight=10) == pytest.approx(10 * pol.slow_call_s(paired=False))
 
 
@@ -44,7 +44,7 @@ def test_flops_are_priced_as_the_worker_counts_them():
 
 
 def _run(skip_slow: bool, workloads: list[Workload]) -> dict[str, Any]:
-    # A 1 ms budget: the limit is ~0.57 ms a call, so a 16-token 1024x2048 fp32 linear (67 MFLOP, milliseconds
+    # A 1 ms budget: the limit is ~0.33 ms a call, so a 16-token 1024x2048 fp32 linear (67 MFLOP, milliseconds
     # on this CPU) is over it and an 8x8 one far under.
     opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.001), smoke=False, skip_slow=skip_slow)
     record, _path = run_bench([EnvSpec("baseline", Path(sys.executable))], workloads, opts, save=False)
@@ -66,7 +66,7 @@ def test_a_slow_workload_is_timed_once_then_skipped_and_a_larger_one_predicted(m
     assert predicted["call_s"] == pytest.approx(4 * timed["call_s"], rel=0.5)
     # The budget it names would fit its fewest calls in four budgets.
     need = predicted["budget_needed_s"]
-    assert need * SLOW_CALL_BUDGETS >= 7 * predicted["call_s"] * 0.999
+    assert need * SLOW_CALL_BUDGETS >= 9 * predicted["call_s"] * 0.999
 
 
 def test_without_the_cap_the_same_workload_is_measured(mpsup_home: Path):
@@ -98,3 +98,20 @@ def test_only_bundled_suite_runs_skip(monkeypatch: pytest.MonkeyPatch, mpsup_hom
         with pytest.raises(SystemExit):
             command.run(plan, lambda *_: None, lambda _: None)
     assert seen == [True, False]
+
+
+def test_a_first_call_over_the_cap_ends_the_setup_there():
+    """The worker stops at its first call when that call alone is over max_first_call_s: no second call to
+    calibrate what will not be measured. Under the cap (and without one) it calibrates as before."""
+    from mpsup.bench.workerproc import WorkerProcess
+
+    w = WorkerProcess(Path(sys.executable))
+    spec = _linear(16, 256, 256).spec()
+    try:
+        w.request({"op": "hello", "device": "cpu"})
+        capped = w.request({"op": "setup", "workload": spec, "calls": None, "max_first_call_s": 0.0})
+        free = w.request({"op": "setup", "workload": spec, "calls": None, "max_first_call_s": 60.0})
+    finally:
+        w.close()
+    assert capped["type"] == "ready" and capped.get("first_call_only") is True and capped["calls"] == 1
+    assert free["type"] == "ready" and "first_call_only" not in free

@@ -36,8 +36,9 @@ PHASE_BUDGET_FACTOR = 10.0
 # A workload of the default suite whose fewest calls (fewest_calls) would take more than this many of its
 # budgets is skipped, said so with its call time, rather than measured: on this 2-vCPU VM 26 workloads of
 # 0.25-6 s a call (int8 _int_mm at 16 tokens, vocabulary heads) took 79% of a 519 s main job for a 0.5 s
-# budget (docs/figures/cpu_speed_main.txt). Four: the first visit and the second pass's three extensions.
-SLOW_CALL_BUDGETS = 4.0
+# budget (docs/figures/cpu_speed_main.txt). Three, as the most the second pass gives one workload
+# (max_extension): no workload's bare minimum may cost more than that.
+SLOW_CALL_BUDGETS = 3.0
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,10 @@ class SamplingPolicy:
         return abs(last - before) <= self.warmup_tolerance * before
 
     def fewest_calls(self, paired: bool) -> int:
-        """The calls a measurement cannot do with fewer, one warmup call per environment and visit included:
-        six samples alone; paired, min_rounds rounds of one call each side over its visits."""
+        """The calls a measurement cannot do with fewer: six samples alone, min_rounds rounds of one call a side
+        paired; and per environment and visit the setup's two (the first, then one to calibrate) and a warmup."""
         visits = self.visits(paired)
-        return 2 * (self.min_rounds + visits) if paired else 6 + 1
+        return 2 * (self.min_rounds + 3 * visits) if paired else 6 + 3
 
     def slow_call_s(self, paired: bool, weight: float = 1.0) -> float:
         """The longest call a workload of `weight` budgets can be measured with in SLOW_CALL_BUDGETS of them."""

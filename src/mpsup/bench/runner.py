@@ -36,6 +36,11 @@ class EnvSpec:
     python: Path
 
 
+# Runner.measure: a first call this long is no one-time cost (kernel selection, a shader's compilation) but
+# the workload's own time.
+FIRST_CALL_FLOOR_S = 1.0
+
+
 @dataclass(frozen=True)
 class BenchOptions:
     device: str
@@ -160,13 +165,23 @@ class Runner:
         for s in self.sessions[::-1] if reverse else self.sessions:
             s.start()
 
-    def _setup(self, s: EnvSession, w: Workload, calls: int | None, share_s: float | None = None) -> EnvMeasurement:
+    def _setup(
+        self,
+        s: EnvSession,
+        w: Workload,
+        calls: int | None,
+        share_s: float | None = None,
+        max_first_call_s: float | None = None,
+    ) -> EnvMeasurement:
         pol = self.options.policy
         target = pol.target_sample_s
         if len(self.sessions) == 2 and share_s is not None:
             target = pol.paired_sample_s(share_s)
+        req = {"op": "setup", "workload": w.spec(), "calls": calls, "target_sample_s": target}
+        if max_first_call_s is not None:
+            req["max_first_call_s"] = max_first_call_s
         try:
-            ans = s.request({"op": "setup", "workload": w.spec(), "calls": calls, "target_sample_s": target})
+            ans = s.request(req)
         except WorkerDied as exc:
             return EnvMeasurement.failed("crash", str(exc), exc.stderr_tail[-1000:])
         if ans.get("type") == "error":
@@ -212,7 +227,10 @@ class Runner:
         live: list[EnvSession] = []
         calls: int | None = None
         for s in self.sessions:
-            r = self._setup(s, w, calls, share)
+            # The first environment may stop at its first call where that call alone shows the workload too
+            # slow (past FIRST_CALL_FLOOR_S and twice the limit): calibrating would cost another such call.
+            first_cap = max(2 * slow, FIRST_CALL_FLOOR_S) if slow is not None and not live else None
+            r = self._setup(s, w, calls, share, first_cap)
             m.envs[s.env.label] = r
             if r.ok:
                 per_call = r.sample_s / r.calls if r.calls else None

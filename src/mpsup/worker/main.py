@@ -92,11 +92,17 @@ class Worker:
         self.pin(False)
         built = build(spec, self.device)
         sync = self.device.synchronize
-        built.fn()  # first call: kernel selection, compilation, allocator growth
-        sync()
+        # First call: kernel selection, compilation, allocator growth.
+        first_s = time_block(built.fn, 1, sync).host_s
         self.pin(True)
         forced = req.get("calls")
-        if forced:
+        # A first call over max_first_call_s (set far above any one-time cost) already tells the runner the
+        # workload is too slow to measure: a second call to calibrate would cost as much again for nothing.
+        too_slow = req.get("max_first_call_s")
+        first_only = isinstance(too_slow, (int, float)) and not forced and first_s > too_slow
+        if first_only:
+            calls, per_call = 1, first_s
+        elif forced:
             calls, per_call = int(forced), time_block(built.fn, 1, sync).host_s
         else:
             calls, per_call = calibrate_calls(built.fn, sync, float(req.get("target_sample_s", 0.01)))
@@ -110,6 +116,8 @@ class Worker:
             "flops_per_call": built.flops_per_call,
             "items_per_call": built.items_per_call,
         }
+        if first_only:
+            answer["first_call_only"] = True
         if built.info is not None:
             answer["phase"] = built.info
         return answer
