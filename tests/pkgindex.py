@@ -17,14 +17,54 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def fake_torch_files(version: str, mps: bool = False) -> dict[str, str]:
-    """Just enough of torch for mpsup's interpreter probe: a version, backends.mps and cuda."""
-    return {
+def fake_torch_files(version: str, mps: bool = False, git_version: str | None = None) -> dict[str, str]:
+    """Just enough of torch for mpsup's interpreter probe: a version, backends.mps and cuda (and, given one,
+    the git revision torch.version reports)."""
+    files = {
         "torch/__init__.py": f'__version__ = "{version}"\nfrom . import backends, cuda  # noqa\n',
         "torch/backends/__init__.py": "from . import mps  # noqa\n",
         "torch/backends/mps.py": f"def is_built():\n    return {mps}\n\n\ndef is_available():\n    return {mps}\n",
         "torch/cuda.py": "def is_available():\n    return False\n",
     }
+    if git_version is not None:
+        files["torch/__init__.py"] += "from . import version  # noqa\n"
+        files["torch/version.py"] = f"git_version = {git_version!r}\n"
+    return files
+
+
+def shim_torch_files(version: str, *, slow: bool = False, git_version: str | None = None) -> dict[str, str]:
+    """A torch that is this interpreter's real one under another version: its __init__ loads the real package
+    (found now, its path baked in) and then says it is `version`. `slow` first turns ATen's vectorised CPU
+    kernels off (ATEN_CPU_CAPABILITY=default): a real slowdown of a bf16 linear, read once, when the first
+    operator runs. A thread count would not do: bench pins and sizes its workers' threads itself."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None, "the shim needs a real torch in this interpreter"
+    real = Path(spec.origin).parent
+    lines = [
+        "import importlib.util as _util",
+        "import os as _os",
+        "import sys as _sys",
+        "",
+        f"_REAL = {str(real)!r}",
+        "# torch's own dependencies (typing_extensions, sympy, numpy...) live beside it, not in this venv",
+        f"if {str(real.parent)!r} not in _sys.path:",
+        f"    _sys.path.append({str(real.parent)!r})",
+    ]
+    if slow:
+        lines.append('_os.environ["ATEN_CPU_CAPABILITY"] = "default"')
+    lines += [
+        '_spec = _util.spec_from_file_location("torch", _os.path.join(_REAL, "__init__.py"),'
+        " submodule_search_locations=[_REAL])",
+        "_torch = _util.module_from_spec(_spec)",
+        '_sys.modules["torch"] = _torch  # what `import torch` returns once this file has run',
+        "_spec.loader.exec_module(_torch)",
+        f"_torch.__version__ = {version!r}",
+    ]
+    if git_version is not None:
+        lines.append(f"_torch.version.git_version = {git_version!r}")
+    return {"torch/__init__.py": "\n".join(lines) + "\n"}
 
 
 def build_wheel(
