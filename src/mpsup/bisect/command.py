@@ -351,6 +351,8 @@ class Environments(Protocol):
 
     def known(self, i: int) -> Path | None: ...  # without installing anything
 
+    def probed(self, i: int) -> dict[str, Any] | None: ...  # the probe an install just ran there, if any
+
 
 @dataclass(frozen=True)
 class _Listed:
@@ -367,6 +369,9 @@ class _Listed:
 
     def known(self, i: int) -> Path | None:
         return self.pythons[i]
+
+    def probed(self, i: int) -> dict[str, Any] | None:
+        return None
 
 
 def run(
@@ -424,6 +429,18 @@ def _nightly_args(req: BisectRequest, good: str, bad: str, index_url: str, pytho
     return {**args, "nightlies": {"good": good, "bad": bad, "index_url": index_url, "python": str(python)}}
 
 
+def check_torch_only(plan: BenchPlan) -> None:
+    """A throwaway environment holds torch and its dependencies alone: a model's phase, which runs the model whole
+    with the environment's own transformers or diffusers, cannot run there."""
+    phases = [w.name for w in plan.workloads if w.kind == "model_phase"]
+    if phases:
+        raise UserError(
+            f"--nightlies: {phases[0]} runs the model whole with its environment's transformers or diffusers, and "
+            "the throwaway environments hold torch alone; choose its layers with --only, or install the nightlies "
+            "with `mpsup install-rc --channel nightly --version V --clone` and bisect those environments"
+        )
+
+
 def _run_nightlies(
     req: BisectRequest,
     progress: Progress,
@@ -442,6 +459,7 @@ def _run_nightlies(
     python = check_interpreter(req.python or Path(sys.executable), "--python")
     index = nl.IndexSession(python, index_url)  # checks the URL's scheme: https, file, or loopback http
     plan = _prepare(req, python, python)  # every check of the measurement before the index is read
+    check_torch_only(plan)
     args = _nightly_args(req, good.key, bad.key, index_url, python, plan.device)
     key = jr.journal_key(args)
     path = jr.journal_path(key)
@@ -594,7 +612,8 @@ class _Session:
         if i not in self.facts or self.facts[i].torch is None:
             from mpsup.probe import run_interpreter_probe
 
-            self.facts[i] = EnvFacts.from_probe(run_interpreter_probe(self.envs.python(i)))
+            python = self.envs.python(i)
+            self.facts[i] = EnvFacts.from_probe(self.envs.probed(i) or run_interpreter_probe(python))
         return self.facts[i]
 
     def ready(self, i: int) -> None:

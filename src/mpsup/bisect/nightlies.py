@@ -321,6 +321,7 @@ class Throwaways:
         self.versions = [str(v) for v in doc["environments"]]
         self.ready: dict[int, Path] = {}
         self.reused: list[str] = []
+        self._probes: dict[Path, dict[str, Any]] = {}
 
     @property
     def n(self) -> int:
@@ -328,6 +329,20 @@ class Throwaways:
 
     def known(self, i: int) -> Path | None:
         return self.ready.get(i)
+
+    def probed(self, i: int) -> dict[str, Any] | None:
+        python = self.ready.get(i)
+        return self._probes.get(python) if python else None
+
+    def _probe(self, python: Path) -> dict[str, Any] | None:
+        """install-rc's probe of a new environment, kept: its last one, in place, is what the bisect would
+        probe next (importing a torch takes seconds)."""
+        from mpsup.probe import run_interpreter_probe
+
+        doc = run_interpreter_probe(python)
+        if doc is not None:
+            self._probes[python] = doc
+        return doc
 
     def python(self, i: int) -> Path:
         if i not in self.ready:
@@ -379,7 +394,7 @@ class Throwaways:
             {"version": version, "prefix": str(plan.prefix), "size": plan.wheel.size, "installer": plan.installer},
         )
         t0 = time.monotonic()
-        result = install_side_by_side(plan, progress=_Quiet())
+        result = install_side_by_side(plan, progress=_Quiet(), probe=self._probe)
         if local_path(plan.wheel.url) is None:
             plan.wheel_path.unlink(missing_ok=True)  # the environment holds it now
         seconds = time.monotonic() - t0

@@ -184,18 +184,22 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
 
 
 def _steps_table(result: BisectResult) -> Table:
+    # Builds named by their versions (--nightlies) would show each version twice: the torch column goes.
+    torch_col = any(result.facts.get(s.index, EnvFacts()).torch != result.environments[s.index] for s in result.steps)
+    cols = ("step", "environment", *(("torch",) if torch_col else ()), "budget", "workload", "speedup")
     table = Table(box=None, pad_edge=False)
-    for col in ("step", "environment", "torch", "budget", "workload", "speedup", "95% interval", "call", "step is"):
+    for col in (*cols, "95% interval", "call", "step is"):
         table.add_column(col, justify="right" if col in ("step", "speedup", "budget") else "left")
     table.add_column("run", no_wrap=True)
     for k, s in enumerate(result.steps, 1):
         facts = result.facts.get(s.index, EnvFacts())
+        torch = (safe(facts.torch or "?"),) if torch_col else ()
         for j, f in enumerate(s.figures):
             first = j == 0
             table.add_row(
                 str(k) if first else "",
                 safe(result.environments[s.index]) if first else "",
-                safe(facts.torch or "?") if first else "",
+                *(torch if first else ("",) * len(torch)),
                 f"{s.budget_s:g} s" if first else "",
                 safe(f.name),
                 _x(f.speedup),
@@ -205,7 +209,8 @@ def _steps_table(result: BisectResult) -> Table:
                 safe(s.run_id or "") if first else "",
             )
         if not s.figures:
+            blank = ("",) * len(torch)
             table.add_row(
-                str(k), safe(result.environments[s.index]), "", f"{s.budget_s:g} s", "", "", "", "", s.verdict
+                str(k), safe(result.environments[s.index]), *blank, f"{s.budget_s:g} s", "", "", "", "", s.verdict
             )
     return table
