@@ -17,13 +17,14 @@ def test_version():
     assert res.returncode == 0 and res.stdout.strip() == f"mpsup {__version__}"
 
 
-@pytest.mark.parametrize("command", [[], ["doctor"], ["bench"], ["report"], ["install-rc"]])
+@pytest.mark.parametrize("command", [[], ["doctor"], ["bench"], ["report"], ["install-rc"], ["bisect"]])
 @pytest.mark.parametrize("columns", ["80", "160"])
 def test_help_shows_flags_without_bool_noise(command, columns):
     """No flag shows a type, `--help` itself included (typer's vendored click builds that one)."""
     res = run_cli(*command, "--help", env={"COLUMNS": columns})
     assert res.returncode == 0 and "--help" in res.stdout
     assert "<bool>" not in res.stdout
+    assert "<list[" not in res.stdout  # a repeated argument (bisect's environments) shows no type either
 
 
 def _read_then_close(args: list[str], nbytes: int) -> subprocess.CompletedProcess[bytes]:

@@ -27,6 +27,9 @@ class _FlagsShowNoType:
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
+            elif getattr(param, "nargs", 1) == -1 and param.param_type_name == "argument":
+                # A repeated argument's type showed as `<list[str]>`: the usage line already says `[ENV]...`.
+                param.display_type_rich = lambda ctx: None
         return params
 
 
@@ -339,6 +342,7 @@ def bisect(
     environments: Annotated[
         list[str] | None,
         typer.Argument(
+            metavar="ENV",
             help="Interpreters, venvs or recorded versions, in order: the good one first, the bad last. "
             "With --nightlies: GOOD BAD, nightly versions (2.16.0.dev20261101) or dates (20261101)."
         ),
