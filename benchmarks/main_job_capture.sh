@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The README's main job as a terminal shows it: `mpsup bench` run in a tmux pane of WIDTH columns (a fresh
+# MPSUP_HOME), the pane captured when it ends, with its line count and wall time (issue 25).
+#   usage: bash benchmarks/main_job_capture.sh WIDTH OUT
+set -eu
+width=$1
+out=$2
+home=$(mktemp -d /tmp/mpsup-capture-XXXXXX)
+session=mpsup-capture-$$
+py=${PYTHON:-$(command -v python)}
+tmux new-session -d -s "$session" -x "$width" -y 200 \
+  "cd '$PWD' && clear && echo '\$ mpsup bench' && start=\$(date +%s) && MPSUP_HOME='$home' '$py' -m mpsup bench; \
+   echo \"[wall \$(( \$(date +%s) - start )) s]\" > '$home/wall'; sleep 600"
+while [ ! -f "$home/wall" ]; do sleep 2; done
+tmux capture-pane -p -t "$session" -S - | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}' > "$out"
+tmux kill-session -t "$session"
+echo "$(wc -l < "$out") lines at $width columns, $(cat "$home/wall")" >&2
+rm -rf "$home"
