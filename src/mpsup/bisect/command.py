@@ -374,6 +374,15 @@ class _Listed:
         return None
 
 
+def _journal_to_continue(path: Path, req: BisectRequest) -> dict[str, Any] | None:
+    """This bisect's journal, unless --fresh; None where there is none (which --resume refuses)."""
+    if path.exists() and not req.fresh:
+        return jr.load_journal(path)
+    if req.resume:
+        raise UserError("--resume: no journal for these arguments; run without --resume to start this bisect")
+    return None
+
+
 def run(
     req: BisectRequest,
     progress: Progress = _no_progress,
@@ -390,11 +399,7 @@ def run(
     plan = _prepare(req, pythons[0], pythons[-1])
     key = jr.journal_key(_args(req, pythons, plan.device))
     path = jr.journal_path(key)
-    doc: dict[str, Any] | None = None
-    if path.exists() and not req.fresh:
-        doc = jr.load_journal(path)
-    elif req.resume:
-        raise UserError("--resume: no journal for these arguments; run without --resume to start this bisect")
+    doc = _journal_to_continue(path, req)
     if doc is None:
         doc = jr.new_journal(key, _args(req, pythons, plan.device), list(req.environments), _now())
         jr.save_journal(doc)
@@ -464,11 +469,7 @@ def _run_nightlies(
     key = jr.journal_key(args)
     path = jr.journal_path(key)
     folder = nl.folder_for(key)
-    doc: dict[str, Any] | None = None
-    if path.exists() and not req.fresh:
-        doc = jr.load_journal(path)
-    elif req.resume:
-        raise UserError("--resume: no journal for these arguments; run without --resume to start this bisect")
+    doc = _journal_to_continue(path, req)
     if doc is None:
         selection = nl.select_builds(index.torch_files(), index.target(), good, bad, index_url)
         # A new bisect of these arguments (--fresh, or a journal deleted by hand): what an earlier one left is stale.
