@@ -115,3 +115,15 @@ def test_a_first_call_over_the_cap_ends_the_setup_there():
         w.close()
     assert capped["type"] == "ready" and capped.get("first_call_only") is True and capped["calls"] == 1
     assert free["type"] == "ready" and "first_call_only" not in free
+
+
+def test_the_leftover_pass_is_net_of_what_workloads_overran():
+    from mpsup.bench.policy import net_of_overrun
+
+    # Two 0.5 s workloads: one took 2 s (1.5 over), one 0.1 s. A 2 s pool keeps 0.5 s; a 1 s pool nothing.
+    assert net_of_overrun(2.0, [0.5, 0.5], [2.0, 0.1]) == pytest.approx(0.5)
+    assert net_of_overrun(1.0, [0.5, 0.5], [2.0, 0.1]) == 0.0
+    # Nobody overran: the pool stands. A whole-model phase's allowance is its ten budgets.
+    assert net_of_overrun(3.0, [0.5, 5.0], [0.4, 4.9]) == 3.0
+    with pytest.raises(ValueError):
+        net_of_overrun(1.0, [0.5], [0.4, 0.4])

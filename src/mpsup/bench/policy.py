@@ -171,6 +171,13 @@ def converged(rel_half_width: float, target: float) -> bool:
     return math.isfinite(rel_half_width) and rel_half_width <= target
 
 
+def net_of_overrun(pool: float, allowances: Sequence[float], spent: Sequence[float]) -> float:
+    """The leftover pass's time once what workloads took beyond their allowance (a slow call's six samples, a
+    skipped one's timing call) is taken out of it: a run spends its budgets, not its budgets plus the pool."""
+    overrun = sum(max(0.0, s - a) for a, s in zip(allowances, spent, strict=True))
+    return max(0.0, pool - overrun)
+
+
 def leftover_pool(budgets: Sequence[float], used: Sequence[float], done: Sequence[bool]) -> float:
     """The second pass's time: the sum of budgets, minus what the first pass used, minus what converged
     workloads did not use (that time is saved, not handed out)."""

@@ -18,7 +18,15 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from mpsup.bench.measurement import WorkloadMeasurement
-from mpsup.bench.policy import PHASE_BUDGET_FACTOR, converged, eta_s, next_allotment, predict_visits, widest_first
+from mpsup.bench.policy import (
+    PHASE_BUDGET_FACTOR,
+    converged,
+    eta_s,
+    net_of_overrun,
+    next_allotment,
+    predict_visits,
+    widest_first,
+)
 from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
@@ -337,13 +345,10 @@ def _two_passes(
             for m in measured
             if m.status == "ok" and not converged(m.interval_width(), pol.target_rel_ci)
         )
-    # The leftover pass spends what the run has left of its budgets: what workloads took beyond theirs (a slow
-    # call's six samples, a skipped one's timing call) comes out of it first. Without this a CPU main job
-    # whose slow workloads had overrun still spent 10 s on second visits (96 s against a 90 s target).
-    overrun = sum(
-        max(0.0, (m.elapsed_s or 0.0) - budget * weight(w)) for w, m in zip(workloads, measured, strict=False)
+    # Without this a CPU main job whose slow workloads had overrun still spent 6-10 s on second visits.
+    pool = net_of_overrun(
+        pool, [budget * weight(w) for w in workloads[: len(measured)]], [m.elapsed_s or 0.0 for m in measured]
     )
-    pool = max(0.0, pool - overrun)
     if not pol.leftover or pool <= 0:
         return
     widths = {str(i): m.interval_width() for i, m in enumerate(measured) if m.status == "ok"}
