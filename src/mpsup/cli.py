@@ -344,7 +344,7 @@ def bisect(
         typer.Argument(
             metavar="ENV",
             help="Interpreters, venvs or recorded versions, in order: the good one first, the bad last. "
-            "With --nightlies: GOOD BAD, nightly versions (2.16.0.dev20261101) or dates (20261101)."
+            "With --nightlies: GOOD BAD, nightly versions (2.16.0.dev20261101) or dates (20261101).",
         ),
     ] = None,
     only: Annotated[
