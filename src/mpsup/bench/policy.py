@@ -34,10 +34,10 @@ PHASE_BUDGET_FACTOR = 10.0
 
 
 # A workload of the default suite whose fewest calls (fewest_calls) would take more than this many of its
-# budgets is skipped, said so with its call time, rather than measured: on this 2-vCPU VM 26 workloads of
-# 0.25-6 s a call (int8 _int_mm at 16 tokens, vocabulary heads) took 79% of a 519 s main job for a 0.5 s
-# budget (docs/figures/cpu_speed_main.txt). Three, as the most the second pass gives one workload
-# (max_extension): no workload's bare minimum may cost more than that.
+# budgets is skipped, said so with its call time, rather than measured: on this 2-vCPU VM, quiet, 19 workloads
+# of 0.18-2.3 s a call (int8 _int_mm and vocabulary heads at 16 tokens, the bf16 matmul probe) took 139 s of a
+# 219 s main job at a 0.5 s budget; skipped, the job takes 85-93 s (docs/figures/cpu_speed_main.txt). Three,
+# as the most the second pass gives one workload (max_extension): no workload's bare minimum may cost more.
 SLOW_CALL_BUDGETS = 3.0
 
 
