@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from mpsup.bench.suite import SMOKE_FEATURES  # noqa: E402
-from mpsup.metal import load_manifest  # noqa: E402
-from mpsup.worker.device import Device  # noqa: E402
-from mpsup.worker.smoke import run_feature  # noqa: E402
+from mpsup.bench.suite import SMOKE_FEATURES
+from mpsup.metal import load_manifest
+from mpsup.worker.device import Device
+from mpsup.worker.smoke import run_feature
 
 
 def collection_ms() -> float:
