@@ -20,6 +20,7 @@ from .core import Built, is_unsupported_error
 from .device import Device
 from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
+from .whole_model import census_phase
 
 TEST_HOOKS = os.environ.get("MPSUP_WORKER_TEST_HOOKS") == "1"
 
@@ -166,6 +167,13 @@ class Worker:
         collect_and_freeze()
         return {"type": "smoke", "feature": req["feature"], **result}
 
+    def census(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A whole-model phase's op census on the meta device (`bench --list`): nothing is set up or timed, and
+        a phase that cannot be counted is an answer with its reason, not an error."""
+        doc, reason = census_phase(req["workload"])
+        collect_and_freeze()  # the meta model is garbage now; transformers' modules stay, frozen
+        return {"type": "census", "census": doc, **({"reason": reason} if doc is None else {})}
+
 
 def collect_and_freeze() -> None:
     """Collect, then freeze what survived: between workloads, whatever is still alive is module state
@@ -229,6 +237,7 @@ def main(in_fd: int, out_fd: int) -> None:
         "sample": worker.sample,
         "teardown": worker.teardown,
         "smoke": worker.smoke,
+        "census": worker.census,
     }
     pending = _requests_from(in_fd)
     while True:

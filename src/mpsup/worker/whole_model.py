@@ -6,7 +6,8 @@ Random weights by default: timing does not depend on the values (a router's choi
 read from disk. The model is first built on the meta device to learn what it needs; where that would not fit
 in the stated share of the device's memory, only a prefix of its blocks is built, and the report scales the
 time per block (said on every surface). What the model did besides timing (blocks run, ops that fell back to
-the CPU, the op census of one forward, the library versions) comes back with the setup's answer as `phase`."""
+the CPU, the op census of one forward, the library versions) comes back with the setup's answer as `phase`.
+`census_phase` takes that census alone, on the meta device, for `bench --list`: no weights, no device time."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -119,14 +121,18 @@ class _Census:
         return {"ops": dict(by_op.most_common()), "calls": sum(by_op.values()), "entries": entries}
 
 
-def _census_of(fn: Callable[[], Any]) -> dict[str, Any] | None:
+def _census_strict(fn: Callable[[], Any]) -> dict[str, Any]:
     census = _Census()
+    with census.mode():
+        fn()
+    return census.to_json()
+
+
+def _census_of(fn: Callable[[], Any]) -> dict[str, Any] | None:
     try:
-        with census.mode():
-            fn()
+        return _census_strict(fn)
     except Exception:
         return None  # an op the census mode cannot wrap: the timing stands without it
-    return census.to_json()
 
 
 def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> list[str]:
@@ -452,6 +458,11 @@ def _finish(
 ) -> Built:
     fn = run
     info["compiled"] = bool(params.get("compile"))
+    if device.kind == "meta":
+        # Nothing runs for real on the meta device, so nothing to time or fall back: the census is the whole
+        # answer, taken strictly, and whatever stops it is the reason the caller reports.
+        info["census"] = _census_strict(_quiet(fn))
+        return Built(_quiet(fn), None, None, items, (model,), info)
     try:
         info["fallback_ops"] = _first_call(fn, device.synchronize)
     except NotImplementedError as exc:
@@ -475,3 +486,45 @@ def build_phase(spec: dict[str, Any], device: Device) -> Built:
         _unsupported_op(exc)
         raise
     raise ValueError(f"unknown whole-model library {library!r}")
+
+
+# --- the census alone (`bench --list`) ---
+
+CENSUS_REASON_CHARS = 300
+
+
+@dataclass
+class MetaDevice(Device):
+    """The phase builders' device for a census without weights: tensors carry shapes and dtypes but no data,
+    so a model of any size builds in no memory, and every block is built (no memory limit to fit)."""
+
+    kind: str = "meta"
+
+    def memory_limit(self) -> int | None:
+        return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, Unsupported) else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())  # torch's messages span lines; a reason is one
+    return text if len(text) <= CENSUS_REASON_CHARS else text[: CENSUS_REASON_CHARS - 3] + "..."
+
+
+def census_phase(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """One call's op census of a whole-model phase, taken on the meta device: (census, "") or (None, why not).
+
+    The ops are those the model asks for at its real size and dtype; a device's own kernels may split them
+    further. Every block is built and the weights are random (none are read), whatever the measured run
+    would do: a census of a prefix would undercount, and reading weights is what the meta device avoids."""
+    if spec.get("kind") != "model_phase":
+        return None, f"{spec.get('kind')!r} is not a whole-model phase"
+    params = {**spec.get("params", {}), "depth": None, "compile": False, "weights": "random", "path": None}
+    try:
+        built = build_phase({**spec, "params": params}, MetaDevice())
+    except Exception as exc:  # the census is an extra: any failure is its reason, never the caller's error
+        reason = _one_line(exc)
+        return None, reason if isinstance(exc, Unsupported) else f"on the meta device: {reason}"
+    census = (built.info or {}).get("census")
+    if not isinstance(census, dict):
+        return None, "the census came back empty"
+    return census, ""
