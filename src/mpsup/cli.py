@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from mpsup.bench.policy import DEFAULT_BUDGET_S
-from mpsup.console import stderr_console, stdout_console, warning_line
+from mpsup.console import safe, stderr_console, stdout_console, warning_line
 from mpsup.stats import PRACTICAL_THRESHOLD
 
 
@@ -192,7 +192,10 @@ def bench(
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)
     if list_only:
-        render_list(plan, as_json, stdout_console)
+        censuses = command.list_census(
+            plan, progress=lambda line: stderr_console.print(safe(line), highlight=False, soft_wrap=True)
+        )
+        render_list(plan, as_json, stdout_console, censuses)
         return
     with bench_progress(stderr_console) as on_event:
         result = command.run(plan, progress=on_event, warn=warning_line)

@@ -24,6 +24,11 @@ DTYPES = ("bf16", "fp16", "fp32")
 # get as far as sizing the rounds and end the run in an OverflowError.
 BUDGET_RANGE_S = (0.001, 3600.0)
 NOT_PINNED = Affinity(None, "not pinned")
+CENSUS_DEVICE = "meta"
+CENSUS_LIBRARIES = ("transformers", "diffusers")
+# Seconds per phase: the meta device builds and runs even a 70B model's every block in seconds; far past
+# that, something hangs, and --list must still answer.
+CENSUS_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,94 @@ def prepare(req: BenchRequest) -> BenchPlan:
     return BenchPlan(req, device, tuple(suite), None, affinity=affinity)
 
 
+@dataclass(frozen=True)
+class PhaseCensus:
+    """One phase's op census as the worker counted it on the meta device, or None and the one-line reason."""
+
+    census: dict[str, Any] | None
+    reason: str = ""
+
+
+def census_phases(plan: BenchPlan) -> list[Workload]:
+    """The whole-model phases a census can be taken of: Transformers and Diffusers models, built from their
+    config. A .pt2 export or a module:function is loaded by the user's code, which the list never runs."""
+    return [w for w in plan.workloads if w.kind == "model_phase" and w.params.get("library") in CENSUS_LIBRARIES]
+
+
+def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> dict[str, PhaseCensus]:
+    """`bench --list`: each phase's op census by workload name, from ONE worker in the baseline environment
+    (its transformers and diffusers decide the ops). Never raises for the census's sake: a phase that
+    cannot be counted, or a worker that cannot start, is a reason on each phase, and the list stands."""
+    phases = census_phases(plan)
+    out: dict[str, PhaseCensus] = {
+        # The ops the eager model asks for are the eager phase's census; what inductor fuses them into
+        # is decided by compiling, which a list does not do.
+        w.name: PhaseCensus(None, "not taken under torch.compile: the eager phase's census lists the model's ops")
+        for w in phases
+        if w.params.get("compile")
+    }
+    eager = [w for w in phases if not w.params.get("compile")]
+    if not eager:
+        return out
+    from mpsup.bench import workerproc
+    from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
+
+    # workerproc's table of what answers each request lists the measuring run's ops; the census op is the
+    # list's own, so it is entered here (the answer's shape is checked by census_answer).
+    workerproc.ANSWERS.setdefault("census", "census")
+    try:
+        python = _baseline_python(plan.request)
+    except UserError as exc:
+        return {**out, **{w.name: PhaseCensus(None, str(exc)) for w in eager}}
+    if progress is not None:
+        progress(f"op census of {len(eager)} phase(s) on the {CENSUS_DEVICE} device, in {python}")
+    worker: WorkerProcess | None = None
+    failure = ""
+    try:
+        worker = WorkerProcess(python, env=worker_env(1))  # meta tensors do no arithmetic: one thread is plenty
+        worker.request({"op": "hello", "device": "cpu", "threads": 1}, timeout=CENSUS_TIMEOUT_S)
+        for w in eager:
+            out[w.name] = census_answer(worker.request({"op": "census", "workload": w.spec()}, CENSUS_TIMEOUT_S))
+    except NoTorch as exc:
+        failure = f"no torch in {python}" if exc.missing else f"torch cannot be imported in {python}: {exc}"
+    except WorkerDied as exc:
+        why = last_line(exc.stderr_tail)
+        failure = f"the census worker stopped ({exc}{': ' + why if why else ''})"
+    except UserError as exc:  # the interpreter cannot be run at all
+        failure = str(exc)
+    finally:
+        if worker is not None:
+            worker.close()
+    for w in eager:
+        out.setdefault(w.name, PhaseCensus(None, failure or "no census was taken"))
+    return out
+
+
+def census_answer(ans: dict[str, Any]) -> PhaseCensus:
+    """A census answer checked for the shape the list prints: a worker (and the config it built) is not
+    trusted to send one."""
+    if ans.get("type") == "error":
+        return PhaseCensus(None, _line(ans.get("message")) or "the worker gave no reason")
+    doc = ans.get("census")
+    if doc is None:
+        return PhaseCensus(None, _line(ans.get("reason")) or "the worker gave no reason")
+    ops = doc.get("ops") if isinstance(doc, dict) else None
+    calls = doc.get("calls") if isinstance(doc, dict) else None
+    if (
+        not isinstance(ops, dict)
+        or not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in ops.items())
+        or type(calls) is not int
+        or not isinstance(doc.get("entries", []), list)
+    ):
+        return PhaseCensus(None, "the worker's census is not in the expected shape")
+    return PhaseCensus(doc)
+
+
+def _line(text: object, limit: int = 300) -> str:
+    line = " ".join(str(text or "").split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: Callable[[str], None]) -> BenchResult:
     """Check the environments, measure, save the record; the exit code says what happened."""
     from mpsup.bench.policy import SamplingPolicy
@@ -172,12 +265,7 @@ def _environments(req: BenchRequest) -> tuple[list[Any], str]:
 
     if req.aa and req.candidate:
         raise UserError("--aa pairs the baseline with itself; it cannot be combined with --candidate")
-    python = req.python
-    if python is not None:
-        from mpsup.bench.workerproc import check_interpreter
-
-        python = check_interpreter(python, "--python")
-    base_py = resolve_environment(req.baseline, "--baseline") if req.baseline else (python or Path(sys.executable))
+    base_py = _baseline_python(req)
     envs = [EnvSpec("baseline", base_py)]
     if req.candidate:
         envs.append(EnvSpec("candidate", resolve_environment(req.candidate, "--candidate")))
@@ -186,6 +274,17 @@ def _environments(req: BenchRequest) -> tuple[list[Any], str]:
         envs.append(EnvSpec("baseline-2", base_py))
         return envs, "aa"
     return envs, "single"
+
+
+def _baseline_python(req: BenchRequest) -> Path:
+    from mpsup.envs.resolve import resolve_environment
+
+    python = req.python
+    if python is not None:
+        from mpsup.bench.workerproc import check_interpreter
+
+        python = check_interpreter(python, "--python")
+    return resolve_environment(req.baseline, "--baseline") if req.baseline else (python or Path(sys.executable))
 
 
 def exit_code(record: dict[str, Any]) -> int:

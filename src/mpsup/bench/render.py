@@ -22,7 +22,9 @@ from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
 
 if TYPE_CHECKING:
-    from mpsup.bench.command import BenchPlan, BenchResult
+    from collections.abc import Mapping
+
+    from mpsup.bench.command import BenchPlan, BenchResult, PhaseCensus
 
 PART_TITLES = {
     "linear": "BF16 linear layers of real models",
@@ -776,11 +778,46 @@ def print_plan_notes(plan: BenchPlan, console: Console) -> None:
         console.print(f"pinned: {safe(plan.affinity.why)}", highlight=False, soft_wrap=True)
 
 
-def render_list(plan: BenchPlan, as_json: bool, console: Console) -> None:
+CENSUS_TOP_OPS = 8  # ops named on a phase's census line; --list --json has them all, with shapes and dtypes
+
+
+def render_list(
+    plan: BenchPlan, as_json: bool, console: Console, censuses: Mapping[str, PhaseCensus] | None = None
+) -> None:
+    """`bench --list`: the workloads, and for a model's phases the op census taken on the meta device."""
+    from mpsup.bench.command import CENSUS_DEVICE
+
+    censuses = censuses or {}
     if as_json:
-        emit_json([w.to_json() for w in plan.workloads])
-    else:
-        print_workload_list(list(plan.workloads), console)
+        docs = []
+        for w in plan.workloads:
+            doc = w.to_json()
+            c = censuses.get(w.name)
+            if c is not None:
+                doc["census_device"] = CENSUS_DEVICE
+                doc["census"] = c.census
+                if c.census is None:
+                    doc["census_reason"] = c.reason
+            docs.append(doc)
+        emit_json(docs)
+        return
+    print_workload_list(list(plan.workloads), console)
+    for w in plan.workloads:
+        c = censuses.get(w.name)
+        if c is not None:
+            console.print(census_line(w.name, c, CENSUS_DEVICE), highlight=False, soft_wrap=True)
+
+
+def census_line(name: str, c: PhaseCensus, device: str) -> str:
+    """One phase's census in a line (rich markup; every name from the model passes through safe)."""
+    if c.census is None:
+        return f"{safe(name)}: no op census ({safe(c.reason)})"
+    ops: dict[str, int] = c.census.get("ops") or {}
+    top = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = ", ".join(f"{safe(op)} {n}" for op, n in top[:CENSUS_TOP_OPS])
+    more = ", ..." if len(top) > CENSUS_TOP_OPS else ""
+    calls = int(c.census.get("calls") or 0)
+    return f"{safe(name)}: {calls} aten calls, {len(ops)} ops ({named}{more}) on the {safe(device)} device"
 
 
 def render_result(result: BenchResult, as_json: bool, console: Console, details: bool = False) -> None:
