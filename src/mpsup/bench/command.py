@@ -176,12 +176,8 @@ def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) 
     eager = [w for w in phases if not w.params.get("compile")]
     if not eager:
         return out
-    from mpsup.bench import workerproc
     from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 
-    # workerproc's table of what answers each request lists the measuring run's ops; the census op is the
-    # list's own, so it is entered here (the answer's shape is checked by census_answer).
-    workerproc.ANSWERS.setdefault("census", "census")
     try:
         python = _baseline_python(plan.request)
     except UserError as exc:

@@ -135,7 +135,14 @@ def _valid(ans: dict[str, Any], expect: str) -> bool:
 
 
 # What each request must be answered with (besides an error answer).
-ANSWERS = {"hello": "hello", "setup": "ready", "sample": "samples", "teardown": "done", "smoke": "smoke"}
+ANSWERS = {
+    "hello": "hello",
+    "setup": "ready",
+    "sample": "samples",
+    "teardown": "done",
+    "smoke": "smoke",
+    "census": "census",
+}
 
 
 class WorkerProcess:
