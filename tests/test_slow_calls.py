@@ -127,3 +127,23 @@ def test_the_leftover_pass_is_net_of_what_workloads_overran():
     assert net_of_overrun(3.0, [0.5, 5.0], [0.4, 4.9]) == 3.0
     with pytest.raises(ValueError):
         net_of_overrun(1.0, [0.5], [0.4, 0.4])
+
+
+def test_the_report_says_which_budget_measures_what_the_guard_skipped():
+    from mpsup.report.analysis import analyze
+    from tests.synthetic import paired_record
+
+    rec = paired_record(1.0, count=6)
+    rec["options"] = {"budget_s": 0.5}
+    for w, needed in zip(rec["workloads"][:2], (2.5, 6.8), strict=True):
+        w.update(status="too_slow", envs={}, ratios=[], call_s=0.3, call_predicted=False, budget_needed_s=needed)
+    notes = [n for n in analyze(rec).notes if n.startswith("Not measured")]
+    assert notes == [
+        f"Not measured: 2 workload(s) too slow to measure at --budget 0.5 on this machine (e.g. "
+        f"{rec['workloads'][0]['name']}); `mpsup bench --budget 6.8` measures them all, `--only NAME` measures one."
+    ]
+    rec["workloads"][0]["budget_needed_s"] = "6.8"  # a hostile record: no figure from a wrong type
+    rec["workloads"][1]["budget_needed_s"] = float("nan")
+    (note,) = [n for n in analyze(rec).notes if n.startswith("Not measured")]
+    assert "--budget 6.8" not in note and note.endswith("`--only NAME` measures one.")
+    assert not [n for n in analyze(paired_record(1.0, count=6)).notes if n.startswith("Not measured")]

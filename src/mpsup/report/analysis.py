@@ -466,6 +466,27 @@ def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], flo
     return floors, worst
 
 
+def _positive(x: Any) -> float | None:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+    return float(x) if ok else None
+
+
+def _too_slow_note(record: RunRecord) -> str | None:
+    """The workloads bench's time guard skipped: how many, and the budget that would measure them, so a
+    report's `too_slow` rows say what to do rather than only that nothing was measured."""
+    slow = [w for w in record.workloads if w.status == "too_slow"]
+    if not slow:
+        return None
+    budget = _positive(record.options.get("budget_s"))
+    at = f" at --budget {budget:g}" if budget else ""
+    needed = [n for w in slow if (n := _positive(w.extra.get("budget_needed_s"))) is not None]
+    hint = f"`mpsup bench --budget {max(needed):g}` measures them all, " if needed else ""
+    return (
+        f"Not measured: {len(slow)} workload(s) too slow to measure{at} on this machine (e.g. {slow[0].name}); "
+        f"{hint}`--only NAME` measures one."
+    )
+
+
 def analyze(
     record: RunRecord | Mapping[str, Any],
     *,
@@ -602,6 +623,9 @@ def analyze(
             f"the direction (e.g. {held[0]}); a change in torch moves every visit the same way, which worker set "
             "up first does not."
         )
+    slow_note = _too_slow_note(record)
+    if slow_note:
+        notes.append(slow_note)
     raised_by_process = [f for f in by_process.values() if math.expm1(f) > threshold]
     if raised_by_process:
         notes.append(
