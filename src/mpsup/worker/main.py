@@ -177,10 +177,10 @@ class Worker:
 
 def collect_and_freeze() -> None:
     """Collect, then freeze what survived: between workloads, whatever is still alive is module state
-    (inductor, sympy and triton once the compile smoke test has run; transformers once a model was
-    built). Left unfrozen, those ~160-200k objects made every later collection walk them again: 76-98 ms
-    a collection on this CPU after the compile smoke test, against 0 once frozen, at one collection per
-    workload teardown and more inside the timed loop (docs/figures/h200_smoke_slowdown.txt for the H200)."""
+    (dynamo, sympy and inductor once the compile smoke test has run; transformers once a model was built).
+    Left unfrozen, those ~160k objects made every later collection walk them again, at one collection per
+    workload teardown and more inside the timed loop: 52-101 ms a collection on a 2-vCPU CPU, 0 once
+    frozen, and that CPU's main job took 97 and 91 s before, 76 and 76 s after (docs/figures/cpu_smoke_gc.txt)."""
     gc.collect()
     gc.freeze()
 
