@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from mpsup.bisect.command import BisectResult, EnvFacts, Step
@@ -168,7 +169,13 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
         soft_wrap=True,
     )
     if result.steps:
-        p(_steps_table(result))
+        table = _steps_table(result)
+        needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        if needed <= console.width:
+            p(table)
+        else:  # squeezed, the table cut environment paths and figures to "/tm…" and "1.0…": a line per step
+            for k, s in enumerate(result.steps, 1):
+                p(safe(step_line(s, result.environments[s.index], k)), highlight=False, soft_wrap=True)
     p(
         "speedup: the good build's time / this build's (below 1x: slower), paired as `bench --candidate`.",
         highlight=False,

@@ -1,0 +1,74 @@
+"""The bisect's closing table at a narrow terminal: never a cut environment path or figure."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from mpsup.bisect.command import BisectResult, EnvFacts, Step
+from mpsup.bisect.logic import Done, Figure
+from mpsup.bisect.render import render_result
+
+ENVS = tuple(f"/tmp/a-rather-long-folder/of-environments/env{i}" for i in range(1, 9))
+
+
+def _result() -> BisectResult:
+    steps = (
+        Step(
+            7,
+            0,
+            0.5,
+            "20261205T022711Z-d5ffd8",
+            "bad",
+            (Figure("linear/2048x2304/t1", "slower", 0.884, 0.87, 0.9),),
+            30,
+        ),
+        Step(
+            3,
+            0,
+            0.5,
+            "20261205T022811Z-aaaaaa",
+            "good",
+            (Figure("linear/2048x2304/t1", "same", 1.002, 0.99, 1.01),),
+            28,
+        ),
+    )
+    facts = {i: EnvFacts(torch="2.11.0+cu130", git_version="70d99e998b") for i in range(8)}
+    return BisectResult(
+        environments=ENVS,
+        pythons=ENVS,
+        device="cuda",
+        workloads=("linear/2048x2304/t1",),
+        targets=("linear/2048x2304/t1",),
+        budget_s=0.5,
+        threshold=0.03,
+        steps=steps,
+        facts=facts,
+        done=Done("found", 3, 4),
+        journal=Path("/tmp/j.json"),
+        resumed_steps=0,
+        elapsed_s=90.0,
+    )
+
+
+def _render(width: int) -> str:
+    out = io.StringIO()
+    render_result(_result(), Console(file=out, width=width, color_system=None), as_json=False)
+    return out.getvalue()
+
+
+def test_at_80_columns_each_step_is_a_whole_line_not_a_cut_table():
+    text = _render(80)
+    assert "…" not in text
+    flat = text.replace("\n", "")
+    for env in (ENVS[7], ENVS[3]):
+        assert env in flat
+    assert "0.884x [0.870, 0.900] slower" in flat and "run 20261205T022711Z-d5ffd8" in flat
+
+
+def test_a_wide_terminal_keeps_the_table():
+    text = _render(200)
+    assert "95% interval" in text and "…" not in text
+    assert ENVS[7] in text
