@@ -46,8 +46,12 @@ cold() {  # fresh compile caches: each timed run pays what a user's first run pa
 export COLUMNS=${COLUMNS:-150}
 latest() { ls -t "$MPSUP_HOME"/runs/*.json | head -1; }
 [ -d "$W/l8b" ] || "$PY" benchmarks/whole_model.py make "$CONFIG" "$W/l8b" --dtype bf16
+session_start=$(date +%s)
 for step in "$@"; do
   t0=$(date +%s)
+  if [ -n "${DEADLINE_S:-}" ] && [ $((t0 - session_start)) -gt "$DEADLINE_S" ]; then
+    echo "step $step: skipped, past DEADLINE_S=$DEADLINE_S" | tee -a "$W/out/steps.txt"; continue
+  fi
   echo "== step $step ($(date -u +%T))"
   case $step in
     gc)
@@ -66,10 +70,15 @@ for step in "$@"; do
       cp "$(latest)" "$W/out/record_aa_full.json"
       $MPSUP report > "$W/out/report_aa_full.txt"; grep -i "flag\|verdict\|no measurable\|slower\|faster" "$W/out/report_aa_full.txt" | head -20 ;;
     plain)
+      # Pinned to one CPU as mpsup pins its workers (--affinity auto took CPU 15 on the H200): unpinned, one
+      # process's samples drifted 21.7 -> 34 ms in blocks on that shared host. Then base once unpinned.
+      pin=""; command -v taskset >/dev/null && pin="taskset -c ${PLAIN_CPU:-15}"
       for env in base cublaslt clb; do
-        "$W/envs/$env" benchmarks/whole_model.py plain "$W/l8b" --device "$DEVICE" --tokens 512 --reps 30 \
+        $pin "$W/envs/$env" benchmarks/whole_model.py plain "$W/l8b" --device "$DEVICE" --tokens 512 --reps 30 \
           --json "$W/out/plain_$env.json"
-      done ;;
+      done
+      "$W/envs/base" benchmarks/whole_model.py plain "$W/l8b" --device "$DEVICE" --tokens 512 --reps 30 \
+        --json "$W/out/plain_base_unpinned.json" ;;
     cublaslt|clb)
       $MPSUP bench --device "$DEVICE" --model "$W/l8b" --candidate "$W/envs/$step" --no-smoke $EXTRA --json > "$W/out/bench_$step.json"
       cp "$(latest)" "$W/out/record_$step.json"
