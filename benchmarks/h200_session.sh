@@ -6,7 +6,7 @@
 #   steps: gc main_before main aa_full plain cublaslt clb aa vae bisect
 #     gc           benchmarks/gc_after_smoke.py: one garbage collection before and after the smoke tests
 #     main_before  speed.py's main job with the tree as it was before the worker froze after the smoke tests
-#                  (.prefix/src, carried: `git archive 95dcc6e src | tar -x -C .prefix`)
+#                  (.prefix/src, carried: `git archive 95dcc6e src metal pyproject.toml | tar -x -C .prefix`)
 #     main         speed.py: the README's main job, then the single-environment suite without smoke tests
 #     aa_full      the full suite paired A/A (issue 28's H200 figure), record kept for aa_summary.py
 #     plain        a plain transformers timing of the Llama-3-8B config in each environment
@@ -26,8 +26,11 @@ OUT=${OUT:-/tmp/h200-out}
 W=${W:-/tmp/w}
 mkdir -p "$W/envs" "$W/out" "$OUT"
 if [ -d .whl ] && [ "$DEVICE" = cuda ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD/src
+  # Into the device's own environment (a throwaway machine), not onto PYTHONPATH: mpsup's worker runs with
+  # the measured environment's site-packages only, so diffusers on PYTHONPATH was "not installed" for the
+  # VAE step. (A venv made from that interpreter would not do: it is itself a venv, and torch lives there.)
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl
+  export PYTHONPATH=$PWD/src
 else
   export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 fi
