@@ -341,6 +341,22 @@ def test_phases_that_disagree_make_a_mixed_verdict_that_names_both() -> None:
     assert phase_verdict([], [], "v") is None
 
 
+def test_a_wide_no_change_reads_the_same_in_the_sentence_and_the_phase_line() -> None:
+    """The H200 A/A: the sentence said "decode 0.98x (0.89-1.09x), too wide to tell" and the phase line
+    beneath it "no measurable change" for the same interval."""
+    from mpsup.report.phases import PhaseChange, phase_verdict, with_width
+    from mpsup.report.render import phase_line
+    from mpsup.stats import Interval
+
+    decode = PhaseChange("decode", "model/decode", Interval(0.98, 0.89, 1.09, 12), "same", 0.024, 0.025, 0.25)
+    narrow = PhaseChange("prefill", "model/prefill", Interval(1.0, 0.99, 1.01, 12), "same", 0.022, 0.022, 0.5)
+    verdict, sentence = phase_verdict([decode, narrow], [], "v")
+    assert verdict == "inconclusive" and "decode 0.98x (95% CI 0.89-1.09x), too wide to tell" in sentence
+    wide, tight = with_width([decode, narrow])
+    assert "too wide to tell" in phase_line(wide) and "no measurable change" not in phase_line(wide)
+    assert "no measurable change" in phase_line(tight)
+
+
 def test_ops_that_fell_back_to_the_cpu_are_recorded() -> None:
     import warnings
 

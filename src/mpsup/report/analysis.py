@@ -12,7 +12,14 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
 from mpsup.model.coverage import census as census_of
-from mpsup.report.phases import HOW_TO_RUN_WHOLE, LAYERS_LABEL, PhaseChange, phase_changes, phase_verdict
+from mpsup.report.phases import (
+    HOW_TO_RUN_WHOLE,
+    LAYERS_LABEL,
+    PhaseChange,
+    phase_changes,
+    phase_verdict,
+    with_width,
+)
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
@@ -564,7 +571,7 @@ def analyze(
     total = sum(c.count * c.baseline_s for c in changes if c.baseline_s and c.part != "phase") or 1.0
     for c in changes:
         c.share = c.count * c.baseline_s / total if c.baseline_s and c.part != "phase" else 0.0
-    phases = phase_changes(record, {c.name: c for c in changes}, a, b)
+    phases = with_width(phase_changes(record, {c.name: c for c in changes}, a, b), threshold)
     linear = [c for c in changes if c.part == "linear" and c.ratios]
     suite = _aggregate(linear, seed)
     split = {}

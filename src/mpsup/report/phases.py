@@ -6,7 +6,7 @@ sentence names both. Where no phase ran, the figure is the layer estimate, label
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mpsup.model.coverage import coverage, scale_of, scaled_from
@@ -36,6 +36,9 @@ class PhaseChange:
     reason: str | None = None
     fallback: tuple[str, ...] = ()  # ops the baseline ran on the CPU
     fallback_candidate: tuple[str, ...] = ()
+    # Called "same" with an interval wider than twice the threshold: it could not have seen a change, so
+    # every surface says "too wide to tell", not "no measurable change" (set by with_width).
+    too_wide: bool = False
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -62,9 +65,16 @@ class PhaseChange:
             return f"{self.phase} n/a ({why})"
         iv = self.speedup
         scaled = f", from {self.scaled_from} blocks" if self.scaled_from else ""
-        return (
-            f"{self.phase} {iv.estimate:.2f}x (95% CI {iv.low:.2f}-{iv.high:.2f}x{scaled}), {CHANGE_WORDS[self.change]}"
-        )
+        words = "too wide to tell" if self.too_wide else CHANGE_WORDS[self.change]
+        return f"{self.phase} {iv.estimate:.2f}x (95% CI {iv.low:.2f}-{iv.high:.2f}x{scaled}), {words}"
+
+
+def with_width(phases: list[PhaseChange], threshold: float = PRACTICAL_THRESHOLD) -> list[PhaseChange]:
+    """The phases, each "same" one whose interval is too wide to have seen a change marked so."""
+    return [
+        replace(p, too_wide=p.change == "same" and p.speedup is not None and p.speedup.rel_half_width > 2 * threshold)
+        for p in phases
+    ]
 
 
 def phase_changes(record: RunRecord, changes_by_name: dict[str, Any], a: str, b: str) -> list[PhaseChange]:
@@ -104,13 +114,10 @@ def phase_verdict(
     if not phases:
         return None
     # "No change" needs an interval narrow enough to have seen one: as wide as twice the threshold, it has not.
-    wide = [
-        p for p in phases if p.change == "same" and p.speedup is not None and p.speedup.rel_half_width > 2 * threshold
-    ]
+    phases = with_width(phases, threshold)
+    wide = [p for p in phases if p.too_wide]
     called = [p for p in phases if p.speedup is not None and p.change != "n/a"]
-    said = "; ".join(
-        p.text().replace(CHANGE_WORDS["same"], "too wide to tell") if p in wide else p.text() for p in phases
-    )
+    said = "; ".join(p.text() for p in phases)
     if not called:
         return "inconclusive", f"Inconclusive: no phase of the model could be bounded ({said}), {vs}."
     kinds = {p.change for p in called}
