@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.metal import load_manifest
 from mpsup.worker.device import Device
+from mpsup.worker.main import collect_and_freeze
 from mpsup.worker.smoke import run_feature
 
 
@@ -50,8 +51,7 @@ def main() -> None:
     took = time.perf_counter() - start
     print(f"smoke tests took {took:.1f} s")
     print(f"after the smoke tests: {collection_ms():7.2f} ms a collection, {len(gc.get_objects()):>7} tracked")
-    gc.collect()
-    gc.freeze()  # what the worker now does after each smoke test and workload teardown
+    collect_and_freeze()  # what the worker does after each smoke test and workload teardown
     print(f"after collect+freeze: {collection_ms():7.2f} ms a collection, {len(gc.get_objects()):>7} tracked")
 
 

@@ -504,10 +504,12 @@ class MetaDevice(Device):
         return None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) if isinstance(exc, Unsupported) else f"{type(exc).__name__}: {exc}"
-    text = " ".join(text.split())  # torch's messages span lines; a reason is one
-    return text if len(text) <= CENSUS_REASON_CHARS else text[: CENSUS_REASON_CHARS - 3] + "..."
+def _census_reason(exc: BaseException) -> str:
+    """One line: an Unsupported says it in its own words; anything else is named, as the meta device's."""
+    own = isinstance(exc, Unsupported)
+    text = " ".join((str(exc) if own else f"{type(exc).__name__}: {exc}").split())  # torch's span lines
+    text = text if len(text) <= CENSUS_REASON_CHARS else text[: CENSUS_REASON_CHARS - 3] + "..."
+    return text if own else f"on the meta device: {text}"
 
 
 def census_phase(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
@@ -522,8 +524,7 @@ def census_phase(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     try:
         built = build_phase({**spec, "params": params}, MetaDevice())
     except Exception as exc:  # the census is an extra: any failure is its reason, never the caller's error
-        reason = _one_line(exc)
-        return None, reason if isinstance(exc, Unsupported) else f"on the meta device: {reason}"
+        return None, _census_reason(exc)
     census = (built.info or {}).get("census")
     if not isinstance(census, dict):
         return None, "the census came back empty"
