@@ -3,7 +3,7 @@
 # for. Each step's output lands under $OUT (a log per step and one tarball of records), refreshed after
 # every step, so a call cut short still returns what finished.
 #   usage (device): bash benchmarks/h200_session.sh STEP [STEP ...]
-#   steps: gc main_before main aa_full plain cublaslt clb aa vae bisect
+#   steps: gc main_before main aa_full plain cublaslt clb aa vae decode_gap bisect
 #     gc           benchmarks/gc_after_smoke.py: one garbage collection before and after the smoke tests
 #     main_before  speed.py's main job with the tree as it was before the worker froze after the smoke tests
 #                  (.prefix/src, carried: `git archive 95dcc6e src metal pyproject.toml | tar -x -C .prefix`)
@@ -13,6 +13,9 @@
 #     cublaslt|clb the model paired against TORCH_BLAS_PREFER_CUBLASLT=1 / CUDA_LAUNCH_BLOCKING=1
 #     aa           the model against itself
 #     vae          the Wan 2.2 VAE's decode with its peak memory
+#     decode_gap   why mpsup's baseline decode sat 24-29% above a plain pinned process: plain back to back,
+#                  plain with the device idle between calls as in a paired run, and mpsup's A/A of the decode
+#                  phase pinned (auto) and not pinned
 #     bisect       mpsup bisect over 8 wrappers, cuBLASLt preferred from the fifth; the repro under both
 # Off the device (a dry run of the script): DEVICE=cpu CONFIG=tiny.json EXTRA='--budget 0.05' ...
 set -u
@@ -94,6 +97,20 @@ for step in "$@"; do
       [ -d "$W/wanvae" ] || "$PY" benchmarks/whole_model.py make-diffusers "$VAECONFIG" "$W/wanvae" --component vae --dtype bf16
       $MPSUP bench --device "$DEVICE" --model "$W/wanvae" --resolution "${RES:-832x480}" --only phase --no-smoke $EXTRA --json > "$W/out/bench_vae.json"
       cp "$(latest)" "$W/out/record_vae.json"; COLUMNS=120 $MPSUP report | tee "$W/out/report_vae.txt" | head -30 ;;
+    decode_gap)
+      pin=""; command -v taskset >/dev/null && pin="taskset -c ${PLAIN_CPU:-15}"
+      for gap in 0 25 0 25; do
+        $pin "$W/envs/base" benchmarks/whole_model.py plain "$W/l8b" --device "$DEVICE" --tokens 512 --reps 60 \
+          --phases decode --gap-ms $gap --json "$W/out/plain_gap$gap.json"
+      done
+      for aff in auto none; do
+        echo "-- mpsup A/A, decode only, --affinity $aff"
+        $MPSUP bench --device "$DEVICE" --model "$W/l8b" --aa --no-smoke --only decode --affinity $aff $EXTRA \
+          --json > "$W/out/bench_decode_$aff.json"
+        cp "$(latest)" "$W/out/record_decode_$aff.json"
+        "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d.get('model_phases'), indent=1))" \
+          "$W/out/bench_decode_$aff.json"
+      done ;;
     bisect)
       envs=()
       for i in 1 2 3 4 5 6 7 8; do
@@ -114,7 +131,7 @@ for step in "$@"; do
 done
 for f in "$W"/out/record_*.json; do
   [ -e "$W/out/plain_base.json" ] || continue
-  case $f in *vae*|*aa_full*) continue;; esac
+  case $f in *vae*|*aa_full*|*decode_*) continue;; esac
   s=$(basename "$f" .json); s=${s#record_}; c=$W/out/plain_$s.json; [ -e "$c" ] || c=
   "$PY" benchmarks/whole_model.py compare "$f" "$W/out/plain_base.json" $c | tee "$W/out/compare_$s.txt"
 done

@@ -92,7 +92,7 @@ def _sync(device: str) -> None:
         torch.mps.synchronize()
 
 
-def _time(fn: Any, device: str, reps: int, warmup: int = 3) -> list[float]:
+def _time(fn: Any, device: str, reps: int, warmup: int = 3, gap_s: float = 0.0) -> list[float]:
     for _ in range(warmup):
         fn()
     _sync(device)
@@ -102,10 +102,23 @@ def _time(fn: Any, device: str, reps: int, warmup: int = 3) -> list[float]:
         fn()
         _sync(device)
         out.append(time.perf_counter() - t0)
+        if gap_s:
+            # Outside the timed span: the device and this process idle as they do in a paired run while the
+            # other environment's worker has its turn.
+            time.sleep(gap_s)
     return out
 
 
-def plain(folder: Path, device: str, tokens: int, cache: int, reps: int, dtype: str | None) -> dict[str, Any]:
+def plain(
+    folder: Path,
+    device: str,
+    tokens: int,
+    cache: int,
+    reps: int,
+    dtype: str | None,
+    gap_s: float = 0.0,
+    phases: tuple[str, ...] = ("prefill", "decode"),
+) -> dict[str, Any]:
     import warnings
 
     import torch
@@ -147,10 +160,13 @@ def plain(folder: Path, device: str, tokens: int, cache: int, reps: int, dtype: 
         "tokens": tokens,
         "cache": cache,
         "threads": torch.get_num_threads(),
+        "gap_s": gap_s,
         "phases": {},
     }
     for name, fn in (("prefill", prefill), ("decode", decode)):
-        samples = _time(fn, device, reps)
+        if name not in phases:
+            continue
+        samples = _time(fn, device, reps, gap_s=gap_s)
         result["phases"][name] = {"median_s": statistics.median(samples), "samples": samples}
     return result
 
@@ -207,6 +223,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--json", type=Path)
+    p.add_argument("--gap-ms", type=float, default=0.0, help="idle between timed calls, as in a paired run")
+    p.add_argument("--phases", default="prefill,decode")
     c = sub.add_parser("compare")
     c.add_argument("record", type=Path)
     c.add_argument("base", type=Path)
@@ -217,12 +235,26 @@ def main() -> None:
     elif args.cmd == "make-diffusers":
         make_diffusers(args.config, args.out, args.component, args.dtype)
     elif args.cmd == "plain":
-        res = plain(args.folder, args.device, args.tokens, args.cache or args.tokens, args.reps, args.dtype)
+        res = plain(
+            args.folder,
+            args.device,
+            args.tokens,
+            args.cache or args.tokens,
+            args.reps,
+            args.dtype,
+            args.gap_ms / 1e3,
+            tuple(args.phases.split(",")),
+        )
         text = json.dumps(res, indent=1)
         if args.json:
             args.json.write_text(text)
         for k, v in res["phases"].items():
-            print(f"{k}: {v['median_s'] * 1e3:.2f} ms median of {len(v['samples'])}")
+            s = v["samples"]
+            head, tail = statistics.median(s[:10]), statistics.median(s[len(s) // 2 :])
+            print(
+                f"{k}: {v['median_s'] * 1e3:.2f} ms median of {len(s)} (gap {args.gap_ms:g} ms; "
+                f"first 10 {head * 1e3:.2f} ms, second half {tail * 1e3:.2f} ms)"
+            )
     else:
         compare(args.record, args.base, args.cand)
 
