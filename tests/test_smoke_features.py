@@ -136,3 +136,24 @@ def test_metal_kernels_need_mps():
     from mpsup.metal import load_manifest
 
     assert run_feature("metal_kernels", CPU, load_manifest())["status"] == "unsupported"
+
+
+def test_the_compile_smoke_test_compiles_in_process_on_a_gpu_and_leaves_the_pool_setting_alone(monkeypatch):
+    """Inductor's compile pool (a process per CPU) cost more than the four kernels it compiles; a user's
+    `--compile` workloads, run later in the same worker, must still get the pool."""
+    inductor_config = pytest.importorskip("torch._inductor.config")
+    monkeypatch.setattr(inductor_config, "compile_threads", 8)
+    seen: list[tuple[str, int]] = []
+
+    def recording_compile(model, backend, fullgraph):
+        seen.append((backend, inductor_config.compile_threads))
+        return model  # eager stands in for the compiled model: only the setting during the compile is checked
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    gpu_like = SimpleNamespace(kind="cuda", torch_device=torch.device("cpu"))
+    worst, detail = smoke.compile_small_model(gpu_like)
+    assert seen == [("inductor", 1)] and detail == "backend=inductor" and worst == 0.0
+    assert inductor_config.compile_threads == 8
+    seen.clear()
+    smoke.compile_small_model(CPU)
+    assert seen == [("aot_eager", 8)]

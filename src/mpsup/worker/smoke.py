@@ -5,6 +5,7 @@ it), or crash (the worker died; decided by the runner, which sees the process go
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -269,12 +270,27 @@ def compile_small_model(d: Device) -> Outcome:
     model = model.to(d.torch_device)
     x = torch.randn(8, 64, generator=gen).to(d.torch_device)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _one_compile_thread(backend):
             eager = model(x)
             compiled = compile_fn(model, backend=backend, fullgraph=True)(x)
     finally:
         dynamo.reset()
     return _check_close(compiled, eager, 1e-4), f"backend={backend}"
+
+
+def _one_compile_thread(backend: str) -> contextlib.AbstractContextManager[Any]:
+    """Inductor compiles in this process, not in a pool of one process per CPU: a model of four kernels does
+    not repay the pool's start (H200, cold caches, one run each: the smoke tests took 9.0 s with the pool and
+    7.8 s without, docs/figures/h200_whole_model_and_main_job.txt). A user's `--compile` keeps the pool."""
+    if backend != "inductor":
+        return contextlib.nullcontext()
+    try:
+        from torch._inductor import config as inductor_config
+    except Exception:  # an inductor that fails to import fails the compile below with its own reason
+        return contextlib.nullcontext()
+    if not hasattr(inductor_config, "compile_threads"):
+        return contextlib.nullcontext()
+    return inductor_config.patch(compile_threads=1)
 
 
 def int_mm(d: Device) -> float:
