@@ -9,7 +9,7 @@
 #                  (.prefix/src, carried: `git archive 95dcc6e src metal pyproject.toml | tar -x -C .prefix`)
 #     main         speed.py: the README's main job, then the single-environment suite without smoke tests
 #     aa_full      the full suite paired A/A (issue 28's H200 figure), record kept for aa_summary.py
-#     plain        a plain transformers timing of the Llama-3-8B config in each environment
+#     plain        a plain transformers timing of the Llama-3-8B config, 3 processes per environment in ABBA order
 #     cublaslt|clb the model paired against TORCH_BLAS_PREFER_CUBLASLT=1 / CUDA_LAUNCH_BLOCKING=1
 #     aa           the model against itself
 #     vae          the Wan 2.2 VAE's decode with its peak memory
@@ -69,22 +69,19 @@ for step in "$@"; do
       cold; "$PY" benchmarks/speed.py --device "$DEVICE" --runs main --pythonpath "$PWD/.prefix/src" \
         --keep "$W/out/speed_before" --json "$W/out/speed_before.json" ;;
     main)
-      cold; "$PY" benchmarks/speed.py --device "$DEVICE" --runs main,single --keep "$W/out/speed_after" \
+      cold; "$PY" benchmarks/speed.py --device "$DEVICE" --runs "${MAIN_RUNS:-main,single}" --keep "$W/out/speed_after" \
         --json "$W/out/speed_after.json" ;;
     aa_full)
       $MPSUP bench --device "$DEVICE" --aa --no-smoke $EXTRA --json > "$W/out/bench_aa_full.json"
       cp "$(latest)" "$W/out/record_aa_full.json"
       $MPSUP report > "$W/out/report_aa_full.txt"; grep -i "flag\|verdict\|no measurable\|slower\|faster" "$W/out/report_aa_full.txt" | head -20 ;;
     plain)
-      # Pinned to one CPU as mpsup pins its workers (--affinity auto took CPU 15 on the H200): unpinned, one
-      # process's samples drifted 21.7 -> 34 ms in blocks on that shared host. Then base once unpinned.
-      pin=""; command -v taskset >/dev/null && pin="taskset -c ${PLAIN_CPU:-15}"
-      for env in base cublaslt clb; do
-        $pin "$W/envs/$env" benchmarks/whole_model.py plain "$W/l8b" --device "$DEVICE" --tokens 512 --reps 30 \
-          --json "$W/out/plain_$env.json"
-      done
-      "$W/envs/base" benchmarks/whole_model.py plain "$W/l8b" --device "$DEVICE" --tokens 512 --reps 30 \
-        --json "$W/out/plain_base_unpinned.json" ;;
+      # A yardstick that repeats: PROCESSES fresh processes per environment in ABBA order (one process's
+      # samples drifted 21.7 -> 34 ms in blocks on that shared host, and two processes of the same torch
+      # took 29.1 and 22.2 ms for one prefill), pinned to one CPU as mpsup pins its workers.
+      pin=""; command -v taskset >/dev/null && pin="--pin ${PLAIN_CPU:-15}"
+      "$PY" benchmarks/whole_model.py reference "$W/l8b" --env base="$W/envs/base" --env clb="$W/envs/clb" \
+        ${PLAIN_ENVS:-} --processes "${PROCESSES:-3}" $pin --out "$W/out" --device "$DEVICE" --tokens 512 --reps 30 ;;
     cublaslt|clb)
       $MPSUP bench --device "$DEVICE" --model "$W/l8b" --candidate "$W/envs/$step" --no-smoke $EXTRA --json > "$W/out/bench_$step.json"
       cp "$(latest)" "$W/out/record_$step.json"

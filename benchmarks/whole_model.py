@@ -8,6 +8,10 @@ transformers timing of the same model (the reference mpsup's phases must agree w
         prefill of P tokens and one decode step on a C-token cache, timed the way a user would time them:
         random weights from the config, torch.inference_mode, synchronize before each clock read, the
         cache cropped back after each decode step. Run it under each environment's interpreter.
+    python benchmarks/whole_model.py reference DIR --env base=PY --env cand=PY [--processes 3] [--pin CPU] --out D
+        the plain timing as a yardstick that is itself repeatable: PROCESSES fresh processes per environment,
+        in ABBA order, so that a host's slow spell or one process's luck lands on both; writes D/plain_NAME.json
+        (the median of the process medians per phase, each process's median beside it)
     python benchmarks/whole_model.py compare RECORD.json PLAIN_BASE.json [PLAIN_CAND.json]
         each phase: mpsup's median per environment against the plain one, and the speedups
 
@@ -171,6 +175,43 @@ def plain(
     return result
 
 
+def reference(
+    folder: Path, envs: list[tuple[str, str]], processes: int, pin: str | None, out: Path, plain_args: list[str]
+) -> None:
+    import subprocess
+    import tempfile
+
+    out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in envs}
+    for i in range(processes):
+        for name, python in envs if i % 2 == 0 else envs[::-1]:
+            with tempfile.TemporaryDirectory() as tmp:
+                cmd = [python, __file__, "plain", str(folder), *plain_args, "--json", f"{tmp}/p.json"]
+                if pin:
+                    cmd = ["taskset", "-c", pin, *cmd]
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                runs[name].append(json.loads(Path(f"{tmp}/p.json").read_text()))
+            medians = {k: f"{v['median_s'] * 1e3:.2f} ms" for k, v in runs[name][-1]["phases"].items()}
+            print(f"process {i + 1} {name}: {medians}", flush=True)
+    for name, done in runs.items():
+        doc = {k: v for k, v in done[0].items() if k != "phases"}
+        doc["processes"] = len(done)
+        doc["phases"] = {}
+        for phase in done[0]["phases"]:
+            per_process = [r["phases"][phase]["median_s"] for r in done]
+            doc["phases"][phase] = {
+                "median_s": statistics.median(per_process),
+                "process_medians_s": per_process,
+                "samples": [x for r in done for x in r["phases"][phase]["samples"]],
+            }
+        (out / f"plain_{name}.json").write_text(json.dumps(doc, indent=1))
+        spread = {}
+        for k, v in doc["phases"].items():
+            lo, hi = min(v["process_medians_s"]), max(v["process_medians_s"])
+            spread[k] = f"{v['median_s'] * 1e3:.2f} ms ({lo * 1e3:.2f}-{hi * 1e3:.2f})"
+        print(f"{name}: median of {len(done)} process medians (range) {spread}")
+
+
 def compare(record_path: Path, base_path: Path, cand_path: Path | None) -> None:
     record = json.loads(record_path.read_text())
     base = json.loads(base_path.read_text())["phases"]
@@ -225,6 +266,15 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--gap-ms", type=float, default=0.0, help="idle between timed calls, as in a paired run")
     p.add_argument("--phases", default="prefill,decode")
+    r = sub.add_parser("reference")
+    r.add_argument("folder", type=Path)
+    r.add_argument("--env", action="append", required=True, help="NAME=INTERPRETER, in the order of the first round")
+    r.add_argument("--processes", type=int, default=3)
+    r.add_argument("--pin", help="taskset -c this CPU list for every process")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--device", default="cpu")
+    r.add_argument("--tokens", type=int, default=512)
+    r.add_argument("--reps", type=int, default=30)
     c = sub.add_parser("compare")
     c.add_argument("record", type=Path)
     c.add_argument("base", type=Path)
@@ -255,6 +305,10 @@ def main() -> None:
                 f"{k}: {v['median_s'] * 1e3:.2f} ms median of {len(s)} (gap {args.gap_ms:g} ms; "
                 f"first 10 {head * 1e3:.2f} ms, second half {tail * 1e3:.2f} ms)"
             )
+    elif args.cmd == "reference":
+        envs = [tuple(e.split("=", 1)) for e in args.env]
+        plain_args = ["--device", args.device, "--tokens", str(args.tokens), "--reps", str(args.reps)]
+        reference(args.folder, envs, args.processes, args.pin, args.out, plain_args)
     else:
         compare(args.record, args.base, args.cand)
 
