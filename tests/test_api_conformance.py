@@ -433,6 +433,7 @@ MODULE_FILES = {
     "torch.accelerator": ("torch/accelerator/__init__.py",),
     "torch.linalg": ("torch/linalg/__init__.py",),
     "torch._dynamo": ("torch/_dynamo/__init__.py",),
+    "torch._inductor.config": ("torch/_inductor/config.py",),
     "torch.utils._python_dispatch": ("torch/utils/_python_dispatch.py",),  # the whole-model op census
 }
 SUBMODULES = {
@@ -445,6 +446,8 @@ SUBMODULES = {
     "torch.accelerator",
     "torch.linalg",
     "torch._dynamo",
+    "torch._inductor",
+    "torch._inductor.config",  # imported inside a try (compile smoke test); its member behind hasattr
     "torch.export",
 }
 
