@@ -384,3 +384,31 @@ def test_decode_above_the_copy_bandwidth_is_not_called_memory_bound():
     decode["envs"]["baseline"]["bytes_per_call"] = decode["envs"]["baseline"]["median"] * 4e10  # 40 GB/s
     text = " ".join(meaning_lines(rec))
     assert "more than the copy probe" in text and "bound by memory traffic" not in text
+
+
+def test_a_large_suite_reports_on_one_screen_with_every_change_and_details_shows_every_row(mpsup_home):
+    """A paired main job on this CPU printed 40 rows of "no measurable change" (65 lines at 80 columns) and
+    would have pushed a change among the smallest workloads below the 40 largest."""
+    names = [w["name"] for w in paired_record(count=60)["workloads"]]
+    changed = names[:2]  # the two shortest workloads: the smallest shares, last in the report's order
+    rec = paired_record({n: 0.7 for n in changed}, seed=3, count=60, run_id="20261205T100000Z-aaaaaa")
+    a = analyze(rec)
+    assert {w.name for w in a.workloads if w.change != "same"} == set(changed)
+    assert all(w.name not in changed for w in a.workloads[:40])  # below the old 40-row cut
+    console, buf = _console()
+    render_terminal(a, console)
+    text = buf.getvalue()
+    _assert_fits(text)
+    shown = [n for n in names if f"{n} " in text]
+    assert set(changed) <= set(shown) and len(shown) == 12, shown
+    hidden = len(a.workloads) - 12
+    assert f"... {hidden} more workloads ({hidden} no measurable change): every row with --details" in text
+    assert "--details" in text
+    assert len(text.splitlines()) <= 50
+    console, buf = _console()
+    render_terminal(a, console, details=True)
+    assert all(f"{n} " in buf.getvalue() for n in names) and "more workloads" not in buf.getvalue()
+    save_record(rec)
+    out = run_cli("report", "--details", env={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    assert all(n in out.stdout for n in names)

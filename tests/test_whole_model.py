@@ -294,7 +294,11 @@ def test_paired_bench_and_report_carry_the_phases(tmp_path: Path) -> None:
     assert "decode" in doc["layer_coverage"] and doc["layer_coverage"]["decode"] > 0
     assert "prefill" in doc["sentence"] and "decode" in doc["sentence"]
     text = run_cli("report")
-    assert text.stdout.index("Phase prefill") < text.stdout.index("Method:")
+    # The phases are the verdict, so they come first, above the layer table that explains them.
+    table = next(i for i, ln in enumerate(text.stdout.splitlines()) if ln.lstrip("┃ ").startswith("workload"))
+    phase_lines = [i for i, ln in enumerate(text.stdout.splitlines()) if ln.startswith("Phase ")]
+    assert len(phase_lines) == 2 and max(phase_lines) < table, text.stdout
+    assert text.stdout.count("Phase prefill") == 1
 
 
 def test_a_config_transformers_cannot_build_still_delivers_the_layers(tmp_path: Path) -> None:

@@ -241,6 +241,10 @@ def report(
     with_paths: Annotated[
         bool, typer.Option("--with-paths", help="--upstream: keep paths and environment names (left out by default).")
     ] = False,
+    details: Annotated[
+        bool,
+        typer.Option("--details", help="Every workload's row, not one screen (the terminal; other formats have all)."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Say, with confidence intervals, whether the candidate PyTorch helps."""
@@ -260,6 +264,7 @@ def report(
         fail_on_regression=fail_on_regression,
         upstream=upstream,
         keep_paths=with_paths,
+        details=details,
     )
     result = build(request, *console_messages(stderr_console))
     deliver(result, request, stdout_console, stderr_console)

@@ -46,6 +46,7 @@ class ReportRequest:
     fail_on_regression: bool = False
     upstream: bool = False  # an issue body for PyTorch (report/upstream.py)
     keep_paths: bool = False  # --upstream: leave paths and environment names in
+    details: bool = False  # the terminal: every workload's row, not one screen
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def deliver(result: ReportResult, req: ReportRequest, out: Console, err: Console
         if len(analyses) > 1:
             render_multi_terminal(analyses, out)
         else:
-            render_terminal(analyses[0], out)
+            render_terminal(analyses[0], out, details=req.details)
     elif req.output is not None:
         written = write_file_through(req.output, _document(analyses, req.fmt), "report")
         where = f"{req.output} (-> {written})" if req.output.is_symlink() else str(req.output)

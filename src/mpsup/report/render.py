@@ -73,9 +73,10 @@ def claim_comparable(a: Analysis) -> bool:
     )
 
 
-def summary_lines(a: Analysis, quote: Callable[[object], str] = str) -> list[str]:
-    """The figures below the table; `quote` escapes the record-derived parts for the target format."""
-    lines = [phase_line(p, quote) for p in a.model_phases]
+def summary_lines(a: Analysis, quote: Callable[[object], str] = str, *, phases: bool = True) -> list[str]:
+    """The figures beside the table; `quote` escapes the record-derived parts for the target format.
+    `phases=False`: the model's phase lines are printed elsewhere (the terminal puts them above its table)."""
+    lines = [phase_line(p, quote) for p in a.model_phases] if phases else []
     if a.suite_geomean:
         split = ", ".join(f"{k} {v.estimate:.3f}x" if v.bounded else f"{k} n/a" for k, v in a.suite_split.items())
         claim = (
@@ -113,22 +114,56 @@ def phase_line(p: PhaseChange, quote: Callable[[object], str] = str) -> str:
     return f"Phase {quote(p.text())}{times}{cover}{quote(cpu)}"
 
 
-def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
+SCREEN_ROWS = 12  # rows of one screen's table: every called workload, then the largest of the rest
+MAX_ROWS = 40  # a report that calls more than this shows the largest; the rest are counted on one line
+HIDDEN_LABEL = {"faster": "faster", "slower": "slower", "same": "no measurable change", "n/a": "n/a"}
+UNMEASURED = {"too_slow": "too slow to measure", "unsupported": "unsupported here"}
+
+
+def terminal_rows(workloads: list[WorkloadChange], *, details: bool) -> list[WorkloadChange]:
+    """The rows one screen shows, in the report's order: what changed is never left out for a row of
+    "no measurable change" (a suite of 160 workloads used to print 40 rows, most of them unchanged)."""
+    if details:
+        return list(workloads)
+    called = [w for w in workloads if w.change in ("faster", "slower")][:MAX_ROWS]
+    rest = [w for w in workloads if w.change not in ("faster", "slower")][: max(0, SCREEN_ROWS - len(called))]
+    keep = {id(w) for w in called + rest}
+    return [w for w in workloads if id(w) in keep]
+
+
+def _hidden_line(hidden: list[WorkloadChange]) -> str:
+    counts: dict[str, int] = {}
+    for w in hidden:
+        # A workload with no speedup was not measured: its status says why (too slow, unsupported), where
+        # "n/a" would read as measured with too few rounds.
+        label = HIDDEN_LABEL.get(w.change, w.change) if w.speedup else UNMEASURED.get(w.status, w.status)
+        counts[label] = counts.get(label, 0) + 1
+    what = ", ".join(f"{n} {label}" for label, n in counts.items())
+    return f"... {len(hidden)} more workloads ({what}): every row with --details, or --format html"
+
+
+def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> None:
     style = {"benefit": "green", "regression": "red", "mixed": "yellow", "inconclusive": "yellow"}.get(a.verdict, "")
     console.print(Text(printable(a.sentence), style=f"bold {style}"))  # a Text is no markup, but may hold names
     console.print(
         f"{safe(a.machine)} · {safe(a.device)} · torch {safe(a.baseline_torch)} -> {safe(a.candidate_torch)}"
         f" · run {safe(', '.join(a.run_ids))}"
     )
-    t = _terminal_table(a, limit, narrow=False)
+    # The model's phases first: they are the verdict; the table below is the explanation.
+    for p in a.model_phases:
+        console.print(phase_line(p, safe))
+    rows = terminal_rows(a.workloads, details=details)
+    t = _terminal_table(rows, narrow=False)
     # The wide table only where it fits whole: at 100 columns, 44-character names left rich squeezing the
     # count, share and times down to "c…" and "21.7…".
     needed = Measurement.get(console, console.options.update_width(10_000), t).maximum
     if console.width < NARROW or needed > console.width:
-        t = _terminal_table(a, limit, narrow=True)
+        t = _terminal_table(rows, narrow=True)
     console.print(t)
-    if len(a.workloads) > limit:
-        console.print(f"... {len(a.workloads) - limit} more workloads (use --format json or html for all)")
+    shown = {id(w) for w in rows}
+    hidden = [w for w in a.workloads if id(w) not in shown]
+    if hidden:
+        console.print(_hidden_line(hidden))
     if a.mode == "unpaired":
         console.print("No workload is marked: two separate runs give estimates, not calls.")
     else:
@@ -136,9 +171,9 @@ def render_terminal(a: Analysis, console: Console, *, limit: int = 40) -> None:
             f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; "
             "· no measurable change"
         )
-    if any(w.speedup and not w.speedup.bounded for w in a.workloads[:limit]):
+    if any(w.speedup and not w.speedup.bounded for w in rows):
         console.print("n/a: too few rounds to bound a 95% interval, so no call; raise --budget")
-    for line in summary_lines(a, safe):
+    for line in summary_lines(a, safe, phases=False):
         console.print(line)
 
 
@@ -150,10 +185,10 @@ def _ci_short(i: Interval | None) -> str:
     return f"{i.low:.2f}-{i.high:.2f}"
 
 
-def _terminal_table(a: Analysis, limit: int, *, narrow: bool) -> Table:
+def _terminal_table(rows: list[WorkloadChange], *, narrow: bool) -> Table:
     # Names are never cut (they are what --only takes); below NARROW columns the times and bars give way.
     t = Table(box=None if narrow else box.HEAVY_HEAD, pad_edge=not narrow, header_style="bold")
-    t.add_column("workload", no_wrap=True, min_width=max((len(w.name) for w in a.workloads[:limit]), default=8))
+    t.add_column("workload", no_wrap=True, min_width=max((len(w.name) for w in rows), default=8))
     cols = (
         ("share", "speedup", "95% CI", "")
         if narrow
@@ -161,7 +196,7 @@ def _terminal_table(a: Analysis, limit: int, *, narrow: bool) -> Table:
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "" and not narrow else "right", no_wrap=True)
-    for w in a.workloads[:limit]:
+    for w in rows:
         if narrow:
             sp = f"{w.speedup.estimate:.3f}x" if w.speedup else safe(w.status)
             ci = _ci_short(w.speedup)
