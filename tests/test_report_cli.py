@@ -268,7 +268,7 @@ def test_real_pair_baseline_vs_candidate_torch(mpsup_home: Path):
     assert len(doc["workloads"]) == 31 and all(w["speedup"] for w in doc["workloads"])
 
 
-@pytest.mark.parametrize("extra", [["-o", "OUT"], ["--run", "20261202T100000Z-aaaaaa"], ["some.json"]])
+@pytest.mark.parametrize("extra", [["-o", "OUT"], ["--run", "20261202T100000Z-aaaaaa"], ["some.json"], ["--details"]])
 def test_list_refuses_what_it_would_ignore(mpsup_home: Path, tmp_path: Path, extra: list[str]):
     out = tmp_path / "out.md"
     res = run_cli("report", "--list", *[str(out) if a == "OUT" else a for a in extra])

@@ -63,7 +63,13 @@ def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
     """Records -> analyses -> the exit code. Bad input raises UserError; nothing is printed here."""
     if req.list_runs:
         # --list shows what is stored; a record choice or a file to write would be silently ignored.
-        chosen = (("-o", req.output), ("--run", req.run), ("--baseline", req.baseline), ("--candidate", req.candidate))
+        chosen = (
+            ("-o", req.output),
+            ("--run", req.run),
+            ("--baseline", req.baseline),
+            ("--candidate", req.candidate),
+            ("--details", req.details),
+        )
         extra = [o for o, v in chosen if v]
         if extra or req.paths:
             raise UserError(f"--list takes no {', '.join(extra) or 'record paths'}: it lists the stored runs")
