@@ -201,3 +201,17 @@ def test_bench_list_shows_a_hostile_tensor_and_component_name_escaped(tmp_path: 
     (unet / "diffusion_pytorch_model.safetensors").write_bytes(_safetensors({"conv.weight": [8, 4, 3, 3]}))
     res = run_cli("bench", "--model", str(pipe), "--list")
     assert "Traceback" not in res.stderr and not CONTROLS.search(res.stdout + res.stderr), res.stdout + res.stderr
+
+
+def test_the_count_of_rows_left_off_the_screen_shows_a_status_literally():
+    """The terminal leaves most unchanged rows off one screen and counts them by status: a record's own
+    status text is data there too (before the escape: a MarkupError from `[/x]`)."""
+    rec = paired_record(1.0, seed=7, count=20, rounds=8)
+    for w in rec["workloads"][:3]:  # the shortest, so the smallest shares: off the screen
+        w.pop("ratios")
+        w["envs"]["candidate"] = {"status": "crash" + MARKUP}
+        w["status"] = "crash" + MARKUP
+    console = Console(file=io.StringIO(), width=300, color_system=None)
+    render_terminal(analyze(rec), console)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert f"3 crash{MARKUP}" in out and "more workloads" in out

@@ -138,7 +138,7 @@ def _hidden_line(hidden: list[WorkloadChange]) -> str:
         # "n/a" would read as measured with too few rounds.
         label = HIDDEN_LABEL.get(w.change, w.change) if w.speedup else UNMEASURED.get(w.status, w.status)
         counts[label] = counts.get(label, 0) + 1
-    what = ", ".join(f"{n} {label}" for label, n in counts.items())
+    what = ", ".join(f"{n} {safe(label)}" for label, n in counts.items())  # a status is the record's text
     return f"... {len(hidden)} more workloads ({what}): every row with --details, or --format html"
 
 
