@@ -412,3 +412,14 @@ def test_a_large_suite_reports_on_one_screen_with_every_change_and_details_shows
     out = run_cli("report", "--details", env={"COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
     assert all(n in out.stdout for n in names)
+
+
+def test_a_no_change_sentence_names_the_workloads_it_called_but_set_aside():
+    names = [w["name"] for w in paired_record(count=60)["workloads"]]
+    a = analyze(paired_record({n: 0.7 for n in names[:2]}, seed=3, count=60))
+    assert a.verdict == "no-change"
+    slowest = min((w for w in a.workloads if w.change == "slower"), key=lambda w: w.speedup.estimate)
+    assert f"2 workload(s) called slower (e.g. {slowest.name} {slowest.speedup.estimate:.2f}x)" in a.sentence
+    assert "not enough to move the verdict" in a.sentence
+    quiet = analyze(paired_record(1.0, seed=3, count=60))
+    assert quiet.verdict == "no-change" and "called" not in quiet.sentence
