@@ -10,6 +10,7 @@
 #     main         speed.py: the README's main job, then the single-environment suite without smoke tests
 #     aa_full      the full suite paired A/A (issue 28's H200 figure), record kept for aa_summary.py
 #     plain        a plain transformers timing of the Llama-3-8B config, 3 processes per environment in ABBA order
+#                  (base and clb; PLAIN_ENVS='--env cublaslt=...' adds more, PROCESSES sets the count)
 #     cublaslt|clb the model paired against TORCH_BLAS_PREFER_CUBLASLT=1 / CUDA_LAUNCH_BLOCKING=1
 #     aa           the model against itself
 #     vae          the Wan 2.2 VAE's decode with its peak memory

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -132,12 +133,11 @@ def terminal_rows(workloads: list[WorkloadChange], *, details: bool) -> list[Wor
 
 
 def _hidden_line(hidden: list[WorkloadChange]) -> str:
-    counts: dict[str, int] = {}
-    for w in hidden:
-        # A workload with no speedup was not measured: its status says why (too slow, unsupported), where
-        # "n/a" would read as measured with too few rounds.
-        label = HIDDEN_LABEL.get(w.change, w.change) if w.speedup else UNMEASURED.get(w.status, w.status)
-        counts[label] = counts.get(label, 0) + 1
+    # A workload with no speedup was not measured: its status says why (too slow, unsupported), where "n/a"
+    # would read as measured with too few rounds.
+    counts = Counter(
+        HIDDEN_LABEL.get(w.change, w.change) if w.speedup else UNMEASURED.get(w.status, w.status) for w in hidden
+    )
     what = ", ".join(f"{n} {safe(label)}" for label, n in counts.items())  # a status is the record's text
     return f"... {len(hidden)} more workloads ({what}): every row with --details, or --format html"
 
