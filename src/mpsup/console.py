@@ -51,10 +51,17 @@ def safe(text: object) -> str:
     return rich_escape(printable(text))
 
 
+def message_line(console: Console, markup_text: str) -> None:
+    """One message (a note, a warning, an error) as rich markup. Piped or logged it stays one line, so it greps
+    whole; on a terminal rich wraps it between words, where the terminal itself would cut a version or a run id
+    mid-token ("2.14.1+c" / "u130")."""
+    console.print(markup_text, highlight=False, soft_wrap=not console.is_terminal)
+
+
 def warning_line(message: str, console: Console = stderr_console) -> None:
     """A problem mpsup stepped around (a bad record skipped): one yellow line on stderr."""
-    console.print(f"[yellow]warning:[/] {safe(message)}", highlight=False, soft_wrap=True)
+    message_line(console, f"[yellow]warning:[/] {safe(message)}")
 
 
 def error_line(message: str) -> None:
-    stderr_console.print(f"[bold red]mpsup:[/] {safe(message)}", markup=True, highlight=False, soft_wrap=True)
+    message_line(stderr_console, f"[bold red]mpsup:[/] {safe(message)}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from mpsup.console import emit_json, safe, warning_line
+from mpsup.console import emit_json, message_line, safe, warning_line
 from mpsup.errors import UserError
 from mpsup.report.analysis import Analysis, analyze, matching_aa
 from mpsup.report.render import (
@@ -127,7 +127,7 @@ def console_messages(err: Console) -> tuple[Warn, Warn]:
         warning_line(msg, err)
 
     def note(msg: str) -> None:
-        err.print(safe(msg), highlight=False, soft_wrap=True)
+        message_line(err, safe(msg))
 
     return warn, note
 
