@@ -39,6 +39,8 @@ def _layers_of(record: dict[str, Any], phase_w: dict[str, Any]) -> list[dict[str
     layers = [
         w for w in record.get("workloads", []) if w.get("part") == "model" and "alternative" not in w.get("tags", ())
     ]
+    if not layers:
+        return None  # a config without weights lists no layers: nothing is explained, and 0% would say otherwise
     if phase in TOKEN_PHASES and phase_w.get("library") == "transformers" and not phase_w.get("component"):
         tokens = 1 if phase == "decode" else phase_w.get("tokens")
         # generate() asks for the last position's logits only: the head then runs on one token.

@@ -1,14 +1,16 @@
 """A model path -> its tensors (from headers only), its config, and a fingerprint for pairing runs.
 
 Supported: a `.safetensors` file, a sharded checkpoint (`*.safetensors.index.json`), a Hugging Face
-Transformers folder (`config.json` + safetensors weights), a Diffusers folder, and .pt/.pth/.bin state
-dicts (.pt2 exports and module:function are timed end to end by the CLI). Every file is untrusted: only
-regular files inside the model's folder are opened (`files.ModelFolder`), every JSON document goes
-through the store's guarded reader, and every config field used is checked (`config.model_config`)."""
+Transformers folder (`config.json` + safetensors weights, or the config alone: run whole, no layers), a
+Diffusers folder, and .pt/.pth/.bin state dicts (.pt2 exports and module:function are timed end to end by
+the CLI). Every file is untrusted: only regular files inside the model's folder are opened
+(`files.ModelFolder`), every JSON document goes through the store's guarded reader, and every config field
+used is checked (`config.model_config`)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import zipfile
@@ -41,6 +43,8 @@ TORCH_DTYPES = {
 CONFIG_MAX_BYTES = 16 << 20
 INDEX_MAX_BYTES = 64 << 20
 PT2_SAMPLE_BYTES = 1 << 20
+CONFIG_ONLY = "transformers-config"  # a folder with config.json and no weights
+CONFIG_DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}  # the dtypes a whole model is built in
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,28 @@ def _gguf(path: Path) -> LoadedModel:
     return LoadedModel(path, "gguf", header.tensors, config, _fingerprint(header.tensors))
 
 
+def _config_only(path: Path, config: dict[str, Any]) -> LoadedModel:
+    """A Transformers folder with its config.json and no weights (a config copied from the Hub, or one written
+    by hand): the whole model is built from the config with random weights, as it is by default anyway, and
+    there are no weight headers to list its layers from. The fingerprint is the config itself: two runs of
+    the same config pair; an edited config does not."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    fingerprint = hashlib.sha256(f"config {canonical}".encode()).hexdigest()[:16]
+    return LoadedModel(path, CONFIG_ONLY, {}, config, fingerprint)
+
+
+def checkpoint_dtype(config: dict[str, Any]) -> str | None:
+    """The dtype a Transformers config says its checkpoint holds ("bf16"), from `dtype` (transformers 5) or
+    `torch_dtype` (before), or None where it names none mpsup measures."""
+    for key in ("dtype", "torch_dtype"):
+        value = config.get(key)
+        if isinstance(value, str):
+            name = TORCH_DTYPES.get(value if value.startswith("torch.") else f"torch.{value}")
+            if name in CONFIG_DTYPES:
+                return CONFIG_DTYPES[name]
+    return None
+
+
 def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -297,8 +323,13 @@ def load_model(path: Path) -> LoadedModel:
             fmt = "transformers"
         elif (repackaged := _repackaged(path)) is not None:
             return repackaged
+        elif isinstance(config.get("model_type"), str):
+            return _config_only(path, config)
         else:
-            raise ModelFormatError(f"{path}: a folder without safetensors weights (not a model mpsup can read yet)")
+            raise ModelFormatError(
+                f"{path}: a folder without safetensors weights or a config.json naming a model_type "
+                "(not a model mpsup can read yet)"
+            )
     elif path.name.endswith(".safetensors.index.json"):
         tensors, fmt = _sharded(path), "safetensors-sharded"
         if os.path.lexists(path.parent / "config.json"):

@@ -154,7 +154,7 @@ def model_phases(
     fmt: str, config: dict[str, Any], components: dict[str, dict[str, Any]] | None, path: str, opts: PhaseOptions
 ) -> Phases:
     """The phases a model read as `fmt` can run whole, or a note saying why it cannot."""
-    if fmt in ("transformers", "transformers-sharded") and config:
+    if fmt in ("transformers", "transformers-sharded", "transformers-config") and config:
         return _transformers(config, opts, path)
     if fmt == "diffusers" and components:
         return _diffusers(components, opts, path)

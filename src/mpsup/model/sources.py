@@ -67,10 +67,13 @@ def _layers(
     whole: WholeModel | None = None,
 ) -> ModelWorkloads:
     from mpsup.model.extract import extract_model
-    from mpsup.model.load import load_model
+    from mpsup.model.load import CONFIG_ONLY, checkpoint_dtype, load_model
     from mpsup.model.phases import PhaseOptions, model_phases
 
     loaded = load_model(path)
+    config_only = loaded.format == CONFIG_ONLY
+    if config_only and whole is not None and whole.real_weights:
+        raise UserError(f"{path}: --real-weights, but this folder holds a config.json and no weights")
     ex = extract_model(
         loaded.tensors,
         loaded.config,
@@ -86,7 +89,7 @@ def _layers(
         opts = PhaseOptions(
             tokens=max(tokens),
             cache=whole.cache,
-            dtype=dtype or (ex.workloads[0].dtype if ex.workloads else "fp32"),
+            dtype=dtype or (ex.workloads[0].dtype if ex.workloads else checkpoint_dtype(loaded.config) or "fp32"),
             resolution=size,
             compile_too=compile_too,
             depth=whole.depth,
@@ -94,15 +97,26 @@ def _layers(
             environments=whole.environments,
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
+    if config_only and not (phases and phases.workloads):
+        why = "; ".join(phases.notes) if phases and phases.notes else "--layers-only asks for the layers alone"
+        raise UserError(f"{path}: a config.json without weights runs only as a whole model ({why})")
     if not ex.workloads and not (phases and phases.workloads):
         raise UserError(f"{path}: no layer mpsup can measure ({len(ex.not_measured)} tensors not measured)")
+    config_note = (
+        [
+            "config.json without weights: the model runs whole with random weights; no layers are listed "
+            "(they are read from the weights' headers), so no phase has a layer explanation"
+        ]
+        if config_only
+        else []
+    )
     doc = {
         **loaded.describe(),
         "linear_weight_bytes": ex.linear_weight_bytes,
         "fp8_weight_bytes": ex.fp8_weight_bytes,
         "fp8_stored_bytes": ex.fp8_stored_bytes,
         "fp8_upcast_bytes": ex.fp8_upcast_bytes,
-        "notes": list(ex.notes) + (phases.notes if phases else []),
+        "notes": config_note + list(ex.notes) + (phases.notes if phases else []),
         "not_measured": ex.not_measured,
         "whole": bool(phases and phases.workloads),
     }
