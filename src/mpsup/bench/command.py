@@ -115,6 +115,7 @@ def prepare(req: BenchRequest) -> BenchPlan:
         raise UserError(f"--threads {req.threads}: expected 1 to {cpus}, the CPUs this machine has")
     device = req.device or default_device()
     affinity = choose(req.affinity, device)
+    _environments(req)  # here, so `--list` refuses the environments a run would refuse (both exit 2)
     if req.dtype is not None and req.dtype not in DTYPES:
         raise UserError(f"--dtype {req.dtype!r}: expected bf16, fp16 or fp32")
     from mpsup.bench.suite import build_suite, default_tokens
@@ -264,12 +265,31 @@ def _environments(req: BenchRequest) -> tuple[list[Any], str]:
     base_py = _baseline_python(req)
     envs = [EnvSpec("baseline", base_py)]
     if req.candidate:
-        envs.append(EnvSpec("candidate", resolve_environment(req.candidate, "--candidate")))
+        cand_py = resolve_environment(req.candidate, "--candidate")
+        if same_environment(base_py, cand_py):
+            raise UserError(
+                f"--candidate {req.candidate}: the baseline's own environment ({base_py}), so the run would "
+                "measure only noise; for that, the noise floor, run `mpsup bench --aa`"
+            )
+        envs.append(EnvSpec("candidate", cand_py))
         return envs, "paired"
     if req.aa:
         envs.append(EnvSpec("baseline-2", base_py))
         return envs, "aa"
     return envs, "single"
+
+
+def same_environment(a: Path, b: Path) -> bool:
+    """Whether two interpreter paths run one environment: the same path, or two names in one bin folder for
+    the same file (a venv's python and python3). Not the resolved file alone: every venv made from one
+    Python links to the same binary, and the link's folder is what selects the venv."""
+    pa, pb = Path(os.path.abspath(a.expanduser())), Path(os.path.abspath(b.expanduser()))
+    if pa == pb:
+        return True
+    try:
+        return pa.parent == pb.parent and os.path.samefile(pa, pb)
+    except OSError:
+        return False
 
 
 def _baseline_python(req: BenchRequest) -> Path:
