@@ -161,7 +161,12 @@ def test_cli_bisect_bad_input_is_one_line(tmp_path: Path) -> None:
     assert one.returncode == 2 and "at least two environments" in one.stderr and "Traceback" not in one.stderr
     missing = run_cli("bisect", sys.executable, str(tmp_path / "nope"), "--only", "linear/*")
     assert missing.returncode == 2 and "environment 2" in missing.stderr and "Traceback" not in missing.stderr
-    none = run_cli("bisect", sys.executable, sys.executable, "--only", "no-such-workload", "--device", "cpu")
+    same = run_cli("bisect", sys.executable, sys.executable, "--only", "linear/*", "--device", "cpu")
+    assert same.returncode == 2 and "environment 2" in same.stderr and "the good environment itself" in same.stderr
+    other = tmp_path / "other-python"
+    other.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    other.chmod(0o755)
+    none = run_cli("bisect", sys.executable, str(other), "--only", "no-such-workload", "--device", "cpu")
     assert none.returncode == 2 and "matches no workload" in none.stderr
     resume = run_cli("bisect", "--resume")
     assert resume.returncode == 2 and "no interrupted bisect" in resume.stderr
@@ -191,15 +196,18 @@ def test_resume_alone_takes_the_last_interrupted_journal_and_a_damaged_one_is_on
     assert command.check(command.BisectRequest(resume=True)).environments == ("old1", "old2")
 
 
-def test_a_journal_whose_steps_name_no_environment_is_refused_not_bisected_on(mpsup_home: Path) -> None:
+def test_a_journal_whose_steps_name_no_environment_is_refused_not_bisected_on(mpsup_home: Path, tmp_path: Path) -> None:
     from mpsup.bisect import command
     from mpsup.bisect import journal as jr
     from mpsup.errors import UserError
 
+    other = tmp_path / "other-python"  # a second environment: the good one twice is refused before any journal
+    other.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    other.chmod(0o755)
     req = command.BisectRequest(
-        environments=(sys.executable, sys.executable), only="linear/384x384/t1", device="cpu", budget=0.1
+        environments=(sys.executable, str(other)), only="linear/384x384/t1", device="cpu", budget=0.1
     )
-    args = command._args(req, [Path(sys.executable)] * 2, "cpu")
+    args = command._args(req, [Path(sys.executable), other], "cpu")
     key = jr.journal_key(args)
     doc = jr.new_journal(key, args, list(req.environments), "2026-12-04T00:00:00Z")
     doc["steps"] = [{"index": 7, "attempt": 1, "verdict": "bad", "figures": []}]

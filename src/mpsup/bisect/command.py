@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mpsup.bench.command import BUDGET_RANGE_S, BenchPlan, BenchRequest, check_budget, prepare
+from mpsup.bench.command import BUDGET_RANGE_S, BenchPlan, BenchRequest, check_budget, prepare, same_environment
 from mpsup.bench.run import Interrupted
 from mpsup.bisect import journal as jr
 from mpsup.bisect.logic import (
@@ -396,7 +396,13 @@ def run(
     if req.nightlies:
         return _run_nightlies(req, progress, bar, warn)
     pythons = [resolve_environment(e, f"environment {i + 1}") for i, e in enumerate(req.environments)]
-    plan = _prepare(req, pythons[0], pythons[-1])
+    for i, py in enumerate(pythons[1:], 2):
+        if same_environment(pythons[0], py):
+            # Its step would be the good build against itself, refused by bench halfway through the bisect.
+            raise UserError(
+                f"environment {i} ({req.environments[i - 1]}) is the good environment itself ({pythons[0]})"
+            )
+    plan = _prepare(req, pythons[0])
     key = jr.journal_key(_args(req, pythons, plan.device))
     path = jr.journal_path(key)
     doc = _journal_to_continue(path, req)
@@ -407,8 +413,9 @@ def run(
     return session.go()
 
 
-def _prepare(req: BisectRequest, good: Path, bad: Path) -> BenchPlan:
-    """--only, --device, --threads... checked once; each step takes this plan with its own pair of interpreters."""
+def _prepare(req: BisectRequest, good: Path) -> BenchPlan:
+    """--only, --device, --threads... checked once; each step takes this plan with its own pair of interpreters.
+    Planned as the good build's A/A: two environments' worth of memory, before any other build is known."""
     return prepare(
         BenchRequest(
             device=req.device,
@@ -419,7 +426,7 @@ def _prepare(req: BisectRequest, good: Path, bad: Path) -> BenchPlan:
             affinity=req.affinity,
             smoke=False,
             baseline=str(good),
-            candidate=str(bad),
+            aa=True,
             model=req.model,
             dtype=req.dtype,
             resolution=req.resolution,
@@ -463,7 +470,7 @@ def _run_nightlies(
     # Absolute, not resolved: a venv's python is a link to the base interpreter, and the venv is what was named.
     python = check_interpreter(req.python or Path(sys.executable), "--python")
     index = nl.IndexSession(python, index_url)  # checks the URL's scheme: https, file, or loopback http
-    plan = _prepare(req, python, python)  # every check of the measurement before the index is read
+    plan = _prepare(req, python)  # every check of the measurement before the index is read
     check_torch_only(plan)
     args = _nightly_args(req, good.key, bad.key, index_url, python, plan.device)
     key = jr.journal_key(args)
@@ -647,7 +654,11 @@ class _Session:
             },
         )
         request = replace(
-            self.plan.request, baseline=str(self.envs.python(0)), candidate=str(self.envs.python(i)), budget=budget
+            self.plan.request,
+            baseline=str(self.envs.python(0)),
+            candidate=str(self.envs.python(i)),
+            aa=False,
+            budget=budget,
         )
         step_plan = replace(self.plan, request=request)
         t0 = time.monotonic()
