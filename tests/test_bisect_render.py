@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from mpsup.bisect.command import BisectResult, EnvFacts, Step
@@ -53,9 +55,10 @@ def _result() -> BisectResult:
     )
 
 
-def _render(width: int) -> str:
+def _render(width: int, result: BisectResult | None = None) -> str:
     out = io.StringIO()
-    render_result(_result(), Console(file=out, width=width, color_system=None), as_json=False)
+    console = Console(file=out, width=width, color_system=None, force_terminal=True)
+    render_result(result or _result(), console, as_json=False)
     return out.getvalue()
 
 
@@ -72,3 +75,14 @@ def test_a_wide_terminal_keeps_the_table():
     text = _render(200)
     assert "95% interval" in text and "…" not in text
     assert ENVS[7] in text
+
+
+@pytest.mark.parametrize(
+    ("status", "offered"), [("found", True), ("no-regression", False), ("ends-inconclusive", False)]
+)
+def test_the_upstream_report_is_offered_only_where_there_is_a_regression(status: str, offered: bool):
+    text = _render(80, replace(_result(), done=Done(status, 3, 4)))
+    # `report --upstream` refuses a run without a regression: offering it there sent users into an error.
+    assert ("mpsup report --upstream" in text) is offered
+    if offered:  # on a line of its own, whole, for pasting
+        assert "  mpsup report --upstream" in text.splitlines()

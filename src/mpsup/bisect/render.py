@@ -186,8 +186,10 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
     if result.throwaway is not None:
         for line in throwaway_lines(result.throwaway):
             p(safe(line), highlight=False, soft_wrap=True)
-    if d is not None and not result.interrupted:
-        p("An issue body for PyTorch with a standalone repro script: `mpsup report --upstream`", highlight=False)
+    # Only where the ends differ: `report --upstream` writes up a regression and refuses a run without one.
+    if d is not None and d.status in ("found", "inconclusive") and not result.interrupted:
+        p("An issue body for PyTorch with a standalone repro script:", highlight=False)
+        p("  mpsup report --upstream", highlight=False, soft_wrap=True)  # its own line: pasted whole
 
 
 def _steps_table(result: BisectResult) -> Table:
