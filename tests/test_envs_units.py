@@ -359,3 +359,18 @@ def test_file_index_and_json_pages_are_read_through_the_same_door(tmp_path: Path
     served = lambda url: Fetched(json.dumps(doc), url, "application/vnd.pypi.simple.v1+json")  # noqa: E731
     (f,) = list_project_files("https://mirror.example/simple", "Torch", served)
     assert f.url == f"https://mirror.example/files/{wheel.name}" and f.sha256 is None
+
+
+def test_rollback_with_nothing_saved_says_so_before_asking(mpsup_home: Path) -> None:
+    from mpsup.envs.command import Hooks, rollback
+
+    asked: list[str] = []
+
+    def ask(question: str) -> bool:
+        asked.append(question)
+        return True
+
+    # With no terminal the question itself would be refused ("pass --yes"): the missing set must come first.
+    with pytest.raises(UserError, match="no saved package set"):
+        rollback(Path(sys.executable), False, Hooks(ask=ask))
+    assert asked == []
