@@ -103,6 +103,8 @@ def test_not_cached_is_one_line_naming_where_it_looked(cache: Path, mpsup_home: 
         and "Traceback" not in r.stderr
         and len(r.stderr.strip().splitlines()) == 1
     )
+    # The command that fetches it, for today's huggingface_hub (`hf`) and older ones (`huggingface-cli`).
+    assert "hf download org/absent" in r.stderr and "huggingface-cli download org/absent" in r.stderr
 
 
 def test_bad_ref_is_one_line(cache: Path):

@@ -43,7 +43,7 @@ def human_size(size: int | None) -> str:
 
 def _sha_text(plan: InstallPlan) -> str:
     if plan.wheel.sha256:
-        return f"sha256 {plan.wheel.sha256[:12]}... checked"
+        return f"sha256 {plan.wheel.sha256[:12]}..., checked after the download"  # a plan has downloaded nothing
     return "sha256 not given by the index; accepted by --allow-unhashed, computed from the download and recorded"
 
 

@@ -32,6 +32,10 @@ def hub_cache() -> Path:
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "huggingface" / "hub"
 
 
+# huggingface_hub 1.0 replaced `huggingface-cli` with `hf`; older installs have only the first.
+DOWNLOAD_HINT = "hf download {0}, or huggingface-cli download {0} with huggingface_hub before 1.0"
+
+
 def resolve(repo_id: str) -> Path:
     """The snapshot folder `refs/main` names, or one line saying where mpsup looked."""
     cache = hub_cache()
@@ -40,7 +44,7 @@ def resolve(repo_id: str) -> Path:
     if not os.path.lexists(ref):
         raise ModelFormatError(
             f"{repo_id}: no such file or folder, and not in the Hugging Face cache (looked for {ref}); "
-            "mpsup reads models offline: download it first (huggingface-cli download)"
+            f"mpsup reads models offline: download it first ({DOWNLOAD_HINT.format(repo_id)})"
         )
     # huggingface_hub writes refs/main as a plain file in the repository's own folder. A link, or a file that
     # resolves elsewhere (a linked refs/ folder), would have mpsup read (and quote) a file outside the cache.
@@ -48,7 +52,7 @@ def resolve(repo_id: str) -> Path:
     if os.path.islink(ref) or not inside or not os.path.isfile(ref):
         raise ModelFormatError(
             f"{ref}: not a plain file inside {repo.name}/ (a link, or a folder); refusing to read it as the "
-            "cache's ref: download the model again (huggingface-cli download)"
+            f"cache's ref: download the model again ({DOWNLOAD_HINT.format(repo_id)})"
         )
     commit = read_bytes_bounded(ref, "Hugging Face cache ref", 256).decode("ascii", "replace").strip()
     if not REVISION.match(commit):
