@@ -61,7 +61,7 @@ def test_the_workers_run_on_the_chosen_cpu(mpsup_home: Path) -> None:
         *("--affinity", str(cpu), "--json"),
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "pinned: both environments on CPU" in done.stderr
+    assert "pinned: every worker on CPU" in done.stderr
     summary = json.loads(done.stdout)
     record = json.loads(Path(summary["path"]).read_text())
     assert record["options"]["cpus"] == [cpu]

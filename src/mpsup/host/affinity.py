@@ -74,19 +74,19 @@ def choose(text: str | None, device: str) -> Affinity:
             return Affinity(
                 None,
                 f"not pinned; each worker's threads one per CPU ({','.join(map(str, order))}), "
-                "the same in both environments (--affinity auto)",
+                "the same in every worker (--affinity auto)",
                 threads_on=order,
             )
         if device != "cuda":
             return Affinity(None, f"not pinned (--device {device} uses every core)")
-        return Affinity((allowed[-1],), f"both environments on CPU {allowed[-1]} (--affinity auto)")
+        return Affinity((allowed[-1],), f"every worker on CPU {allowed[-1]} (--affinity auto)")
     cpus = parse_cpu_list(choice)
     if allowed is None:
         raise UserError(f"--affinity {text!r}: this system has no CPU affinity interface; use auto or none")
     outside = sorted(set(cpus) - set(allowed))
     if outside:
         raise UserError(f"--affinity {text}: CPU {outside[0]} is not one this process may use ({_ranges(allowed)})")
-    return Affinity(cpus, f"both environments on CPU {_ranges(cpus)} (--affinity)")
+    return Affinity(cpus, f"every worker on CPU {_ranges(cpus)} (--affinity)")
 
 
 def _ranges(cpus: tuple[int, ...]) -> str:
