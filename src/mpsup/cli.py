@@ -102,7 +102,7 @@ class DeviceChoice(StrEnum):
 @app.command(cls=_Command)
 def bench(
     device: Annotated[
-        DeviceChoice | None, typer.Option("--device", help="mps (default on a Mac), cuda or cpu.")
+        DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
     ] = None,
     budget: Annotated[
         float,
@@ -114,9 +114,11 @@ def bench(
         str | None, typer.Option("--only", help="Glob(s) on name, kind, part or tag; comma-separated; re:REGEX.")
     ] = None,
     python: PythonOpt = None,
-    tokens: Annotated[str | None, typer.Option("--tokens", help="Decode and prefill sizes, e.g. 1,512.")] = None,
+    tokens: Annotated[
+        str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
+    ] = None,
     threads: Annotated[
-        int | None, typer.Option("--threads", min=1, help="CPU threads in the worker (recorded).")
+        int | None, typer.Option("--threads", min=1, help="CPU threads in the worker (default: torch's own; recorded).")
     ] = None,
     affinity: Annotated[
         str | None,
@@ -164,7 +166,7 @@ def bench(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Smoke-test new MPS features and time the bundled suite (or --model's layers) on the GPU."""
+    """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
     from mpsup.bench import command
     from mpsup.bench.render import bench_progress, print_plan_notes, render_list, render_result
 
@@ -362,12 +364,14 @@ def bisect(
         Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
     ] = None,
     device: Annotated[
-        DeviceChoice | None, typer.Option("--device", help="mps (default on a Mac), cuda or cpu.")
+        DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
     ] = None,
     budget: Annotated[
         float, typer.Option("--budget", help="Seconds per workload and step (doubled for a step measured again).")
     ] = DEFAULT_BUDGET_S,
-    tokens: Annotated[str | None, typer.Option("--tokens", help="Decode and prefill sizes, e.g. 1,512.")] = None,
+    tokens: Annotated[
+        str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
+    ] = None,
     dtype: Annotated[
         str | None, typer.Option("--dtype", help="--model: override the checkpoint's dtype: bf16, fp16, fp32.")
     ] = None,
