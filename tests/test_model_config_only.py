@@ -63,15 +63,15 @@ def test_checkpoint_dtype_reads_both_keys(value: str, expected: str | None) -> N
 
 def test_a_folder_with_neither_weights_nor_a_model_type_says_what_it_lacks(tmp_path: Path) -> None:
     folder = config_folder(tmp_path, {"hidden_size": 64})
-    with pytest.raises(ModelFormatError, match="without safetensors weights or a config.json naming a model_type"):
+    with pytest.raises(ModelFormatError, match=r"without safetensors weights or a config\.json naming a model_type"):
         load_model(folder)
 
 
 def test_real_weights_and_layers_only_are_refused_for_a_config_alone(tmp_path: Path) -> None:
     folder = config_folder(tmp_path)
-    with pytest.raises(UserError, match="--real-weights.*no weights"):
+    with pytest.raises(UserError, match=r"--real-weights.*no weights"):
         open_model(folder, tokens=(8,), whole=WholeModel(real_weights=True))
-    with pytest.raises(UserError, match="runs only as a whole model.*--layers-only"):
+    with pytest.raises(UserError, match=r"runs only as a whole model.*--layers-only"):
         open_model(folder, tokens=(8,), whole=WholeModel(run=False))
 
 
@@ -90,3 +90,12 @@ def test_a_config_alone_is_measured_and_reported_by_phase(tmp_path: Path, mpsup_
     assert doc["model_speedup"]["source"] == "whole-model" and set(doc["model_phases"]) == {"prefill", "decode"}
     assert doc["layer_coverage"] == {}  # no layers listed: unknown, not 0%
     assert all(p["layer_coverage"] is None for p in phases.values())
+
+
+def test_a_config_alone_reads_as_whole_model_figures_without_a_layer_estimate(tmp_path: Path, mpsup_home: Path) -> None:
+    folder = config_folder(tmp_path)
+    res = run_cli("bench", "--model", str(folder), "--no-smoke", "--tokens", "8", "--budget", "0.05")
+    assert res.returncode == 0, res.stderr
+    flat = " ".join(res.stdout.split())
+    assert "no forward time estimated from its layers" in flat and "Linear weights" not in flat
+    assert "2 whole-model phases" in flat

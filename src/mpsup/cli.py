@@ -201,7 +201,7 @@ def bench(
         return
     with bench_progress(stderr_console) as on_event:
         result = command.run(plan, progress=on_event, warn=warning_line)
-    render_result(result, as_json, stdout_console, details)
+    render_result(result, as_json, stdout_console, details, selected=len(plan.workloads))
     raise typer.Exit(result.exit_code)
 
 

@@ -52,20 +52,27 @@ def run_figures(record: dict[str, Any]) -> RunFigures:
     )
 
 
+def _layer_times(record: dict[str, Any], label: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The layer workloads one forward runs, each with its measured figures in `label`. Not the whole-model
+    phases: they are the model measured whole (model/coverage.py), and adding them to its layers would count
+    the model twice. Not an "alternative" either: another way to run a layer already counted (FP8 scaled_mm
+    beside the upcast bf16 path), which would count that layer twice."""
+    return [
+        (w, env)
+        for w in record["workloads"]
+        for env in [w["envs"].get(label, {})]
+        if env.get("median") and "alternative" not in w.get("tags", ()) and w.get("part") != "phase"
+    ]
+
+
 def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
-    """Sum over the layer workloads of count x median (whole-model phases are apart: model/coverage.py), with
-    an interval from the per-workload intervals summed
+    """Sum over the layer workloads of count x median, with an interval from the per-workload intervals summed
     end to end (conservative: it treats the workloads' errors as if they all leaned the same way)."""
     if not record.get("model"):
         return None
     est = low = high = 0.0
     bounded = True
-    for w in record["workloads"]:
-        env = w["envs"].get(label, {})
-        # An "alternative" is another way to run a layer already counted (FP8 scaled_mm beside the
-        # upcast bf16 path): adding it would count that layer's time twice.
-        if not env.get("median") or "alternative" in w.get("tags", ()) or w.get("part") == "phase":
-            continue
+    for w, env in _layer_times(record, label):
         c = w.get("count", 1)
         est += c * env["median"]
         if env.get("ci_low") is None or env.get("ci_high") is None:
@@ -74,3 +81,14 @@ def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, floa
             low += c * env["ci_low"]
             high += c * env["ci_high"]
     return {"estimate": est, "low": low if bounded else None, "high": high if bounded else None}
+
+
+def model_role_shares(record: dict[str, Any], label: str) -> tuple[tuple[str, float], ...]:
+    """(role, share of the layer estimate), largest first: over the same workloads as `model_forward_estimate`,
+    so the shares add up to the estimate they split."""
+    spent: dict[str, float] = {}
+    for w, env in _layer_times(record, label):
+        role = w.get("role") or w["kind"]
+        spent[role] = spent.get(role, 0.0) + w.get("count", 1) * env["median"]
+    total = sum(spent.values())
+    return tuple((k, v / total) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])) if total else ()

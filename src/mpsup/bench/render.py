@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.bench.figures import RunFigures, model_forward_estimate, run_figures
+from mpsup.bench.figures import RunFigures, model_forward_estimate, model_role_shares, run_figures
 from mpsup.bench.phase_table import render_phases
 from mpsup.console import NARROW, emit_json, error_line, printable, safe
 from mpsup.model.coverage import census, phase_figures
@@ -40,6 +42,11 @@ PART_TITLES = {
 
 def is_narrow(console: Console) -> bool:
     return console.width < NARROW
+
+
+def plural(n: int, noun: str) -> str:
+    """`1 workload`, `2 workloads`: a count and its noun, agreeing."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def compact_shape(kind: str, params: dict[str, Any]) -> str:
@@ -73,23 +80,43 @@ def compact_shape(kind: str, params: dict[str, Any]) -> str:
 
 def print_workload_list(workloads: list[Any], console: Console) -> None:
     """`bench --list`: one line per workload; names are never cut (they are what --only takes)."""
+    rows = [[w.name, w.dtype, compact_shape(w.kind, w.params), str(w.count), ",".join(w.tags)] for w in workloads]
+    # Narrow, the count and tags stay wherever they fit: a model's list is short-named, and its counts and
+    # roles are what it is for (docs/models.md). They fit if every other column fits whole and leaves the
+    # shape room for every layer's shape: a phase's shape is a phrase and may fold.
+    layer_shapes = [r[2] for r, w in zip(rows, workloads, strict=True) if w.kind != "model_phase"]
     narrow = is_narrow(console)
-    t = Table(title=f"{len(workloads)} workloads", title_justify="left", box=None, pad_edge=False, header_style="bold")
-    t.add_column("name", no_wrap=True, min_width=max((len(w.name) for w in workloads), default=4))
-    t.add_column("dtype", no_wrap=True)
-    t.add_column("shape", no_wrap=not narrow, overflow="fold")
+    head = ["name", "dtype", "shape", "count", "tags"]
+    tagged = not narrow or _columns_fit([head, *rows], console.width, fold=2, floor=_widest(["shape", *layer_shapes]))
+    t = Table(
+        title=plural(len(workloads), "workload"), title_justify="left", box=None, pad_edge=False, header_style="bold"
+    )
+    t.add_column(head[0], no_wrap=True, min_width=max((len(w.name) for w in workloads), default=4))
+    t.add_column(head[1], no_wrap=True)
+    t.add_column(head[2], no_wrap=not narrow, overflow="fold")
+    if tagged:
+        t.add_column(head[3], justify="right", no_wrap=narrow)
+        t.add_column(head[4], no_wrap=narrow)
     if not narrow:
-        t.add_column("count", justify="right")
-        t.add_column("tags")
         t.add_column("source", overflow="fold")
-    for w in workloads:
-        cells = [w.name, w.dtype, compact_shape(w.kind, w.params)]
-        if not narrow:
-            cells += [str(w.count), ",".join(w.tags), w.source]
-        t.add_row(*(safe(c) for c in cells))
+    for w, row in zip(workloads, rows, strict=True):
+        cells = row if tagged else row[:3]
+        t.add_row(*(safe(c) for c in [*cells, *([] if narrow else [w.source])]))
     console.print(t)
     if narrow:
-        console.print(f"Tags and sources: run with COLUMNS={NARROW} or more, or --list --json.", highlight=False)
+        what = "Sources" if tagged else "Tags and sources"
+        console.print(f"{what}: run with COLUMNS={NARROW} or more, or --list --json.", highlight=False)
+
+
+def _widest(cells: list[str]) -> int:
+    return max((cell_len(printable(c)) for c in cells), default=0)
+
+
+def _columns_fit(rows: list[list[str]], width: int, fold: int, floor: int) -> bool:
+    """Whether a table of `rows` (its header among them; no box, one space of padding a side between columns)
+    fits `width` with every column whole but column `fold`, which is given what is left and needs `floor`."""
+    widths = [_widest(list(column)) for column in zip(*rows, strict=True)]
+    return sum(widths) - widths[fold] + floor + 2 * (len(widths) - 1) <= width
 
 
 @contextmanager
@@ -203,26 +230,45 @@ Section = Callable[[dict[str, Any], Console], None]
 TOP_WORKLOADS = 5  # the main view's workloads: those that take the most time
 
 
-def render_run(record: dict[str, Any], console: Console, details: bool = False) -> None:
+def render_run(record: dict[str, Any], console: Console, details: bool = False, *, selected: int | None = None) -> None:
     """The finished run. By default one screen: what ran, what did not pass, what the figures say and
     the few workloads that take the time (`bench` prints ~650 lines of tables otherwise, with the
-    summary scrolled in last); `details` prints every table."""
+    summary scrolled in last); `details` prints every table. `selected`: how many workloads the run set
+    out to measure, which a stopped run's record cannot tell (it holds those that finished)."""
+    view = record if selected is None else {**record, "selected": selected}
     for section in DETAIL_SECTIONS if details else MAIN_SECTIONS:
-        section(record, console)
+        section(view, console)
 
 
 def _header(record: dict[str, Any], console: Console) -> None:
-    env = record["environments"][0]
+    """Which torch ran, paired as `A -> B`: the candidate's torch is what the run is about."""
+    envs = record["environments"]
+    torch = " -> ".join(safe(e.get("torch_version")) for e in envs) + (" (A/A)" if record.get("mode") == "aa" else "")
+    counts = [e.get("threads") for e in envs]
+    threads = (
+        ""
+        if counts[0] is None
+        else f", {safe(plural(counts[0], 'CPU thread'))}"
+        if len(set(counts)) == 1
+        else f", {' -> '.join(safe(c) for c in counts)} CPU threads"
+    )
     console.print(
-        f"[bold]torch {safe(env.get('torch_version'))}[/] on {safe(env.get('device_name'))} "
-        f"({safe(record['device'])}, {safe(env.get('threads'))} CPU threads) · run {safe(record['id'])}"
+        f"[bold]torch {torch}[/] on {safe(envs[0].get('device_name'))} "
+        f"({safe(record['device'])}{threads}) · run {safe(record['id'])}"
     )
 
 
 def _what_ran(record: dict[str, Any], console: Console) -> None:
+    console.print(_ran_sentence(record), highlight=False)
+
+
+def _ran_sentence(record: dict[str, Any]) -> str:
+    """What ran and how much of it was measured. The whole-model phases are workloads like the rest (the progress
+    bar and `--list` count them), said apart; a stopped run says how far it got, out of what was selected."""
     envs = record["environments"]
-    ws = [w for w in record["workloads"] if w.get("part") != "phase"]
-    measured = sum(1 for w in ws if _measured(w, envs[0]["label"]))
+    ws = record["workloads"]
+    phases = sum(1 for w in ws if w.get("part") == "phase")
+    measured = sum(1 for w in ws if all(_measured(w, e["label"]) for e in envs))
     smoke = record.get("smoke") or []
     how = (
         "one environment"
@@ -230,12 +276,20 @@ def _what_ran(record: dict[str, Any], console: Console) -> None:
         else f"{' and '.join(safe(e['label']) for e in envs)} interleaved"
         + (" (the baseline against itself)" if record.get("mode") == "aa" else "")
     )
-    ran = f"{len(smoke)} smoke tests and " if smoke else ""
-    console.print(
-        f"Ran {ran}{len(ws)} workloads in {how}: {measured} measured"
-        + (f", {len(ws) - measured} not (below)." if measured < len(ws) else "."),
-        highlight=False,
-    )
+    # A finished run ran what was selected; a stopped one, part of it.
+    selected = record.get("selected") if record.get("partial") else None
+    what = f"{len(ws)} of {plural(selected, 'workload')}" if selected else plural(len(ws), "workload")
+    if phases:
+        what += f" ({plural(len(ws) - phases, 'layer')}, {plural(phases, 'whole-model phase')})"
+    ran = f"{plural(len(smoke), 'smoke test')} and " if smoke else ""
+    unmeasured = f", {len(ws) - measured} not (below)" if measured < len(ws) else ""
+    if not record.get("partial"):
+        return f"Ran {ran}{what} in {how}: {measured} measured{unmeasured}."
+    if record.get("interrupted"):
+        stopped = f"Interrupted ({safe(record.get('signal', 'SIGINT'))})"
+    else:
+        stopped = f"Stopped early ({safe(record['failure'])})" if record.get("failure") else "Stopped early"
+    return f"{stopped}: {ran}{what} ran in {how}, {measured} measured{unmeasured}; the partial record is kept."
 
 
 def _measured(w: dict[str, Any], label: str) -> bool:
@@ -262,14 +316,16 @@ def _smoke_table(record: dict[str, Any], console: Console) -> None:
 
 
 def _not_passing(record: dict[str, Any], console: Console) -> None:
-    """Smoke tests that did not pass and workloads not measured, each reason whole (wrapped, never cut),
-    one line per reason. Off a Mac the Metal kernels (a smoke test and a workload per kernel) are one line:
-    they cannot run there, which says nothing about this torch."""
+    """Smoke tests that did not pass, then workloads not measured, each under its own heading, each reason whole
+    (wrapped, never cut), one line per reason. Off a Mac the Metal kernels cannot run, which says nothing about
+    this torch: their smoke test is named in the smoke heading, their workloads (one per kernel) are one line."""
     envs = record["environments"]
     smoke = record.get("smoke") or []
     off_mac = record.get("device") != "mps"
-    metal: list[str] = []
-    groups: dict[str, list[str]] = {}  # reason -> what it stopped
+    metal_smoke: list[str] = []
+    metal = 0
+    smoke_groups: dict[str, list[str]] = {}  # reason -> the smoke tests it stopped
+    groups: dict[str, list[str]] = {}  # reason -> the workloads it stopped
     passed = 0
     for s in smoke:
         results = {e["label"]: s["envs"].get(e["label"], {}) for e in envs}
@@ -277,9 +333,9 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
         if not failed:
             passed += 1
         elif off_mac and any(_needs_metal(r) for r in failed.values()):
-            metal.append("a smoke test")
+            metal_smoke.append(s["feature"])
         else:
-            _add_reasons(groups, f"smoke {s['feature']}", failed, len(envs))
+            _add_reasons(smoke_groups, f"smoke {s['feature']}", failed, len(envs))
     slow: list[dict[str, Any]] = []
     for w in record["workloads"]:
         if w["status"] == "too_slow":
@@ -297,30 +353,47 @@ def _not_passing(record: dict[str, Any], console: Console) -> None:
         if not unmeasured:
             continue
         if off_mac and any(_needs_metal(r) for r in unmeasured.values()):
-            metal.append(w["name"])
+            metal += 1
         else:
             _add_reasons(groups, w["name"], unmeasured, len(envs))
-    if smoke:
-        console.print(
-            f"Smoke tests (device vs CPU reference): {passed} of {len(smoke)} pass"
-            + (", the rest:" if passed < len(smoke) else "."),
-            highlight=False,
-        )
     lines = [f"{_names(stopped)}: {why}" for why, stopped in groups.items()]
     if slow:
         lines.append(_too_slow_line(slow, record))
     if metal:
-        kernels = sum(1 for m in metal if m != "a smoke test")
-        what = [f"{kernels} workload{'s' * (kernels > 1)}"] if kernels else []
-        what += ["a smoke test"] if len(metal) > kernels else []
-        lines.append(f"Metal kernels, {' and '.join(what)}: unsupported off a Mac")
+        lines.append(f"Metal kernels, {plural(metal, 'workload')}: unsupported off a Mac")
+    if smoke:
+        off = f"; {_names(metal_smoke)} cannot run off a Mac" if metal_smoke else ""
+        rest = ((";" if off else ",") + " the rest:") if smoke_groups else "."
+        _print_wrapped(console, f"Smoke tests (device vs CPU reference): {passed} of {len(smoke)} pass{off}{rest}")
+        for why, stopped in smoke_groups.items():
+            _print_wrapped(console, f"{_names(stopped)}: {why}", bullet=True, style="yellow")
+        if lines:
+            # Without it the workloads' lines would read as more of the smoke tests that did not pass.
+            console.print("Workloads not measured:", highlight=False)
     for line in lines:
-        # Wrapped here, with a hanging indent, at spaces: a reason is never cut mid-word (rich's grid
-        # would wrap as well but pads every line to the full width).
-        wrapped = textwrap.fill(
-            line, width=max(20, console.width), initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False
-        )
-        console.print(Text(printable(wrapped), style="yellow"), soft_wrap=True)
+        _print_wrapped(console, line, bullet=True, style="yellow")
+
+
+# A `...` span is a name, an option or a command to copy: wrapping keeps it on one line, in one piece.
+_SPAN = re.compile(r"`[^`\n]*`")
+_HELD = "\x00"  # stands for a space inside a span while wrapping; printable() leaves none in the text
+
+
+def _print_wrapped(console: Console, text: str, *, bullet: bool = False, style: str = "") -> None:
+    """Plain text (no markup; names pass through printable here), wrapped at the console's width with a hanging
+    indent, at spaces alone: never cut mid-word, nor inside a `...` span (rich's wrapping would cut both, and its
+    grid pads every line to the full width). Printed as soft-wrapped lines: no newline beyond the wrap's own."""
+    held = _SPAN.sub(lambda m: m.group().replace(" ", _HELD), printable(text))
+    first, rest = ("- ", "  ") if bullet else ("", "")
+    wrapped = textwrap.fill(
+        held,
+        width=max(20, console.width),
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+    console.print(Text(wrapped.replace(_HELD, " "), style=style), soft_wrap=True)
 
 
 def _too_slow_line(slow: list[dict[str, Any]], record: dict[str, Any]) -> str:
@@ -423,13 +496,16 @@ def _top_workloads(record: dict[str, Any], console: Console) -> None:
         headers.pop(i)
         for r in rows:
             r.pop(i)
-    t = Table(
-        title=f"The {len(top)} of {len(timed)} measured workloads that take the most time",
-        title_justify="left",
-        box=None,
-        pad_edge=False,
-        header_style="bold",
+    # A model's phases are workloads too, but not among these: say which kind these are.
+    kind = "layer workload" if any(w.get("part") == "phase" for w in record["workloads"]) else "workload"
+    # A line of its own, not the table's title: rich wraps a title at the table's width, however wide the console.
+    console.print(
+        f"The one measured {kind}"
+        if len(timed) == 1
+        else f"The {len(top)} of {len(timed)} measured {kind}s that take the most time",
+        highlight=False,
     )
+    t = Table(box=None, pad_edge=False, header_style="bold")
     for i, h in enumerate(headers):
         t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
     for r in rows:
@@ -446,20 +522,25 @@ def _half_width(env: dict[str, Any]) -> str:
 
 def _where_the_rest_is(record: dict[str, Any], console: Console) -> None:
     # A finished single run's tables cannot be shown again (report takes paired runs): say where its figures are.
-    console.print("Every table: `mpsup bench --details`; this run's figures: the record below.", highlight=False)
+    _print_wrapped(console, "Every table: `mpsup bench --details`; this run's figures: the record below.")
     if len(record["environments"]) > 1:
-        console.print(
-            f"The comparison, with plots: `mpsup report --run {safe(record['id'])} --format html -o report.html`.",
-            highlight=False,
-        )
+        console.print("The comparison, with plots:", highlight=False)
+        print_lines([f"  mpsup report --run {safe(record['id'])} --format html -o report.html"], console)
+
+
+def print_lines(lines: list[str], console: Console) -> None:
+    """Lines of rich markup. A command to copy (a line that is an indented `mpsup ...`) is printed whole on its
+    line, however narrow the terminal: wrapped by rich it would paste as two commands; a terminal only folds it
+    on screen."""
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=line.startswith("  mpsup "))
 
 
 def _meaning_main(record: dict[str, Any], console: Console) -> None:
     """What the figures say (roofline, where the time goes), before the workloads that take the time."""
     if len(record["environments"]) == 1 and record.get("mode") == "single" and not record.get("model"):
         f = run_figures(record)
-        for line in roofline_lines(f) + time_lines(f):
-            console.print(line, highlight=False)
+        print_lines(roofline_lines(f) + time_lines(f), console)
 
 
 def _trust(record: dict[str, Any], console: Console) -> None:
@@ -470,73 +551,72 @@ def _trust(record: dict[str, Any], console: Console) -> None:
         lines = precision_lines(run_figures(record))
     else:
         lines = []
-    for line in lines:
-        console.print(line, highlight=False)
+    print_lines(lines, console)
+
+
+def _next_lines(record: dict[str, Any]) -> list[str]:
+    """What to run next; nothing after a stopped run, whose first line already says what it holds: its figures
+    are not the ones an upgrade should be judged by."""
+    if record.get("partial"):
+        return []
+    if len(record["environments"]) > 1:
+        return paired_next(record)
+    if record.get("mode") == "single" and not record.get("model"):
+        return NEXT_LINES
+    return []
 
 
 def _next(record: dict[str, Any], console: Console) -> None:
-    if len(record["environments"]) > 1:
-        lines = paired_next(record)
-    elif record.get("mode") == "single" and not record.get("model"):
-        lines = NEXT_LINES
-    else:
-        lines = []
-    for line in lines:
-        console.print(line, highlight=False)
+    print_lines(_next_lines(record), console)
 
 
 def _closing_details(record: dict[str, Any], console: Console) -> None:
     if len(record["environments"]) > 1:
-        lines = paired_lines(record)
+        lines = [paired_note(record)]
     elif record.get("mode") == "single" and not record.get("model"):
-        lines = meaning_lines(record)
+        lines = figure_lines(record)
     else:
         lines = []
-    for line in lines:
-        console.print(line, highlight=False)
+    print_lines(lines + _next_lines(record), console)
 
 
 def _model_lines(record: dict[str, Any], console: Console) -> None:
+    """The model's time estimated from its layer workloads alone, with its interval and its shares by role. The
+    whole-model phases are apart (their own table above): they are the model measured whole, not one more layer."""
     model = record.get("model")
     if not model:
         return
     label = record["environments"][0]["label"]
-    timed = [(w, w["envs"].get(label, {}).get("median")) for w in record["workloads"]]
-    total = sum(w.get("count", 1) * m for w, m in timed if m)
     fwd = model_forward_estimate(record, label)
-    by_role: dict[str, float] = {}
-    for w, m in timed:
-        if m:
-            by_role[w.get("role") or w["kind"]] = by_role.get(w.get("role") or w["kind"], 0.0) + w.get("count", 1) * m
-    shares = (
-        ", ".join(f"{safe(k)} {v / total:.0%}" for k, v in sorted(by_role.items(), key=lambda kv: -kv[1]))
-        if total
-        else ""
-    )
-    span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd and fwd["low"] is not None else ""
-    console.print(
-        f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time "
-        f"{fmt_time(total)}{span}, "
-        f"summed over every token count measured; share by kind: {shares}"
-    )
-    console.print(
-        f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
-        f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn"
-    )
+    if fwd and fwd["estimate"]:
+        span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd["low"] is not None else ""
+        shares = ", ".join(f"{safe(k)} {v:.0%}" for k, v in model_role_shares(record, label))
+        console.print(
+            f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): estimated forward time "
+            f"{fmt_time(fwd['estimate'])}{span} from its layers, "
+            f"summed over every token count measured; share by kind: {shares}"
+        )
+    else:
+        console.print(
+            f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): no layer workload measured, "
+            "so no forward time estimated from its layers"
+        )
+    if model.get("linear_weight_bytes"):  # none where no weights were read (a config.json alone, an export)
+        console.print(
+            f"Linear weights: {fmt_bytes(model['linear_weight_bytes'])} now, "
+            f"{fmt_bytes(model['fp8_weight_bytes'])} as float8_e4m3fn"
+        )
     if model.get("not_measured"):
-        console.print(f"{len(model['not_measured'])} tensors not measured (see the run record for why)")
+        console.print(f"{plural(len(model['not_measured']), 'tensor')} not measured (see the run record for why)")
 
 
-def _status_lines(record: dict[str, Any], console: Console) -> None:
-    if record.get("interrupted"):
-        console.print(
-            f"[yellow]Interrupted ({safe(record.get('signal', 'SIGINT'))}): this record is partial; "
-            f"{len(record['workloads'])} finished workloads are kept.[/]"
-        )
-    elif record.get("partial"):
-        console.print(
-            f"[yellow]Stopped early: this record is partial ({safe(record.get('failure', 'unknown reason'))}).[/]"
-        )
+def _stopped(record: dict[str, Any], console: Console) -> None:
+    """`--details` has no summary line at the top: a stopped run says there, at the end, how far it got."""
+    if record.get("partial"):
+        console.print(f"[yellow]{_ran_sentence(record)}[/]", highlight=False)
+
+
+def _conditions(record: dict[str, Any], console: Console) -> None:
     for change in record.get("hygiene", {}).get("changed", []):
         console.print(f"[yellow]Conditions changed during the run: {safe(change)}[/]")
 
@@ -556,7 +636,7 @@ MAIN_SECTIONS: tuple[Section, ...] = (
     _trust,
     _where_the_rest_is,
     _next,
-    _status_lines,
+    _conditions,
 )
 DETAIL_SECTIONS: tuple[Section, ...] = (
     _header,
@@ -565,7 +645,8 @@ DETAIL_SECTIONS: tuple[Section, ...] = (
     _part_tables,
     _closing_details,
     _model_lines,
-    _status_lines,
+    _stopped,
+    _conditions,
 )
 
 
@@ -645,15 +726,20 @@ def _part_table(part: str, ws: list[dict[str, Any]], envs: list[dict[str, Any]],
 
 def meaning_lines(record: dict[str, Any]) -> list[str]:
     """What a single run's figures say about this machine, and what to run next (rich markup)."""
+    return figure_lines(record) + NEXT_LINES
+
+
+def figure_lines(record: dict[str, Any]) -> list[str]:
+    """What a single run's figures say about this machine (rich markup)."""
     f = run_figures(record)
-    return roofline_lines(f) + time_lines(f) + precision_lines(f) + NEXT_LINES
+    return roofline_lines(f) + time_lines(f) + precision_lines(f)
 
 
 def roofline_lines(f: RunFigures) -> list[str]:
     if not (f.copy_bandwidth or f.matmul_rate):
         return [
-            "No roofline probe in this selection: add `--only 'roofline/*'` to see what the memory system and the"
-            " arithmetic units can do."
+            "No roofline probe in this selection; to see what the memory system and the arithmetic units can do:",
+            "  mpsup bench --only 'roofline/*'",
         ]
     peaks = " and ".join(
         x
@@ -702,11 +788,6 @@ NEXT_LINES = [
     "  mpsup bench --candidate VERSION    # times both, same workloads",
     "  mpsup report                       # the verdict",
 ]
-
-
-def paired_lines(record: dict[str, Any]) -> list[str]:
-    """Under a paired run's tables: what their figures are, and what to run next (rich markup)."""
-    return [paired_note(record), *paired_next(record)]
 
 
 def paired_note(record: dict[str, Any]) -> str:
@@ -820,13 +901,16 @@ def census_line(name: str, c: PhaseCensus, device: str) -> str:
     return f"{safe(name)}: {calls} aten calls, {len(ops)} ops ({named}{more}) on the {safe(device)} device"
 
 
-def render_result(result: BenchResult, as_json: bool, console: Console, details: bool = False) -> None:
-    """The finished run: its JSON summary or its tables, and the one line saying why it stopped early."""
+def render_result(
+    result: BenchResult, as_json: bool, console: Console, details: bool = False, *, selected: int | None = None
+) -> None:
+    """The finished run: its JSON summary or its tables, and the one line saying why it stopped early.
+    `selected`: how many workloads the plan held (`len(plan.workloads)`), for a stopped run's count."""
     record = result.record
     if as_json:
         emit_json(run_summary(record, str(result.path) if result.path else None))
     else:
-        render_run(record, console, details)
+        render_run(record, console, details, selected=selected)
         console.print(f"Run record: {safe(result.path)}", highlight=False, soft_wrap=True)
     if record.get("failure") and not record.get("interrupted"):
         error_line(f"{record['failure']}; the finished measurements are in {result.path}")
