@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,9 +50,11 @@ def _journaled(runs: Path) -> int:
     return 0
 
 
-def _start(mpsup_home: Path, at_least: int = 2) -> tuple[subprocess.Popen[str], int, int | None]:
+def _start(
+    mpsup_home: Path, at_least: int = 2, args: list[str] = BENCH
+) -> tuple[subprocess.Popen[str], int, int | None]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mpsup", *BENCH],
+        [sys.executable, "-m", "mpsup", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -110,6 +113,16 @@ def test_signal_keeps_every_finished_workload(how: str, code: int, mpsup_home: P
     assert all(w["envs"]["baseline"]["samples"] for w in record["workloads"])
     assert not list((mpsup_home / "runs").glob(f"*{SUFFIX}*"))
     assert [(r["id"], r["partial"]) for r in _listed(mpsup_home)] == [(record["id"], True)]
+
+
+def test_a_stopped_run_says_how_many_of_the_selected_ran(mpsup_home: Path):
+    proc, _done, _worker = _start(mpsup_home, args=[a for a in BENCH if a != "--json"])
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    flat = " ".join(out.split())
+    assert re.search(r"Interrupted \(SIGTERM\): \d+ of 59 workloads ran", flat), flat[:500]
+    assert "the partial record is kept" in flat and "mpsup install-rc" not in flat  # no "Next" after a stop
 
 
 def test_killed_mpsup_leaves_a_journal_that_report_recovers(mpsup_home: Path):
