@@ -335,3 +335,21 @@ def test_a_tiny_llama_folder_end_to_end(tmp_path: Path, mpsup_home: Path):
     assert listed.stdout.startswith(f"{n} workloads")
     header = next(ln for ln in listed.stdout.splitlines() if ln.startswith("name"))
     assert header.split() == ["name", "dtype", "shape", "count", "tags"]
+
+
+def test_the_last_progress_frame_has_no_time_left_to_estimate():
+    import io
+
+    from rich.console import Console
+
+    from mpsup.bench.render import bench_progress
+
+    out = io.StringIO()
+    console = Console(file=out, width=100, force_terminal=True, color_system=None)
+    with bench_progress(console) as on_event:
+        on_event("start", {"total": 2, "visits": 1})
+        for name in ("linear/a", "linear/b"):
+            on_event("workload", {"name": name, "eta_s": 14.0})
+            on_event("done", {"name": name, "eta_s": 14.0})
+    last = [ln for ln in out.getvalue().replace("\r", "\n").splitlines() if "workloads" in ln][-1]
+    assert "2/2" in last and "ETA" not in last and "linear/b" not in last and "done" in last

@@ -191,7 +191,8 @@ def bench_progress(console: Console) -> Iterator[Any]:
         yield on_event
     finally:
         if "bench" in tasks and state["total"] and state["workloads_done"] >= state["total"]:
-            progress.update(tasks["bench"], completed=state["total"])
+            # The last frame stays on screen: no time left to estimate, nothing current.
+            progress.update(tasks["bench"], completed=state["total"], eta="", current="done")
         progress.stop()
 
 
