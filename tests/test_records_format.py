@@ -109,6 +109,9 @@ def test_defaults_the_reader_fills_in_are_not_written_back():
     assert rec.to_json() == doc
 
 
+MIB = 2**20
+
+
 def _memory_env(memory: dict[str, Any] | None) -> dict[str, Any]:
     return {"status": "ok", "median": 1.0, **({"memory": memory} if memory is not None else {})}
 
@@ -116,11 +119,12 @@ def _memory_env(memory: dict[str, Any] | None) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("memory", "peak"),
     [
-        ({"peak_allocated": 2000, "driver_allocated": 9000, "peak_rss": 7000}, 2000.0),
-        ({"workload_peak": 3000, "peak_rss": 7000}, 3000.0),
-        ({"peak_allocated": 0, "workload_peak": 3000}, 3000.0),
-        ({"peak_rss": 7000}, None),  # the process's high-water mark only grows: no workload's peak
-        ({"driver_allocated": 9000}, None),  # one reading at teardown: not a peak
+        # In MiB: a peak under 1 MiB is allocator noise, left out of the report's memory figure.
+        ({"peak_allocated": 2000 * MIB, "driver_allocated": 9000 * MIB, "peak_rss": 7000 * MIB}, 2000.0 * MIB),
+        ({"workload_peak": 3000 * MIB, "peak_rss": 7000 * MIB}, 3000.0 * MIB),
+        ({"peak_allocated": 0, "workload_peak": 3000 * MIB}, 3000.0 * MIB),
+        ({"peak_rss": 7000 * MIB}, None),  # the process's high-water mark only grows: no workload's peak
+        ({"driver_allocated": 9000 * MIB}, None),  # one reading at teardown: not a peak
         (None, None),
     ],
 )

@@ -88,7 +88,9 @@ PAGE_TAGS = {
     "div",
     "label",
     "input",
-}  # input, label: the CSS-only sort
+    "small",
+    "wbr",
+}  # input, label: the CSS-only sort; small: the candidate column's "(baseline ÷ speedup)"; wbr: names break at "/"
 
 
 def test_html_escapes_every_record_string():

@@ -205,13 +205,6 @@ def bench(
     raise typer.Exit(result.exit_code)
 
 
-class ReportFormat(StrEnum):
-    terminal = "terminal"
-    markdown = "markdown"
-    json = "json"
-    html = "html"
-
-
 @app.command(cls=_Command)
 def report(
     paths: Annotated[
@@ -224,8 +217,8 @@ def report(
         str | None, typer.Option("--candidate", help="Id of a single run to use as candidate.")
     ] = None,
     fmt: Annotated[
-        ReportFormat, typer.Option("--format", help="terminal, markdown, json or html.")
-    ] = ReportFormat.terminal,
+        str, typer.Option("--format", metavar="<format>", help="terminal, markdown (or md), json or html.")
+    ] = "terminal",
     output: Annotated[
         str | None, typer.Option("-o", "--output", metavar="<path>", help="Write the report to FILE.")
     ] = None,
@@ -259,7 +252,8 @@ def report(
         list_runs=list_runs,
         baseline=baseline,
         candidate=candidate,
-        fmt="json" if as_json else fmt.value,
+        fmt=fmt,
+        as_json=as_json,
         output=output_path(output, "report"),  # as typed: a trailing slash is refused, not dropped
         threshold=threshold,
         seed=seed,

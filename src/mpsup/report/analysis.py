@@ -42,6 +42,22 @@ from mpsup.workloads import END_TO_END
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
 
+# A workload's peak below this on either side is allocator and page granularity, not the workload: a tiny
+# model measured against itself peaked at 8192 and 49152 bytes and read "peak memory 0.63x". Such
+# workloads are left out of the memory comparison; where none is left there is no memory figure.
+MEMORY_NOISE_FLOOR = 2**20
+
+# What the row times are, on every surface: the report's candidate column is derived, bench's is measured.
+# A paired speedup is the median of per-round ratios, not the ratio of two pooled medians, and where the
+# two medians came from mixtures (two visits, two placements) a row read 93.3 us | 45.2 us | 1.004x.
+TIME_NOTE = (
+    "baseline_s: the baseline's own median over all its samples (as bench shows it); candidate_s: the "
+    "report's candidate column, baseline_s / speedup where the row has a speedup, so the row agrees with the "
+    "speedup (the median of the per-round baseline / candidate ratios, not the ratio of the two medians), "
+    "else the candidate's own median; candidate_measured_s: the candidate's own median over all its samples "
+    "(as bench shows it)"
+)
+
 
 @dataclass
 class WorkloadChange:
@@ -90,10 +106,7 @@ class WorkloadChange:
             "rounds": 0 if self.unpaired else len(self.ratios),
             "bounded": bool(self.speedup and math.isfinite(self.speedup.low) and math.isfinite(self.speedup.high)),
             "candidate_measured_s": self.candidate_measured_s,
-            "time_note": (
-                "baseline_s: the baseline's median over all samples; candidate_s: baseline_s / speedup (paired) "
-                "so the row agrees; candidate_measured_s: the candidate's own median over all samples"
-            ),
+            "time_note": TIME_NOTE,
         }
 
 
@@ -413,6 +426,49 @@ def _unpaired_verdict(main: Interval | None, what: str, baseline_torch: str, can
     )
 
 
+def _aa_verdict(
+    verdict: str,
+    main: Interval | None,
+    what: str,
+    phases: list[PhaseChange],
+    changes: list[WorkloadChange],
+    noise: list[str],
+    torches: tuple[str, str],
+) -> tuple[str, str]:
+    """An A/A run measures one torch against itself: what it shows is this machine's noise floor, never an
+    upgrade's benefit or regression. A difference it calls is noise or the workers' setup, so the verdict
+    is inconclusive there (changes that small cannot be told from noise here), and said so."""
+    base, cand = torches
+    # Recorded as A/A with two versions (a hand-made or damaged record): say both rather than one.
+    whose = f"torch {base} against itself" if base == cand else f"torch {cand} vs {base}, recorded as A/A"
+    lead = f"A/A run ({whose}, the noise floor)"
+    if not phases and main is None:
+        return "inconclusive", f"{lead}: inconclusive, no workload was measured on both sides."
+    if phases:
+        figure = "; ".join(p.text() for p in phases)
+        measured = any(p.speedup and p.change != "n/a" for p in phases)
+    elif main is not None and main.bounded:
+        figure = f"{what} {main.estimate:.2f}x (95% CI {main.low:.2f}-{main.high:.2f}x)"
+        measured = True
+    else:
+        figure = f"{what} n/a ({main.n if main else 0} rounds; raise --budget)"
+        measured = False
+    called = sum(c.significant for c in changes)
+    calls = f"; {called} workload(s) called faster or slower" if called else ""
+    if verdict == "no-change":
+        return verdict, f"{lead}: no measurable difference; {figure}{calls}."
+    if verdict == "inconclusive":
+        if not measured:
+            why = "too few rounds to bound it"
+        else:
+            why = f"too noisy to tell ({', '.join(noise)})" if noise else "the interval is too wide to tell"
+        return verdict, f"{lead}: inconclusive, {why}; {figure}{calls}."
+    return "inconclusive", (
+        f"{lead}: the two sides differ ({figure}{calls}) although both run the same torch: that is this "
+        "machine's noise or the workers' setup, not a torch change, so changes that small cannot be called here."
+    )
+
+
 def _fingerprint(record: RunRecord) -> tuple[str, str, str, str]:
     envs = record.environments or (Environment(label=""),)
     return (str(record.device), str(envs[0].device_name), str(envs[0].torch_version), str(envs[-1].torch_version))
@@ -564,7 +620,7 @@ def analyze(
                 p_value=sign_test_p(ratios) if w.ratios and ratios else None,
                 units=len(block_ratios(ratios)) if w.ratios else 0,
                 size=_size(ea if ea != EnvRun() else eb),  # an environment that ran nothing has no size
-                memory_ratio=(pb / pa) if pa and pb else None,
+                memory_ratio=(pb / pa) if pa and pb and min(pa, pb) >= MEMORY_NOISE_FLOOR else None,
                 ratios=ratios,
                 status=status,
                 unpaired=unpaired,
@@ -621,6 +677,9 @@ def analyze(
         else phase_verdict(phases, noise, f"torch {envs[1].torch_version} vs {envs[0].torch_version}", threshold)
         or _verdict(main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version))
     )
+    if record.mode == "aa":
+        torches = (str(envs[0].torch_version), str(envs[1].torch_version))
+        verdict, sentence = _aa_verdict(verdict, main, what, phases, changes, noise, torches)
     if model_source == "layers" and not phases:
         sentence += " " + HOW_TO_RUN_WHOLE
     changes.sort(key=lambda c: -c.share)

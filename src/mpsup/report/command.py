@@ -30,6 +30,8 @@ from mpsup.safe_files import finite_json, write_file_through
 from mpsup.stats import PRACTICAL_THRESHOLD
 
 FORMATS = ("terminal", "markdown", "json", "html")
+# What --format also takes for a format: `md` is how Markdown files and most tools name it.
+FORMAT_ALIASES = {"md": "markdown"}
 
 
 @dataclass
@@ -47,6 +49,13 @@ class ReportRequest:
     upstream: bool = False  # an issue body for PyTorch (report/upstream.py)
     keep_paths: bool = False  # --upstream: leave paths and environment names in
     details: bool = False  # the terminal: every workload's row, not one screen
+    # --json as given, apart from --format: a JSON document silently written in place of the page or
+    # Markdown asked for (into report.html, say) is refused instead. A caller that folds --json into
+    # `fmt` ("json") and leaves this False is read the same as before.
+    as_json: bool = False
+
+    def __post_init__(self) -> None:
+        self.fmt = _settled_format(self.fmt, self.as_json)
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,17 @@ def run_report(req: ReportRequest, out: Console, err: Console) -> int:
     result = build(req, warn, note)
     deliver(result, req, out, err)
     return result.exit_code
+
+
+def _settled_format(fmt: str, as_json: bool) -> str:
+    """The one format a request means: aliases resolved, an unknown one refused in one line listing the
+    valid ones, and --json beside another --format refused naming both (as --list refuses --details)."""
+    name = FORMAT_ALIASES.get(fmt, fmt)
+    if name not in FORMATS:
+        raise UserError(f"--format {fmt}: not a report format; use one of {', '.join(FORMATS)} (md for markdown)")
+    if as_json and name not in ("terminal", "json"):
+        raise UserError(f"--format {fmt} and --json ask for two formats; give one (--json is --format json)")
+    return "json" if as_json else name
 
 
 def _records(req: ReportRequest, warn: Warn, note: Warn) -> list[RunRecord]:

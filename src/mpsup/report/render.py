@@ -16,13 +16,19 @@ from rich.table import Table
 from rich.text import Text
 
 from mpsup.console import NARROW, printable, safe
-from mpsup.report.analysis import PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
+from mpsup.report.analysis import MEMORY_NOISE_FLOOR, PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun
 from mpsup.stats import Interval
 from mpsup.units import fmt_time
 
 MARK = {"faster": "▲", "slower": "▼", "same": "·", "n/a": " ", "uncalled": " "}
+
+# The candidate column is baseline ÷ speedup (analysis.TIME_NOTE says why), not the candidate's own median
+# that `mpsup bench` prints: every surface says so, or the two screens read as disagreeing.
+CANDIDATE_LABEL = "candidate (baseline ÷ speedup)"
+AA_TAG = " (A/A run)"  # beside the verdict word in a heading: one torch against itself, no upgrade
+CANDIDATE_LEGEND = "candidate = baseline ÷ speedup, so a row agrees with it; bench shows the candidate's own median"
 
 # Every string that comes from a record (workload and feature names, ids, device, versions, statuses,
 # conditions) is data, never markup: each renderer passes it through its own escape.
@@ -157,7 +163,8 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     # The wide table only where it fits whole: at 100 columns, 44-character names left rich squeezing the
     # count, share and times down to "c…" and "21.7…".
     needed = Measurement.get(console, console.options.update_width(10_000), t).maximum
-    if console.width < NARROW or needed > console.width:
+    narrow = console.width < NARROW or needed > console.width
+    if narrow:
         t = _terminal_table(rows, narrow=True)
     console.print(t)
     shown = {id(w) for w in rows}
@@ -167,14 +174,23 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     if a.mode == "unpaired":
         console.print("No workload is marked: two separate runs give estimates, not calls.")
     else:
-        console.print(
-            f"▲ faster, ▼ slower: the interval excludes 1x and the change exceeds {a.threshold:.0%}; "
-            "· no measurable change"
-        )
+        for line in call_legend(a.threshold):
+            console.print(line, highlight=False)
+    if not narrow:
+        console.print(CANDIDATE_LEGEND, highlight=False)
     if any(w.speedup and not w.speedup.bounded for w in rows):
         console.print("n/a: too few rounds to bound a 95% interval, so no call; raise --budget")
     for line in summary_lines(a, safe, phases=False):
         console.print(line)
+
+
+def call_legend(threshold: float) -> list[str]:
+    """What a mark means, every rule of the call (analysis._apply_fdr) named, in two lines of 80 columns:
+    a row at 0.85x (0.69-0.95) left unmarked must not contradict its legend."""
+    return [
+        f"▲ faster ▼ slower: 95% CI excludes 1x, change > {threshold:.0%} (or a floor noted below),",
+        "sign test passes Benjamini-Hochberg, all visits agree; · no measurable change",
+    ]
 
 
 def _ci_short(i: Interval | None) -> str:
@@ -192,7 +208,7 @@ def _terminal_table(rows: list[WorkloadChange], *, narrow: bool) -> Table:
     cols = (
         ("share", "speedup", "95% CI", "")
         if narrow
-        else ("count", "share", "baseline", "candidate", "speedup (95% CI)", "", "")
+        else ("count", "share", "baseline", "candidate\n(base ÷ speedup)", "speedup (95% CI)", "", "")
     )
     for col in cols:
         t.add_column(col, justify="left" if col == "" and not narrow else "right", no_wrap=True)
@@ -217,7 +233,7 @@ def _terminal_table(rows: list[WorkloadChange], *, narrow: bool) -> Table:
 
 def render_markdown(a: Analysis) -> str:
     out = [
-        f"# mpsup report: {a.verdict}",
+        f"# mpsup report{AA_TAG if a.mode == 'aa' else ''}: {a.verdict}",
         "",
         f"**{md(a.sentence)}**",
         "",
@@ -229,7 +245,7 @@ def render_markdown(a: Analysis) -> str:
     out += [f"- {line}" for line in summary_lines(a, md)]
     out += [
         "",
-        "| workload | count | share | baseline | candidate | speedup | 95% CI | change |",
+        f"| workload | count | share | baseline | {CANDIDATE_LABEL} | speedup | 95% CI | change |",
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for w in a.workloads:
@@ -371,8 +387,8 @@ def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
     pts = [w for w in ws if w.memory_ratio][:30]
     if not pts:
         return (
-            '<p class="empty">Peak memory was not recorded in both environments, so there is no memory change to '
-            "show.</p>"
+            '<p class="empty">Peak memory was not recorded in both environments, or was under '
+            f"{MEMORY_NOISE_FLOOR // 2**20} MiB (allocator noise) on a side, so there is no memory change to show.</p>"
         )
     row = 16
     height = row * len(pts) + 20
@@ -422,14 +438,21 @@ svg { width: 100%; height: auto; display: block; }
 svg text { fill: #1f2328; font-family: inherit; }
 .tablebox { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 0.85em; width: 100%; }
-td, th { border-bottom: 1px solid #d0d7de; padding: 2px 6px; text-align: right; white-space: nowrap; }
+td, th { border-bottom: 1px solid #d0d7de; padding: 3px 0.5em; text-align: right; white-space: nowrap; }
 td:first-child, th:first-child { text-align: left; }
+/* Each row is its own grid (for CSS-only sorting), so no track grows to fit its cells: a cell too wide for
+   its track ran into the next one ("385.19 ms0.932x"). The time and share tracks fit "999.99 ms" inside
+   their padding; names, parts, intervals and headers wrap rather than run over. */
+th { white-space: normal; }
+td:nth-child(1), td:nth-child(2), td:nth-child(6), td:nth-child(7) { white-space: normal; overflow-wrap: anywhere; }
+td { font-variant-numeric: tabular-nums; }
 .faster { color: #1a7f37; } .slower { color: #cf222e; }
 .sorter { font-size: 0.85em; margin: 0 0 0.4em; }
 .sorter label { text-decoration: underline; cursor: pointer; }
 tbody { display: flex; flex-direction: column; }
-thead tr, tbody tr { display: grid;
-  grid-template-columns: minmax(10em, 3fr) 3.5em 3.5em 5.2em 5.2em minmax(10em, 2fr) 4.6em; }
+thead tr, tbody tr { display: grid; align-items: end;
+  grid-template-columns: minmax(8em, 1.5fr) 5em 4.5em 7em 7em minmax(12em, 1fr) 5.5em; }
+th small { display: block; font-weight: normal; }
 tbody tr { order: var(--share); }
 #by-speedup:checked ~ .tablebox tbody tr { order: var(--speedup); }
 #by-name:checked ~ .tablebox tbody tr { order: var(--name); }
@@ -444,7 +467,9 @@ def render_html(a: Analysis) -> str:
     ranks = _sort_ranks(a.workloads)
     rows = "".join(
         f'<tr style="--share:{ranks["share"][i]};--speedup:{ranks["speedup"][i]};--name:{ranks["name"][i]}">'
-        f"<td>{esc(w.name)}</td><td>{esc(w.part)}</td><td>{w.share:.1%}</td><td>{fmt_time(w.baseline_s)}</td>"
+        # A name breaks after a slash first (linear/ 896x151936/t1), mid-shape only if it must.
+        f"<td>{esc(w.name).replace('/', '/<wbr>')}</td><td>{esc(w.part)}</td><td>{w.share:.1%}</td>"
+        f"<td>{fmt_time(w.baseline_s)}</td>"
         f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv(w.speedup) if w.speedup else esc(w.status)}</td>"
         f'<td class="{esc(w.change)}">{esc(w.change)}</td></tr>'
         for i, w in enumerate(a.workloads)
@@ -452,7 +477,7 @@ def render_html(a: Analysis) -> str:
     summary = "".join(f"<li>{line}</li>" for line in summary_lines(a, esc))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>mpsup report: {esc(a.verdict)}</title>
+<title>mpsup report{AA_TAG if a.mode == "aa" else ""}: {esc(a.verdict)}</title>
 <style>{_CSS}</style></head><body>
 <p class="verdict" id="verdict">{esc(a.sentence)}</p>
 <p>{esc(a.machine)} ({esc(a.device)}) · torch {esc(a.baseline_torch)} → {esc(a.candidate_torch)}
@@ -470,7 +495,7 @@ def render_html(a: Analysis) -> str:
 <p class="sorter">Sort by <label for="by-share">share of time</label> · <label for="by-speedup">speedup</label>
  · <label for="by-name">name</label></p>
 <div class="tablebox"><table id="workloads"><thead><tr><th>workload</th><th>part</th><th>share</th><th>baseline</th>
-<th>candidate</th><th>speedup (95% CI)</th><th>change</th></tr></thead>
+<th>candidate <small>(baseline ÷ speedup)</small></th><th>speedup (95% CI)</th><th>change</th></tr></thead>
 <tbody>{rows}</tbody></table></div></div>
 </div>
 </body></html>
@@ -493,9 +518,15 @@ def _census_html(a: Analysis) -> str:
     return "".join(parts)
 
 
+def run_label(a: Analysis) -> str:
+    """Which run a column or verdict of several is: the machine alone left two runs of one machine (or two
+    machines of one model) headed alike."""
+    return f"{a.machine}, run {', '.join(a.run_ids)} (torch {a.baseline_torch} -> {a.candidate_torch})"
+
+
 def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:
     for an in analyses:
-        console.print(Text(printable(f"{an.machine}: {an.sentence}"), style="bold"))
+        console.print(Text(printable(f"{run_label(an)}: {an.sentence}"), style="bold"))
     names: list[str] = []
     for an in analyses:
         for w in an.workloads:
@@ -504,7 +535,9 @@ def render_multi_terminal(analyses: list[Analysis], console: Console) -> None:
     t = Table()
     t.add_column("workload")
     for an in analyses:
-        t.add_column(safe(an.machine), justify="right")
+        # Names and ids are never cut: the header takes a line for each.
+        head = (an.machine, f"run {', '.join(an.run_ids)}", f"torch {an.baseline_torch} -> {an.candidate_torch}")
+        t.add_column("\n".join(safe(h) for h in head), justify="right")
     for n in names:
         cells = []
         for an in analyses:
@@ -534,7 +567,8 @@ def render_run_list(rows: list[StoredRun], out: Console) -> None:
     """`report --list` on a terminal: what --run, --baseline and --candidate take, newest last."""
     if not rows:
         out.print(
-            "No stored runs yet: `mpsup bench` records one (add --candidate VERSION or --aa to pair two torches).",
+            "No stored runs yet: `mpsup bench` records one (add --candidate VERSION to pair two torches, or --aa "
+            "to pair this torch with itself).",
             highlight=False,
         )
         return

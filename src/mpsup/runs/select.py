@@ -71,7 +71,7 @@ def newest_paired(warn: Warn, note: Warn | None = None) -> RunRecord:
     """The newest run that pairs two environments; `note` hears which one and what newer single runs exist."""
     _recover(warn)
     skipped = 0
-    newer_single: list[RunRecord] = []
+    newer_single: list[tuple[str, RunRecord]] = []
     for path in reversed(list_record_paths()):
         rec = _try_load(path, warn)
         skipped += rec is None
@@ -81,7 +81,7 @@ def newest_paired(warn: Warn, note: Warn | None = None) -> RunRecord:
                     note(line)
             return rec
         if rec is not None:
-            newer_single.append(rec)
+            newer_single.append((path.stem, rec))  # the file's name is what --baseline and --candidate take
     unreadable = f" ({skipped} unreadable record(s) skipped, see the warnings)" if skipped else ""
     singles = (
         f"; {len(newer_single)} single run(s) stored: pair two with --baseline ID --candidate ID"
@@ -93,21 +93,39 @@ def newest_paired(warn: Warn, note: Warn | None = None) -> RunRecord:
     )
 
 
-def choice_lines(chosen: RunRecord, newer_single: list[RunRecord]) -> list[str]:
-    """Why `report` without arguments shows this run, and what to do with the newer runs it passed over."""
+def choice_lines(chosen: RunRecord, newer_single: list[tuple[str, RunRecord]]) -> list[str]:
+    """Why `report` without arguments shows this run, and what to do with the newer runs it passed over
+    (`newer_single`: each run's id as --baseline takes it, and the run; newest first)."""
     lines = [f"Reporting run {chosen.describe()}: the newest run that pairs two environments."]
     if not newer_single:
         return lines
     lines.append(f"{len(newer_single)} newer single-environment run(s), not in this report:")
-    lines += [f"  {r.describe()}" for r in newer_single[:5]]
+    lines += [f"  {r.describe()}" for _, r in newer_single[:5]]
     if len(newer_single) > 5:
         lines.append(f"  ... {len(newer_single) - 5} more (mpsup report --list)")
-    older, newer = (
-        (newer_single[1].id, newer_single[0].id) if len(newer_single) > 1 else ("BASELINE_ID", newer_single[0].id)
-    )
-    lines.append(f"To compare two of them (estimates, no verdict): mpsup report --baseline {older} --candidate {newer}")
+    pair = newest_comparable_pair(newer_single)
+    if pair is not None:
+        (older, _), (newer, _) = pair
+        lines.append(
+            f"To compare two of them (estimates, no verdict): mpsup report --baseline {older} --candidate {newer}"
+        )
+    elif len(newer_single) > 1:
+        # Suggesting two that measured different workloads (or devices, or models) only leads to a refusal.
+        lines.append("No two of them can be compared side by side (different devices, workloads or models).")
     lines.append("For a verdict, measure both torches in one run: mpsup bench --candidate VERSION")
     return lines
+
+
+def newest_comparable_pair(
+    runs: list[tuple[str, RunRecord]],
+) -> tuple[tuple[str, RunRecord], tuple[str, RunRecord]] | None:
+    """Of single runs (newest first), the two that `--baseline A --candidate B` accepts, as (older, newer):
+    the pair whose older run is the newest, then whose newer run is. None when no two can be paired."""
+    for j in range(1, len(runs)):
+        for i in range(j):
+            if pairing_refusal(runs[j][1], runs[i][1]) is None:
+                return runs[j], runs[i]
+    return None
 
 
 def by_id(run_id: str, warn: Warn) -> RunRecord:
@@ -169,33 +187,41 @@ def stored_runs(warn: Warn) -> list[StoredRun]:
     return rows
 
 
-def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
-    """Two single-environment runs of the same workloads, as one unpaired two-environment record."""
+def pairing_refusal(base: RunRecord, cand: RunRecord) -> str | None:
+    """Why two runs cannot be put side by side as single runs (`--baseline A --candidate B`), or None."""
     for rec in (base, cand):
         if not rec.environments:
-            raise UserError(f"run {rec.id} records no environment: nothing to pair")
+            return f"run {rec.id} records no environment: nothing to pair"
         if rec.mode != "single" or len(rec.environments) != 1:
             # A paired run's rounds would otherwise ride along and be read as this comparison's.
-            raise UserError(
+            return (
                 f"run {rec.id} is a {rec.mode or 'multi-environment'} run, not a single-environment one: "
                 f"report it on its own (`mpsup report --run {rec.id}`)"
             )
     if base.device != cand.device:
-        raise UserError(
+        return (
             f"runs {base.id} and {cand.id} were on different devices ({base.device} vs {cand.device}): not comparable"
         )
     fingerprint_b = base.model.fingerprint if base.model else None
     fingerprint_c = cand.model.fingerprint if cand.model else None
     if fingerprint_b != fingerprint_c:
-        raise UserError(f"runs {base.id} and {cand.id} measured different models: not comparable")
+        return f"runs {base.id} and {cand.id} measured different models: not comparable"
     names_b = {w.name for w in base.workloads}
     names_c = {w.name for w in cand.workloads}
     if names_b != names_c:
         diff = sorted(names_b ^ names_c)
-        raise UserError(
+        return (
             f"runs {base.id} and {cand.id} measured different workloads "
             f"({len(diff)} differ, e.g. {diff[0]}): not paired"
         )
+    return None
+
+
+def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
+    """Two single-environment runs of the same workloads, as one unpaired two-environment record."""
+    refusal = pairing_refusal(base, cand)
+    if refusal is not None:
+        raise UserError(refusal)
     label_b, label_c = base.environments[0].label, cand.environments[0].label
     by_name = {w.name: w for w in cand.workloads}
     workloads = tuple(
