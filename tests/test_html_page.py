@@ -112,3 +112,30 @@ def test_page_renders_in_headless_chromium(tmp_path: Path):
         check=False,
     )
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def _memory_page(peaks: dict[str, tuple[int, int]]) -> str:
+    rec = paired_record({FAST: 1.35, SLOW: 0.82}, seed=11, run_id="20261202T100000Z-aaaaaa")
+    for w in rec["workloads"]:
+        base, cand = peaks.get(w["name"], (64 << 20, 64 << 20))
+        w["envs"]["baseline"]["memory"]["peak_allocated"] = base
+        w["envs"]["candidate"]["memory"]["peak_allocated"] = cand
+    return render_html(analyze(rec))
+
+
+def test_the_memory_plot_has_a_scale_and_each_bar_its_figure():
+    page = _memory_page({FAST: (100 << 20, 80 << 20), SLOW: (100 << 20, 500 << 20)})
+    plot = page[page.index('<svg id="memory-plot"') :]
+    plot = plot[: plot.index("</svg>")]
+    assert re.findall(r'class="mtick"[^>]*>([^<]+)<', plot) == ["0.5x", "1x: same peak", "2x"]
+    values = re.findall(r'class="mvalue"[^>]*>([^<]+)<', plot)
+    # Before, a bar had only a hover title: 0.80x and a 5x bar clipped at 2x read the same as their bar lengths.
+    assert "0.80x" in values and "5.00x" in values
+
+
+def test_an_interval_running_off_the_axis_ends_in_an_arrowhead():
+    rec = paired_record({FAST: 1.35, SLOW: 0.82}, seed=11, run_id="20261202T100000Z-aaaaaa", noise=0.9)
+    plot = _plot(render_html(analyze(rec)))
+    lows = [float(v) for v in re.findall(r"goes on to ([0-9.]+)x, off the axis", plot)]
+    assert lows, "a noisy run's intervals reach past 0.25x or 4x"
+    assert all(v < 0.25 or v > 4.0 for v in lows)  # only past the axis's 0.25x-4x range

@@ -340,6 +340,16 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
                 f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(s.low):.1f}" y2="{py(s.high):.1f}" stroke="{c}" '
                 'stroke-opacity="0.6"/>'
             )
+            # An interval that runs off the axis would end at its edge like one that stops there: an arrowhead
+            # says it goes on.
+            for end, beyond, sign in ((s.low, s.low < 2**y_lo, 1), (s.high, s.high > 2**y_hi, -1)):
+                if beyond:
+                    tip = py(end)
+                    parts.append(
+                        f'<path class="clipped" d="M{px(x) - 4:.1f} {tip + 6 * sign:.1f} L{px(x):.1f} {tip:.1f} '
+                        f'L{px(x) + 4:.1f} {tip + 6 * sign:.1f}" fill="none" stroke="{c}">'
+                        f"<title>{esc(w.name)}: the interval goes on to {end:.3f}x, off the axis</title></path>"
+                    )
             fill, what = f'fill="{c}"', f"({s.low:.3f}-{s.high:.3f})"
         else:
             # No interval (too few rounds): a hollow point, so it cannot pass for an exact one.
@@ -390,22 +400,33 @@ def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
             '<p class="empty">Peak memory was not recorded in both environments, or was under '
             f"{MEMORY_NOISE_FLOOR // 2**20} MiB (allocator noise) on a side, so there is no memory change to show.</p>"
         )
-    row = 16
-    height = row * len(pts) + 20
-    mid = 420
+    row, top = 16, 22  # the scale sits above the bars
+    height = top + row * len(pts) + 8
+    mid, half = 420, 240  # 1x, and the length of a halving or a doubling (log scale, clipped beyond)
     parts = [
         f'<svg id="memory-plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" font-size="11">',
-        f'<line x1="{mid}" x2="{mid}" y1="0" y2="{height}" stroke="#888"/>',
+        f'<line x1="{mid}" x2="{mid}" y1="{top - 4}" y2="{height}" stroke="#888"/>',
     ]
+    for ratio, label in ((0.5, "0.5x"), (1.0, "1x: same peak"), (2.0, "2x")):
+        tx = mid + math.log2(ratio) * half
+        parts.append(f'<text class="mtick" x="{tx:.1f}" y="{top - 8}" text-anchor="middle">{label}</text>')
     for i, w in enumerate(pts):
         r = w.memory_ratio or 1.0
-        length = max(-1.0, min(1.0, math.log2(r))) * 300
+        length = max(-1.0, min(1.0, math.log2(r))) * half
         x = mid if length >= 0 else mid + length
+        y = top + i * row
         color = "#cf222e" if r > 1 else "#1a7f37"
-        parts.append(f'<text x="4" y="{i * row + 14}" font-size="11">{esc(w.name[:60])}</text>')
+        parts.append(f'<text x="4" y="{y + 10}" font-size="11">{esc(w.name[:60])}</text>')
         parts.append(
-            f'<rect class="bar" x="{x:.1f}" y="{i * row + 4}" width="{abs(length):.1f}" height="10" fill="{color}">'
+            f'<rect class="bar" x="{x:.1f}" y="{y}" width="{abs(length):.1f}" height="10" fill="{color}">'
             f"<title>{r:.2f}x</title></rect>"
+        )
+        # The figure itself at the bar's end: the bar alone has no scale a reader can read off, and it is
+        # clipped at 0.5x and 2x.
+        end = mid + length + (4 if length >= 0 else -4)
+        parts.append(
+            f'<text class="mvalue" x="{end:.1f}" y="{y + 9}" text-anchor="{"start" if length >= 0 else "end"}">'
+            f"{r:.2f}x</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
