@@ -91,8 +91,9 @@ PAGE_TAGS = {
     "small",
     "wbr",
     "path",
+    "span",
 }  # input, label: the CSS-only sort; small: the candidate column's "(baseline ÷ speedup)"; wbr: names break at "/";
-# path: the arrowhead of an interval that runs off the plot's axis
+# path: the arrowhead of an interval that runs off the plot's axis; span: an interval kept whole when its cell wraps
 
 
 def test_html_escapes_every_record_string():

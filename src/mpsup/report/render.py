@@ -58,6 +58,14 @@ def _iv(i: Interval | None) -> str:
     return "-" if i is None else f"{i.estimate:.3f}x ({i.low:.3f}-{i.high:.3f})"
 
 
+def _iv_html(i: Interval) -> str:
+    """The speedup cell of the page: where the column is narrow it wraps between the figure and its interval,
+    never inside the interval ("(0.830-" / "1.241)")."""
+    text = esc(_iv(i))
+    head, sep, interval = text.partition(" (")
+    return f'{head} <span class="iv">({interval}</span>' if sep and i.bounded else text
+
+
 def _bar(speedup: float | None, width: int = 10) -> str:
     if not speedup:
         return ""
@@ -467,12 +475,13 @@ td:first-child, th:first-child { text-align: left; }
 th { white-space: normal; }
 td:nth-child(1), td:nth-child(2), td:nth-child(6), td:nth-child(7) { white-space: normal; overflow-wrap: anywhere; }
 td { font-variant-numeric: tabular-nums; }
+.iv { white-space: nowrap; }
 .faster { color: #1a7f37; } .slower { color: #cf222e; }
 .sorter { font-size: 0.85em; margin: 0 0 0.4em; }
 .sorter label { text-decoration: underline; cursor: pointer; }
 tbody { display: flex; flex-direction: column; }
 thead tr, tbody tr { display: grid; align-items: end;
-  grid-template-columns: minmax(8em, 1.5fr) 5em 4.5em 7em 7em minmax(12em, 1fr) 5.5em; }
+  grid-template-columns: minmax(9em, 2fr) 4em 4em 6.5em 6.5em minmax(7.5em, 1fr) 4.8em; }
 th small { display: block; font-weight: normal; }
 tbody tr { order: var(--share); }
 #by-speedup:checked ~ .tablebox tbody tr { order: var(--speedup); }
@@ -491,7 +500,7 @@ def render_html(a: Analysis) -> str:
         # A name breaks after a slash first (linear/ 896x151936/t1), mid-shape only if it must.
         f"<td>{esc(w.name).replace('/', '/<wbr>')}</td><td>{esc(w.part)}</td><td>{w.share:.1%}</td>"
         f"<td>{fmt_time(w.baseline_s)}</td>"
-        f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv(w.speedup) if w.speedup else esc(w.status)}</td>"
+        f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv_html(w.speedup) if w.speedup else esc(w.status)}</td>"
         f'<td class="{esc(w.change)}">{esc(w.change)}</td></tr>'
         for i, w in enumerate(a.workloads)
     )
