@@ -139,3 +139,10 @@ def test_an_interval_running_off_the_axis_ends_in_an_arrowhead():
     lows = [float(v) for v in re.findall(r"goes on to ([0-9.]+)x, off the axis", plot)]
     assert lows, "a noisy run's intervals reach past 0.25x or 4x"
     assert all(v < 0.25 or v > 4.0 for v in lows)  # only past the axis's 0.25x-4x range
+    frame = re.search(r'<rect x="\d+" y="(\d+)" width="\d+" height="(\d+)"', plot)
+    assert frame is not None
+    top, bottom = int(frame.group(1)), int(frame.group(1)) + int(frame.group(2))
+    for arm, tip in re.findall(r'class="clipped" d="M[0-9.]+ ([0-9.]+) L[0-9.]+ ([0-9.]+)', plot):
+        # The tip on the frame's edge, the arms inside the plot: an arrow pointing out, not a fork outside.
+        assert float(tip) in (pytest.approx(top, abs=0.1), pytest.approx(bottom, abs=0.1))
+        assert top < float(arm) < bottom

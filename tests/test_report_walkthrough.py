@@ -134,14 +134,18 @@ def test_kilobyte_peaks_give_no_memory_figure_on_any_surface():
     assert "peak_memory_ratio" in doc and doc["peak_memory_ratio"] is None
 
 
-def test_only_workloads_above_the_floor_on_both_sides_count():
+def test_workloads_under_the_floor_on_both_sides_are_left_out_and_one_side_above_it_counts():
     rec = _peaks(paired_record(1.2, seed=3, count=6), 100 * MIB, 80 * MIB)
-    rec["workloads"][0]["envs"]["candidate"]["memory"] = {"peak_allocated": 4096}  # noise on one side
-    rec["workloads"][1]["envs"]["baseline"]["memory"] = {"peak_allocated": 4096}
+    for w in rec["workloads"][:2]:  # noise on both sides
+        w["envs"]["baseline"]["memory"] = {"peak_allocated": 4096}
+        w["envs"]["candidate"]["memory"] = {"peak_allocated": 49152}
     a = analyze(rec)
     assert a.peak_memory_ratio == pytest.approx(0.8)
     assert "peak memory falls 20%" in a.sentence
     assert "Peak memory, candidate / baseline (geometric mean): 0.80" in _terminal(a)
+    # From half a MiB to 400 MiB is no noise: every workload's peak grew 800-fold, and it must say so.
+    grown = _peaks(paired_record(1.0, seed=3, count=6), MIB // 2, 400 * MIB)
+    assert analyze(grown).peak_memory_ratio == pytest.approx(800)
 
 
 # 3. --json beside another --format, and `md`.
@@ -269,6 +273,15 @@ def test_an_aa_run_that_finds_a_difference_is_inconclusive_not_an_upgrade_claim(
     for claim in ("Upgrade", "Regression", "Mixed", "faster with", "(slower)", "peak memory"):
         assert claim not in a.sentence, claim
     assert "not a torch change" in a.sentence
+
+
+def test_a_record_marked_aa_with_two_torches_is_read_as_the_paired_run_it_is():
+    rec = paired_record(0.5, mode="aa", seed=3, count=8)
+    rec["environments"][0]["torch_version"], rec["environments"][1]["torch_version"] = "2.14.1", "2.15.0"
+    a = analyze(rec)
+    # A real 2x regression between two torches must not be excused as A/A noise.
+    assert a.verdict == "regression" and not a.sentence.startswith("A/A run")
+    assert "Recorded as an A/A run, yet its two sides ran torch 2.14.1 and 2.15.0" in a.sentence
 
 
 def test_a_slower_aa_run_does_not_fail_a_regression_gate(mpsup_home: Path):

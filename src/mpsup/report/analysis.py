@@ -42,9 +42,10 @@ from mpsup.workloads import END_TO_END
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
 
-# A workload's peak below this on either side is allocator and page granularity, not the workload: a tiny
-# model measured against itself peaked at 8192 and 49152 bytes and read "peak memory 0.63x". Such
-# workloads are left out of the memory comparison; where none is left there is no memory figure.
+# Peaks below this on both sides are allocator and page granularity, not the workload: a tiny model measured
+# against itself peaked at 8192 and 49152 bytes and read "peak memory 0.63x". Such workloads are left out of
+# the memory comparison; where none is left there is no memory figure. One side above it is a real change
+# (0.5 MiB -> 400 MiB must not vanish), so both sides must be under it to be left out.
 MEMORY_NOISE_FLOOR = 2**20
 
 # What the row times are, on every surface: the report's candidate column is derived, bench's is measured.
@@ -438,10 +439,7 @@ def _aa_verdict(
     """An A/A run measures one torch against itself: what it shows is this machine's noise floor, never an
     upgrade's benefit or regression. A difference it calls is noise or the workers' setup, so the verdict
     is inconclusive there (changes that small cannot be told from noise here), and said so."""
-    base, cand = torches
-    # Recorded as A/A with two versions (a hand-made or damaged record): say both rather than one.
-    whose = f"torch {base} against itself" if base == cand else f"torch {cand} vs {base}, recorded as A/A"
-    lead = f"A/A run ({whose}, the noise floor)"
+    lead = f"A/A run (torch {torches[0]} against itself, the noise floor)"
     if not phases and main is None:
         return "inconclusive", f"{lead}: inconclusive, no workload was measured on both sides."
     if phases:
@@ -465,7 +463,7 @@ def _aa_verdict(
         return verdict, f"{lead}: inconclusive, {why}; {figure}{calls}."
     return "inconclusive", (
         f"{lead}: the two sides differ ({figure}{calls}) although both run the same torch: that is this "
-        "machine's noise or the workers' setup, not a torch change, so changes that small cannot be called here."
+        "machine's noise or the workers' setup (placement, warm-up, load), not a torch change; an A/A run calls none."
     )
 
 
@@ -620,7 +618,7 @@ def analyze(
                 p_value=sign_test_p(ratios) if w.ratios and ratios else None,
                 units=len(block_ratios(ratios)) if w.ratios else 0,
                 size=_size(ea if ea != EnvRun() else eb),  # an environment that ran nothing has no size
-                memory_ratio=(pb / pa) if pa and pb and min(pa, pb) >= MEMORY_NOISE_FLOOR else None,
+                memory_ratio=(pb / pa) if pa and pb and max(pa, pb) >= MEMORY_NOISE_FLOOR else None,
                 ratios=ratios,
                 status=status,
                 unpaired=unpaired,
@@ -677,9 +675,13 @@ def analyze(
         else phase_verdict(phases, noise, f"torch {envs[1].torch_version} vs {envs[0].torch_version}", threshold)
         or _verdict(main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version))
     )
-    if record.mode == "aa":
-        torches = (str(envs[0].torch_version), str(envs[1].torch_version))
+    torches = (str(envs[0].torch_version), str(envs[1].torch_version))
+    if record.mode == "aa" and torches[0] == torches[1]:
         verdict, sentence = _aa_verdict(verdict, main, what, phases, changes, noise, torches)
+    elif record.mode == "aa":
+        # Two torches are no A/A, whatever the record says (edited by hand, or damaged): read as the paired
+        # run it is, so a real regression between them is still called one.
+        sentence += f" (Recorded as an A/A run, yet its two sides ran torch {torches[0]} and {torches[1]}.)"
     if model_source == "layers" and not phases:
         sentence += " " + HOW_TO_RUN_WHOLE
     changes.sort(key=lambda c: -c.share)

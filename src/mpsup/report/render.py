@@ -350,7 +350,8 @@ def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 
             )
             # An interval that runs off the axis would end at its edge like one that stops there: an arrowhead
             # says it goes on.
-            for end, beyond, sign in ((s.low, s.low < 2**y_lo, 1), (s.high, s.high > 2**y_hi, -1)):
+            # SVG's y grows downwards: the low end's arms rise into the plot (-), the high end's fall into it (+).
+            for end, beyond, sign in ((s.low, s.low < 2**y_lo, -1), (s.high, s.high > 2**y_hi, 1)):
                 if beyond:
                     tip = py(end)
                     parts.append(
@@ -406,7 +407,7 @@ def _svg_memory_plot(ws: list[WorkloadChange], width: int = 760) -> str:
     if not pts:
         return (
             '<p class="empty">Peak memory was not recorded in both environments, or was under '
-            f"{MEMORY_NOISE_FLOOR // 2**20} MiB (allocator noise) on a side, so there is no memory change to show.</p>"
+            f"{MEMORY_NOISE_FLOOR // 2**20} MiB (allocator noise) on both, so there is no memory change to show.</p>"
         )
     row, top = 16, 22  # the scale sits above the bars
     height = top + row * len(pts) + 8
