@@ -236,6 +236,15 @@ def _gguf(path: Path) -> LoadedModel:
     return LoadedModel(path, "gguf", header.tensors, config, _fingerprint(header.tensors))
 
 
+def _other_weights(folder: Path) -> Path | None:
+    """The first file of the folder that holds weights in another format than safetensors, or None."""
+    for suffix in (*STATE_DICT_SUFFIXES, ".bin.index.json", *NOT_YET, ".gguf", ".pt2", ".h5", ".msgpack", ".onnx"):
+        found = sorted(folder.glob(f"*{suffix}"))
+        if found:
+            return found[0]
+    return None
+
+
 def _config_only(path: Path, config: dict[str, Any]) -> LoadedModel:
     """A Transformers folder with its config.json and no weights (a config copied from the Hub, or one written
     by hand): the whole model is built from the config with random weights, as it is by default anyway, and
@@ -323,7 +332,14 @@ def load_model(path: Path) -> LoadedModel:
             fmt = "transformers"
         elif (repackaged := _repackaged(path)) is not None:
             return repackaged
-        elif isinstance(config.get("model_type"), str):
+        elif (other := _other_weights(path)) is not None:
+            # Weights in a format a folder is not read in: run on random weights as "no weights", they would
+            # be measured as a model they are not, and --real-weights would deny they exist.
+            raise ModelFormatError(
+                f"{path}: holds {other.name} but no safetensors weights; a folder is read by its safetensors "
+                f"files (a state dict is read as a file of its own: --model {other})"
+            )
+        elif isinstance(config.get("model_type"), str) and config["model_type"].strip():
             return _config_only(path, config)
         else:
             raise ModelFormatError(
