@@ -41,4 +41,7 @@ def test_a_venv_s_python_and_python3_are_one_environment(tmp_path: Path) -> None
     assert same_environment(a / "python", Path(os.path.relpath(a / "python")))
     # Two venvs made from one Python link to the same binary, yet are two environments.
     assert not same_environment(a / "python", b / "python")
+    # One venv reached through a link to its folder is that venv.
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    assert same_environment(a / "python", tmp_path / "link" / "bin" / "python3")
     assert not same_environment(a / "python", tmp_path / "missing" / "python")

@@ -280,16 +280,15 @@ def _environments(req: BenchRequest) -> tuple[list[Any], str]:
 
 
 def same_environment(a: Path, b: Path) -> bool:
-    """Whether two interpreter paths run one environment: the same path, or two names in one bin folder for
-    the same file (a venv's python and python3). Not the resolved file alone: every venv made from one
+    """Whether two interpreter paths run one environment: one file reached from one bin folder (a venv's python
+    and python3, or the venv through a link to it). Not the resolved file alone: every venv made from one
     Python links to the same binary, and the link's folder is what selects the venv."""
-    pa, pb = Path(os.path.abspath(a.expanduser())), Path(os.path.abspath(b.expanduser()))
-    if pa == pb:
-        return True
+    pa, pb = a.expanduser(), b.expanduser()
     try:
-        return pa.parent == pb.parent and os.path.samefile(pa, pb)
-    except OSError:
-        return False
+        # The folders resolved (a venv reached through a link is still that venv), the files compared as files.
+        return os.path.realpath(pa.parent) == os.path.realpath(pb.parent) and os.path.samefile(pa, pb)
+    except OSError:  # one is missing: only the very same path names the same thing
+        return os.path.abspath(pa) == os.path.abspath(pb)
 
 
 def _baseline_python(req: BenchRequest) -> Path:
