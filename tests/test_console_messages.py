@@ -38,3 +38,10 @@ def test_warning_on_a_terminal_wraps_and_keeps_its_label():
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("warning: skipped") and len(lines) >= 2 and all(len(x) <= 80 for x in lines)
     assert "/data/runs/20261205T071500Z-abcdef.json:" in {w for line in lines for w in line.split()}
+
+
+def test_a_command_to_paste_is_never_broken_on_a_terminal():
+    console, buf = _console(terminal=True)
+    command = "  mpsup report --baseline 20261203T110000Z-s6aaaa --candidate 20261203T130000Z-s6bbbb --json"
+    message_line(console, command)
+    assert buf.getvalue() == command + "\n"  # no newline inserted: the terminal folds it, the paste is whole

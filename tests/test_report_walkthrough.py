@@ -107,6 +107,7 @@ def test_no_comparison_is_suggested_where_no_two_newer_runs_pair(mpsup_home: Pat
     assert _suggested(res.stderr) is None and "--baseline" not in flat, flat
     assert "No two of them can be compared side by side" in flat
     assert "For a verdict, measure both torches in one run: mpsup bench --candidate VERSION" in flat
+    assert "  mpsup bench --candidate VERSION" in res.stderr.splitlines()  # a line of its own, to paste
 
 
 def test_one_newer_single_run_gets_no_placeholder_command(mpsup_home: Path):

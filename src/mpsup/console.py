@@ -54,8 +54,13 @@ def safe(text: object) -> str:
 def message_line(console: Console, markup_text: str) -> None:
     """One message (a note, a warning, an error) as rich markup. Piped or logged it stays one line, so it greps
     whole; on a terminal rich wraps it between words, where the terminal itself would cut a version or a run id
-    mid-token ("2.14.1+c" / "u130")."""
-    console.print(markup_text, highlight=False, soft_wrap=not console.is_terminal)
+    mid-token ("2.14.1+c" / "u130"). A command to paste (a line that is an indented `mpsup ...`) is never
+    broken: the terminal folds it on screen, and it pastes as one command."""
+    whole = not console.is_terminal or markup_text.startswith(COMMAND_PREFIX)
+    console.print(markup_text, highlight=False, soft_wrap=whole)
+
+
+COMMAND_PREFIX = "  mpsup "  # a line that is a command to copy, as bench, bisect and report print them
 
 
 def warning_line(message: str, console: Console = stderr_console) -> None:

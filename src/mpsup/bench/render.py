@@ -17,7 +17,7 @@ from rich.text import Text
 
 from mpsup.bench.figures import RunFigures, model_forward_estimate, model_role_shares, run_figures
 from mpsup.bench.phase_table import render_phases
-from mpsup.console import NARROW, emit_json, error_line, printable, safe
+from mpsup.console import COMMAND_PREFIX, NARROW, emit_json, error_line, printable, safe
 from mpsup.model.coverage import census, phase_figures
 from mpsup.model.phases import phase_shape
 from mpsup.stats import geometric_mean
@@ -534,7 +534,7 @@ def print_lines(lines: list[str], console: Console) -> None:
     line, however narrow the terminal: wrapped by rich it would paste as two commands; a terminal only folds it
     on screen."""
     for line in lines:
-        console.print(line, highlight=False, soft_wrap=line.startswith("  mpsup "))
+        console.print(line, highlight=False, soft_wrap=line.startswith(COMMAND_PREFIX))
 
 
 def _meaning_main(record: dict[str, Any], console: Console) -> None:

@@ -106,13 +106,13 @@ def choice_lines(chosen: RunRecord, newer_single: list[tuple[str, RunRecord]]) -
     pair = newest_comparable_pair(newer_single)
     if pair is not None:
         (older, _), (newer, _) = pair
-        lines.append(
-            f"To compare two of them (estimates, no verdict): mpsup report --baseline {older} --candidate {newer}"
-        )
+        lines.append("To compare two of them (estimates, no verdict):")
+        lines.append(f"  mpsup report --baseline {older} --candidate {newer}")  # its own line: pasted whole
     elif len(newer_single) > 1:
         # Suggesting two that measured different workloads (or devices, or models) only leads to a refusal.
         lines.append("No two of them can be compared side by side (different devices, workloads or models).")
-    lines.append("For a verdict, measure both torches in one run: mpsup bench --candidate VERSION")
+    lines.append("For a verdict, measure both torches in one run:")
+    lines.append("  mpsup bench --candidate VERSION")
     return lines
 
 
