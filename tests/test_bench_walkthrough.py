@@ -173,6 +173,8 @@ def test_an_interrupted_run_says_how_many_of_the_selected_ran_and_suggests_nothi
     assert lines[1].startswith("Interrupted (SIGINT): 15 workloads ran in "), lines[1]
     assert lines[1].endswith(", 15 measured; the partial record is kept."), lines[1]
     assert "Ran 15" not in text and "Next" not in text and "Interrupted" not in "".join(lines[2:])
+    # No command at all: a stopped run's figures are not the ones to compare or to extend.
+    assert not [ln for ln in lines if ln.startswith("  mpsup ")], text
     # With the selection's size, which a stopped run's record cannot tell (it holds what finished).
     console, buf = _console(200)
     render_result(BenchResult(rec, Path("/runs/x.json"), 130), False, console, selected=59)
@@ -353,3 +355,22 @@ def test_the_last_progress_frame_has_no_time_left_to_estimate():
             on_event("done", {"name": name, "eta_s": 14.0})
     last = [ln for ln in out.getvalue().replace("\r", "\n").splitlines() if "workloads" in ln][-1]
     assert "2/2" in last and "ETA" not in last and "linear/b" not in last and "done" in last
+
+
+def test_an_end_to_end_model_shows_its_measured_forward_not_a_sum_called_layers():
+    rec = paired_record(1.0, seed=1, count=1)
+    rec["environments"] = rec["environments"][:1]
+    rec["mode"] = "single"
+    label = rec["environments"][0]["label"]
+    rec["model"] = {"path": "m.pt2", "format": "pt2", "linear_weight_bytes": 0, "fp8_weight_bytes": 0}
+    rec["workloads"] = [
+        {"name": name, "kind": "end_to_end", "part": "model", "count": 1, "status": "ok", "tags": ["end-to-end"]}
+        | {"envs": {label: {"median": med, "ci_low": med, "ci_high": med, "samples": [med]}}}
+        for name, med in (("model/end-to-end", 0.010), ("model/end-to-end/compiled", 0.006))
+    ]
+    console, buf = _console(200)
+    render_run(rec, console, details=True)
+    flat = " ".join(buf.getvalue().split())
+    # It read "estimated forward time 16.00 ms ... from its layers": eager and compiled added up, as layers.
+    assert "forward measured end to end: model/end-to-end 10.00 ms; model/end-to-end/compiled 6.00 ms" in flat
+    assert "from its layers" not in flat and "16.00 ms" not in flat

@@ -61,18 +61,22 @@ def _layer_times(record: dict[str, Any], label: str) -> list[tuple[dict[str, Any
         (w, env)
         for w in record["workloads"]
         for env in [w["envs"].get(label, {})]
-        if env.get("median") and "alternative" not in w.get("tags", ()) and w.get("part") != "phase"
+        if env.get("median")
+        and "alternative" not in w.get("tags", ())
+        and w.get("part") != "phase"
+        and w.get("kind") != "end_to_end"  # a .pt2 or module:function forward is the model, not a layer of it
     ]
 
 
 def model_forward_estimate(record: dict[str, Any], label: str) -> dict[str, float | None] | None:
     """Sum over the layer workloads of count x median, with an interval from the per-workload intervals summed
     end to end (conservative: it treats the workloads' errors as if they all leaned the same way)."""
-    if not record.get("model"):
+    layers = _layer_times(record, label) if record.get("model") else []
+    if not layers:  # no model, or none of its layers measured (a config alone, a .pt2 timed end to end)
         return None
     est = low = high = 0.0
     bounded = True
-    for w, env in _layer_times(record, label):
+    for w, env in layers:
         c = w.get("count", 1)
         est += c * env["median"]
         if env.get("ci_low") is None or env.get("ci_high") is None:

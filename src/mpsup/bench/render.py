@@ -524,7 +524,7 @@ def _half_width(env: dict[str, Any]) -> str:
 def _where_the_rest_is(record: dict[str, Any], console: Console) -> None:
     # A finished single run's tables cannot be shown again (report takes paired runs): say where its figures are.
     _print_wrapped(console, "Every table: `mpsup bench --details`; this run's figures: the record below.")
-    if len(record["environments"]) > 1:
+    if len(record["environments"]) > 1 and not record.get("partial"):  # a stopped run suggests nothing to run
         console.print("The comparison, with plots:", highlight=False)
         print_lines([f"  mpsup report --run {safe(record['id'])} --format html -o report.html"], console)
 
@@ -539,9 +539,10 @@ def print_lines(lines: list[str], console: Console) -> None:
 
 def _meaning_main(record: dict[str, Any], console: Console) -> None:
     """What the figures say (roofline, where the time goes), before the workloads that take the time."""
+    # Not after a stop: "no roofline probe in this selection" would be wrong where the run never reached it.
     if len(record["environments"]) == 1 and record.get("mode") == "single" and not record.get("model"):
         f = run_figures(record)
-        print_lines(roofline_lines(f) + time_lines(f), console)
+        print_lines((roofline_lines(f) if not record.get("partial") else []) + time_lines(f), console)
 
 
 def _trust(record: dict[str, Any], console: Console) -> None:
@@ -589,7 +590,15 @@ def _model_lines(record: dict[str, Any], console: Console) -> None:
         return
     label = record["environments"][0]["label"]
     fwd = model_forward_estimate(record, label)
-    if fwd and fwd["estimate"]:
+    whole = [
+        (w["name"], w["envs"].get(label, {}).get("median"))
+        for w in record["workloads"]
+        if w.get("kind") == "end_to_end" and w["envs"].get(label, {}).get("median")
+    ]
+    if whole:  # a .pt2 export or a module:function: its forward is measured, eager and compiled apart
+        timed = "; ".join(f"{safe(name)} {fmt_time(med)}" for name, med in whole)
+        console.print(f"[bold]{safe(model['path'])}[/] ({safe(model['format'])}): forward measured end to end: {timed}")
+    elif fwd and fwd["estimate"]:
         span = f" (95% CI {fmt_time(fwd['low'])} - {fmt_time(fwd['high'])})" if fwd["low"] is not None else ""
         shares = ", ".join(f"{safe(k)} {v:.0%}" for k, v in model_role_shares(record, label))
         console.print(
