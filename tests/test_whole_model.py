@@ -361,6 +361,28 @@ def test_a_wide_no_change_reads_the_same_in_the_sentence_and_the_phase_line() ->
     assert "no measurable change" in phase_line(tight)
 
 
+def test_a_phase_too_wide_to_tell_does_not_make_a_mixed_verdict() -> None:
+    """A walkthrough's run read "Mixed ...: prefill 1.15x (1.03-1.40x), too wide to tell; decode 1.41x, faster":
+    nothing disagreed. The called phase decides, and the wide one is said to be unknown."""
+    from mpsup.report.phases import PhaseChange, phase_verdict
+    from mpsup.stats import Interval
+
+    prefill = PhaseChange("prefill", "model/prefill", Interval(1.15, 1.03, 1.40, 12), "same", 0.02, 0.017, 0.2)
+    decode = PhaseChange("decode", "model/decode", Interval(1.41, 1.28, 1.80, 12), "faster", 0.02, 0.014, 0.5)
+    verdict, sentence = phase_verdict([prefill, decode], [], "torch B vs A")
+    assert verdict == "benefit", sentence
+    assert sentence.startswith("Upgrade: decode faster with torch B vs A, prefill too wide to tell")
+
+
+def test_two_separate_runs_phases_read_as_estimates() -> None:
+    from mpsup.report.phases import PhaseChange
+    from mpsup.stats import Interval
+
+    # `report --baseline A --candidate B` of two whole-model runs raised KeyError: 'uncalled' here.
+    p = PhaseChange("decode", "model/decode", Interval(1.1, 0.9, 1.3, 12), "uncalled", 0.02, 0.018, 0.5)
+    assert p.text().endswith("not called (two separate runs: an estimate)")
+
+
 def test_ops_that_fell_back_to_the_cpu_are_recorded() -> None:
     import warnings
 
@@ -393,3 +415,15 @@ def test_hostile_configs_fail_their_phase_in_one_line(monkeypatch: pytest.Monkey
     monkeypatch.setattr(whole_model, "_capacity", lambda _device: 1000)
     with pytest.raises(MemoryError, match="its weights need"):
         build_phase(diffusers_spec(VAE, "vae_decode"), Device("cpu"))
+
+
+def test_a_phase_whose_layers_were_not_measured_has_unknown_coverage() -> None:
+    from mpsup.model.coverage import coverage
+
+    # `--tokens 8`: no 1-token layer measured, so nothing says what explains a decode step: unknown, not 0%.
+    layer = {"name": "model/linear/64x64/t8", "part": "model", "tokens": 8, "count": 4, "envs": {"b": {"median": 1e-4}}}
+    decode = {"phase": "decode", "library": "transformers", "tokens": 8, "envs": {"b": {"median": 1e-3}}}
+    prefill = {**decode, "phase": "prefill"}
+    record = {"workloads": [layer, decode, prefill]}
+    assert coverage(record, decode, "b") is None
+    assert coverage(record, prefill, "b") == pytest.approx(0.4)

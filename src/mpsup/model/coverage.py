@@ -56,7 +56,7 @@ def coverage(record: dict[str, Any], phase_w: dict[str, Any], label: str) -> flo
     env = phase_w.get("envs", {}).get(label, {})
     whole = env.get("median")
     layers = _layers_of(record, phase_w)
-    if not whole or layers is None:
+    if not whole or not layers:  # none of this phase's layers measured (decode's 1-token ones, say): unknown
         return None
     explained = 0.0
     for w in layers:

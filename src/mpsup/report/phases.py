@@ -14,7 +14,13 @@ from mpsup.model.phases import phase_of
 from mpsup.runs.schema import RunRecord
 from mpsup.stats import PRACTICAL_THRESHOLD, Interval
 
-CHANGE_WORDS = {"faster": "faster", "slower": "slower", "same": "no measurable change", "n/a": "n/a"}
+CHANGE_WORDS = {
+    "faster": "faster",
+    "slower": "slower",
+    "same": "no measurable change",
+    "n/a": "n/a",
+    "uncalled": "not called (two separate runs: an estimate)",  # --baseline/--candidate: no verdict is made
+}
 LAYERS_LABEL = "the model estimated from its layers (which cover an unknown share of its forward)"
 HOW_TO_RUN_WHOLE = (
     "To measure it whole, give a Transformers or Diffusers folder (config.json beside the weights) and install "
@@ -120,19 +126,26 @@ def phase_verdict(
     said = "; ".join(p.text() for p in phases)
     if not called:
         return "inconclusive", f"Inconclusive: no phase of the model could be bounded ({said}), {vs}."
-    kinds = {p.change for p in called}
+    # A phase too wide to tell neither agrees nor disagrees with the others: it is said, and decides nothing.
+    kinds = {p.change for p in called if not p.too_wide}
     runs_natively = [
         f"{p.phase} now runs {', '.join(sorted(set(p.fallback) - set(p.fallback_candidate)))} on the device"
         for p in phases
         if set(p.fallback) - set(p.fallback_candidate)
     ]
     native = f" {'; '.join(runs_natively)} (it fell back to the CPU before)." if runs_natively else ""
-    if kinds == {"same"} and (noise or wide):
+    if kinds <= {"same"} and (noise or wide):
         why = ", ".join(noise) if noise else f"the {' and '.join(p.phase for p in wide)} interval is too wide"
         return "inconclusive", f"Inconclusive: too noisy to tell ({why}); {said}, {vs}.{native}"
     if len(kinds) > 1:
         return "mixed", f"Mixed, your model run whole with {vs}: {said}.{native}"
     only = kinds.pop()
+    if only in ("faster", "slower") and wide:
+        which = " and ".join(p.phase for p in called if not p.too_wide)
+        unknown = " and ".join(p.phase for p in wide)
+        head = "Upgrade" if only == "faster" else "Regression"
+        verdict = "benefit" if only == "faster" else "regression"
+        return verdict, f"{head}: {which} {only} with {vs}, {unknown} too wide to tell: {said}.{native}"
     if only == "faster":
         return "benefit", f"Upgrade: your model run whole is faster with {vs}: {said}.{native}"
     if only == "slower":
