@@ -427,3 +427,15 @@ def test_a_phase_whose_layers_were_not_measured_has_unknown_coverage() -> None:
     record = {"workloads": [layer, decode, prefill]}
     assert coverage(record, decode, "b") is None
     assert coverage(record, prefill, "b") == pytest.approx(0.4)
+
+
+def test_real_weights_of_a_relative_folder_are_asked_for_by_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mpsup.model.sources import WholeModel, open_model
+
+    write_llama_folder(tmp_path / "llama")
+    monkeypatch.chdir(tmp_path)
+    model = open_model(Path("llama"), tokens=(8,), whole=WholeModel(real_weights=True))
+    # The worker runs in its own folder: "llama" there was another folder, or a Hub id tried after a long wait.
+    assert {w.params["path"] for w in model.workloads if w.part == "phase"} == {str(tmp_path / "llama")}

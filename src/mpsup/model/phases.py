@@ -8,6 +8,7 @@ architecture is found out there, and a phase they cannot build fails alone, with
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +96,9 @@ def _transformers(config: dict[str, Any], opts: PhaseOptions, path: str, prefix:
         "causal": causal,
         "tokens": opts.tokens,
         "weights": "real" if opts.real_weights else "random",
-        "path": path if opts.real_weights else None,
+        # Absolute: the worker runs in its own folder, where a relative path would name another folder (or
+        # be taken for a Hub id, after a long wait).
+        "path": os.path.abspath(path) if opts.real_weights else None,
     }
     if causal:
         out.workloads += _workload(f"{prefix}/prefill", "prefill", opts.dtype, common, path, opts)
