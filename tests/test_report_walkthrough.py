@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from mpsup.errors import UserError
-from mpsup.report.analysis import MEMORY_NOISE_FLOOR, analyze
+from mpsup.report.analysis import MEMORY_NOISE_FLOOR, analyze, memory_ratio
 from mpsup.report.command import ReportRequest, run_report
 from mpsup.report.render import (
     call_legend,
@@ -147,6 +147,9 @@ def test_workloads_under_the_floor_on_both_sides_are_left_out_and_one_side_above
     # From half a MiB to 400 MiB is no noise: every workload's peak grew 800-fold, and it must say so.
     grown = _peaks(paired_record(1.0, seed=3, count=6), MIB // 2, 400 * MIB)
     assert analyze(grown).peak_memory_ratio == pytest.approx(800)
+    # Under a MiB apart is granularity, whatever the ratio: a small VAE conv against itself read 2.78x.
+    assert memory_ratio(458752, 1273856) == 1.0 and memory_ratio(100 * MIB, 80 * MIB) == pytest.approx(0.8)
+    assert memory_ratio(8192, 49152) is None and memory_ratio(None, 80 * MIB) is None
 
 
 # 3. --json beside another --format, and `md`.

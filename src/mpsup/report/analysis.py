@@ -42,11 +42,19 @@ from mpsup.workloads import END_TO_END
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
 
-# Peaks below this on both sides are allocator and page granularity, not the workload: a tiny model measured
-# against itself peaked at 8192 and 49152 bytes and read "peak memory 0.63x". Such workloads are left out of
-# the memory comparison; where none is left there is no memory figure. One side above it is a real change
-# (0.5 MiB -> 400 MiB must not vanish), so both sides must be under it to be left out.
+# Allocator and page granularity, not the workload: a tiny model measured against itself peaked at 8192 and
+# 49152 bytes ("peak memory 0.63x"), a small VAE conv at 0.44 and 1.21 MiB ("2.78x"). Peaks under it on both
+# sides leave the workload out of the memory comparison, and a difference under it is no change (1x); a real
+# one stays whole (0.5 MiB -> 400 MiB is 800x). Where no workload is left there is no memory figure.
 MEMORY_NOISE_FLOOR = 2**20
+
+
+def memory_ratio(baseline: float | None, candidate: float | None) -> float | None:
+    """Candidate / baseline peak, 1 where they differ by less than the floor, None where both are under it."""
+    if not baseline or not candidate or max(baseline, candidate) < MEMORY_NOISE_FLOOR:
+        return None
+    return 1.0 if abs(candidate - baseline) < MEMORY_NOISE_FLOOR else candidate / baseline
+
 
 # What the row times are, on every surface: the report's candidate column is derived, bench's is measured.
 # A paired speedup is the median of per-round ratios, not the ratio of two pooled medians, and where the
@@ -618,7 +626,7 @@ def analyze(
                 p_value=sign_test_p(ratios) if w.ratios and ratios else None,
                 units=len(block_ratios(ratios)) if w.ratios else 0,
                 size=_size(ea if ea != EnvRun() else eb),  # an environment that ran nothing has no size
-                memory_ratio=(pb / pa) if pa and pb and max(pa, pb) >= MEMORY_NOISE_FLOOR else None,
+                memory_ratio=memory_ratio(pa, pb),
                 ratios=ratios,
                 status=status,
                 unpaired=unpaired,
