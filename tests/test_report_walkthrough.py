@@ -373,3 +373,32 @@ def test_list_with_no_runs_says_aa_pairs_a_torch_with_itself():
     text = buf.getvalue()
     assert "--aa to pair two torches" not in text
     assert "--candidate VERSION to pair two torches" in text and "--aa to pair this torch with itself" in text
+
+
+# Another dtype is another measurement (a second walkthrough).
+
+
+def test_two_single_runs_in_other_dtypes_are_not_paired(mpsup_home: Path):
+    fp32, bf16 = _single("20261203T100000Z-fp32aa"), _single("20261203T110000Z-bf16aa")
+    for w in bf16["workloads"]:
+        w["dtype"] = "fp32" if w.get("dtype") == "bf16" else "bf16"
+    save_record(fp32, mpsup_home / "runs")
+    save_record(bf16, mpsup_home / "runs")
+    res = run_cli("report", "--baseline", "20261203T100000Z-fp32aa", "--candidate", "20261203T110000Z-bf16aa")
+    # It paired them and read 1.55-2.44x per row: the dtype's effect, told as the torch's.
+    assert res.returncode == 2 and "in other dtypes" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_an_aa_floor_is_taken_only_from_the_same_workloads_in_the_same_dtype():
+    from mpsup.report.analysis import matching_aa
+    from mpsup.runs.schema import as_record
+
+    doc = paired_record(1.0, seed=1, run_id="20261203T120000Z-runaaa")
+    for env in doc["environments"]:
+        env["torch_version"] = "2.13.0+cpu"
+    run, same = as_record(doc), as_record(_aa(seed=2, run_id="20261203T100000Z-aasame"))
+    other = _aa(seed=3, run_id="20261203T110000Z-aabf16")
+    for w in other["workloads"]:
+        w["dtype"] = "fp32" if w.get("dtype") == "bf16" else "bf16"
+    assert matching_aa(run, [same]) is same
+    assert matching_aa(run, [same, as_record(other)]) is same  # the newer one, in other dtypes, is passed over

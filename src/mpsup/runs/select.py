@@ -206,8 +206,17 @@ def pairing_refusal(base: RunRecord, cand: RunRecord) -> str | None:
     fingerprint_c = cand.model.fingerprint if cand.model else None
     if fingerprint_b != fingerprint_c:
         return f"runs {base.id} and {cand.id} measured different models: not comparable"
+    dtypes_b = {(w.name, w.dtype) for w in base.workloads}
+    dtypes_c = {(w.name, w.dtype) for w in cand.workloads}
     names_b = {w.name for w in base.workloads}
     names_c = {w.name for w in cand.workloads}
+    if names_b == names_c and dtypes_b != dtypes_c:
+        # One model at --dtype fp32 and at bf16: the same names, and every ratio the dtype's, not the torch's.
+        name, dtype = sorted(dtypes_c - dtypes_b)[0]
+        return (
+            f"runs {base.id} and {cand.id} measured the same workloads in other dtypes "
+            f"(e.g. {name} in {dtype}): not paired"
+        )
     if names_b != names_c:
         diff = sorted(names_b ^ names_c)
         return (
