@@ -374,3 +374,39 @@ def test_an_end_to_end_model_shows_its_measured_forward_not_a_sum_called_layers(
     # It read "estimated forward time 16.00 ms ... from its layers": eager and compiled added up, as layers.
     assert "forward measured end to end: model/end-to-end 10.00 ms; model/end-to-end/compiled 6.00 ms" in flat
     assert "from its layers" not in flat and "16.00 ms" not in flat
+
+
+def test_a_phase_the_candidate_could_not_run_is_told_as_the_candidate_s():
+    from mpsup.bench.phase_table import render_phases
+
+    rec = paired_record(1.0, seed=1, count=1)
+    rec["model"] = {"path": "llama", "format": "transformers", "linear_weight_bytes": 1, "fp8_weight_bytes": 1}
+    rec["workloads"] = [
+        {
+            "name": "model/prefill",
+            "kind": "model_phase",
+            "part": "phase",
+            "phase": "prefill",
+            "library": "transformers",
+            "tokens": 8,
+            "depth": 1,
+            "count": 1,
+            "status": "unsupported",
+            "reason": "Unsupported: transformers is not installed in this environment (/envs/b/bin/python)",
+            "envs": {
+                "baseline": {"status": "ok", "median": 2e-3, "ci_low": 1.9e-3, "ci_high": 2.1e-3, "items_per_call": 8}
+                | {"phase": {"layers": 2, "depth": 1}},
+                "candidate": {
+                    "status": "unsupported",
+                    "reason": "Unsupported: transformers is not installed in this environment (/envs/b/bin/python)",
+                },
+            },
+        }
+    ]
+    console, buf = _console(200)
+    render_phases(rec, console)
+    flat = " ".join(buf.getvalue().split())
+    # It read "prefill (baseline): unsupported: Unsupported: ..." with the candidate's interpreter in it.
+    assert "prefill (candidate): unsupported: transformers is not installed" in flat
+    assert "(baseline): unsupported" not in flat
+    assert "scaled from 1 of 2 blocks (--depth)" in flat  # forced, not "the model did not fit whole"

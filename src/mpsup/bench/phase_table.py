@@ -40,14 +40,22 @@ def render_phases(record: dict[str, Any], console: Console) -> None:
         cov = f"{doc['layer_coverage']:.0%}" if doc.get("layer_coverage") is not None else "n/a"
         t.add_row(safe(phase), *cells, tps, _bytes(doc.get("peak_memory_bytes")), cov)
         if doc.get("scaled_from_blocks"):
-            notes.append(f"{phase}: scaled from {doc['scaled_from_blocks']} blocks (the model did not fit whole)")
+            why = "--depth" if doc.get("depth_forced") else "the model did not fit whole"
+            notes.append(f"{phase}: scaled from {doc['scaled_from_blocks']} blocks ({why})")
         if doc.get("fallback_ops"):
             notes.append(f"{phase}: ran on the CPU (no MPS kernel): {', '.join(doc['fallback_ops'][:8])}")
         for e in envs:
             d = figures[e["label"]].get(phase, {})
             if d.get("status") not in (None, "ok") and d.get("reason"):
-                notes.append(f"{phase} ({e['label']}): {d['status']}: {d['reason']}")
+                notes.append(f"{phase} ({e['label']}): {_status_text(str(d['status']), str(d['reason']))}")
                 break
     console.print(t)
     for note in notes:
         console.print(f"  {safe(note)}", highlight=False, soft_wrap=True)
+
+
+def _status_text(status: str, reason: str) -> str:
+    """`unsupported: transformers is not installed`, not `unsupported: Unsupported: transformers ...`."""
+    if reason.lower().startswith(status.lower()):
+        reason = reason[len(status) :].lstrip(" :-")
+    return f"{status}: {reason}" if reason else status

@@ -91,12 +91,15 @@ def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any
             "tokens_per_s": tokens,
             "peak_memory_bytes": peak,
             "source": "whole-model",
-            "status": w.get("status"),
+            # This environment's own: a phase the candidate could not run was told as the baseline's.
+            "status": env.get("status") or w.get("status"),
         }
-        if w.get("reason"):
-            doc["reason"] = w["reason"]
+        reason = env.get("reason") or (w.get("reason") if not med else None)
+        if reason:
+            doc["reason"] = reason
         if (blocks := scaled_from(env)) is not None:
             doc["scaled_from_blocks"] = blocks
+            doc["depth_forced"] = bool(w.get("depth"))  # --depth, or the model did not fit whole
         if memory.get("driver_allocated_max"):
             doc["driver_memory_max_bytes"] = memory["driver_allocated_max"]
         if info.get("fallback_ops"):
