@@ -402,3 +402,17 @@ def test_an_aa_floor_is_taken_only_from_the_same_workloads_in_the_same_dtype():
         w["dtype"] = "fp32" if w.get("dtype") == "bf16" else "bf16"
     assert matching_aa(run, [same]) is same
     assert matching_aa(run, [same, as_record(other)]) is same  # the newer one, in other dtypes, is passed over
+
+
+def test_list_marks_only_aa_runs_as_aa(mpsup_home: Path):
+    wrapped = paired_record(1.0, seed=1, run_id="20261203T100000Z-wrapaa")  # two wrappers of one torch
+    for env in wrapped["environments"]:
+        env["torch_version"] = "2.13.0+cpu"
+    save_record(wrapped, mpsup_home / "runs")
+    save_record(_aa(seed=2, run_id="20261203T110000Z-aarunn"), mpsup_home / "runs")
+    text = run_cli("report", "--list", env={"COLUMNS": "200"}).stdout
+    rows = {m.group(): ln for ln in text.splitlines() if (m := re.search(r"20261203T\S+Z-\w+", ln))}
+    assert "(A/A)" in rows["20261203T110000Z-aarunn"]
+    assert (
+        "(A/A)" not in rows["20261203T100000Z-wrapaa"] and "2.13.0+cpu -> 2.13.0+cpu" in rows["20261203T100000Z-wrapaa"]
+    )

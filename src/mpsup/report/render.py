@@ -624,7 +624,7 @@ def render_run_list(rows: list[StoredRun], out: Console) -> None:
             safe(_when(r.created_at)),
             safe(r.mode) + (" (partial)" if r.partial else ""),
             safe(r.device),
-            safe(_torches(r.torch)),
+            safe(_torches(r.torch, r.mode)),
             str(r.workloads),
         ]
         t.add_row(*cells, *([] if narrow else [safe(r.model or "")]))
@@ -639,8 +639,9 @@ def _when(created: object) -> str:
     return text[:16].replace("T", " ") if len(text) >= 16 else text
 
 
-def _torches(versions: list[str | None]) -> str:
+def _torches(versions: list[str | None], mode: str | None) -> str:
+    """`2.13.0 (A/A)` for an A/A run; a paired run of one version (two wrappers, two settings) is no A/A."""
     names = [str(v) for v in versions]
-    if len(names) == 2 and names[0] == names[1]:
+    if mode == "aa" and len(set(names)) == 1:
         return f"{names[0]} (A/A)"
     return " -> ".join(names)
