@@ -37,7 +37,7 @@ def _result() -> BisectResult:
             28,
         ),
     )
-    facts = {i: EnvFacts(torch="2.11.0+cu130", git_version="70d99e998b") for i in range(8)}
+    facts = {i: EnvFacts(torch="2.11.0+cu130", git_version="70d99e998b" if i < 4 else "abcdef1234") for i in range(8)}
     return BisectResult(
         environments=ENVS,
         pythons=ENVS,
@@ -86,3 +86,11 @@ def test_the_upstream_report_is_offered_only_where_there_is_a_regression(status:
     assert ("mpsup report --upstream" in text) is offered
     if offered:  # on a line of its own, whole, for pasting
         assert "  mpsup report --upstream" in text.splitlines()
+
+
+def test_builds_of_one_git_revision_are_not_offered_upstream():
+    result = _result()
+    one = {i: EnvFacts(torch="2.11.0+cu130", git_version="70d99e998b") for i in range(8)}
+    two = {**one, 4: EnvFacts(torch="2.11.0+cu130", git_version="abcdef1234")}
+    assert "mpsup report --upstream" not in _render(80, replace(result, facts=one))  # nothing in torch changed
+    assert "mpsup report --upstream" in _render(80, replace(result, facts=two))

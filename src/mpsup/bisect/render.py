@@ -186,8 +186,11 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
     if result.throwaway is not None:
         for line in throwaway_lines(result.throwaway):
             p(safe(line), highlight=False, soft_wrap=True)
-    # Only where the ends differ: `report --upstream` writes up a regression and refuses a run without one.
-    if d is not None and d.status in ("found", "inconclusive") and not result.interrupted:
+    # Only where the ends differ, and in torch's source: `report --upstream` writes up a regression and refuses
+    # a run without one, and builds of one git revision hold no change for PyTorch to look at.
+    revs = [result.facts.get(i, EnvFacts()).git_version for i in ((d.last_good, d.first_bad) if d else ())]
+    one_revision = bool(revs and revs[0] and revs[0] == revs[1])
+    if d is not None and d.status in ("found", "inconclusive") and not result.interrupted and not one_revision:
         p("An issue body for PyTorch with a standalone repro script:", highlight=False)
         p("  mpsup report --upstream", highlight=False, soft_wrap=True)  # its own line: pasted whole
 
