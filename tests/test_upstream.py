@@ -192,3 +192,18 @@ def test_a_regressed_phase_gets_its_census_matmul_in_the_body() -> None:
     md = build_upstream(analyze(record), record).markdown
     assert "the decode phase's largest matmul by its op census" in md
     assert "one op of the phase, not the phase. Run it" in md  # said whole, never cut
+
+
+def test_the_body_s_times_agree_with_its_speedups_and_name_the_python_version() -> None:
+    rec = _slow_record()
+    for env in rec["environments"]:
+        env["python_version"] = "3.11.7"
+    record = as_record(rec)
+    analysis = analyze(record)
+    md = build_upstream(analysis, record).markdown
+    assert "Python version: 3.11.7" in md  # it said "not recorded" though the worker reported it
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| `{rec['workloads'][0]['name']}`"))
+    scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+    good, bad = (float(c.split()[0]) * scale[c.split()[1]] for c in row.split("|")[2:4])
+    # The bad build's time is good / speedup, as in the report: its own median once read faster beside "slower".
+    assert bad > good

@@ -104,7 +104,9 @@ class EnvSession:
             raise UserError(
                 f"--device {self.options.device}: not available in {self.env.python} ({hello.get('reason')})"
             )
-        self.facts = {**hello, "python": str(self.env.python), "label": self.env.label}
+        # "python" is the interpreter's path in a record; the worker's version of it would be lost under that key.
+        version = hello.get("python")
+        self.facts = {**hello, "python_version": version, "python": str(self.env.python), "label": self.env.label}
         self.facts.pop("type", None)
         return self.facts
 

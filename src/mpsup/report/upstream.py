@@ -398,6 +398,7 @@ def _versions(record: dict[str, Any], bisect: dict[str, Any] | None) -> list[str
         for role, key in (("good", "0"), ("bad", str(step.get("index")))):
             f = bisect["facts"].get(key)
             revs[role] = f.get("git_version") if isinstance(f, dict) else None
+    py = py or next((e["python_version"] for e in envs if isinstance(e.get("python_version"), str)), None)
     lines = []
     for e in envs:
         role = {"baseline": "good", "candidate": "bad"}.get(str(e.get("label")), str(e.get("label")))
@@ -469,12 +470,13 @@ def build_upstream(
         f"{_md(analysis.machine)} ({analysis.device}): speedup {_x(main.speedup.estimate)} (good time / bad time), "
         f"95% CI {_ci(main)}.",
         "",
-        "| workload | time, good build | time, bad build | speedup | 95% CI | rounds |",
+        "| workload | time, good build | time, bad build (good / speedup) | speedup | 95% CI | rounds |",
         "|---|---|---|---|---|---|",
     ]
     for c in slower[:10]:
         lines.append(
-            f"| `{_md(c.name)}` | {_t(c.baseline_s)} | {_t(c.candidate_measured_s)} | "
+            # Derived, as the report's column: the bad build's own median could read faster beside "slower".
+            f"| `{_md(c.name)}` | {_t(c.baseline_s)} | {_t(c.candidate_s)} | "
             f"{_x(c.speedup.estimate if c.speedup else None)} | {_ci(c)} | {len(c.ratios)} |"
         )
     if len(slower) > 10:
