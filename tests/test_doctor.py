@@ -210,3 +210,12 @@ def test_live_table_output():
     assert "native arm64" not in res.stdout
     # Issue 15 item 11: no candidate recorded in this test's data dir, so install-rc is suggested.
     assert "no candidate environment recorded: `mpsup install-rc`" in res.stdout
+
+
+def test_a_thermal_state_not_read_is_unknown_not_false(tmp_path: Path):
+    s = snapshots.healthy()
+    s["commands"].pop("pmset -g therm", None)  # not read (off a Mac, or pmset failed)
+    _rc, doc = _doctor(tmp_path, s)
+    assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is None
+    _rc, doc = _doctor(tmp_path, snapshots.healthy())
+    assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is False

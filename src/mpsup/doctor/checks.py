@@ -522,7 +522,12 @@ def check_hygiene(f: HostFacts) -> Finding:
     details: dict[str, Any] = {
         "on_battery": f.battery.on_battery if f.battery else None,
         "low_power_mode": f.low_power_mode,
-        "thermal_warning": bool(f.thermal and (f.thermal.thermal_warning or f.thermal.performance_warning)),
+        # Unknown (null) where pmset was not read, as on_battery: false would claim a check that never ran.
+        "thermal_warning": (
+            bool(f.thermal.thermal_warning or f.thermal.performance_warning)
+            if f.thermal is not None and f.thermal.known
+            else None
+        ),
         "loadavg": load,
     }
     if warnings:
