@@ -153,7 +153,7 @@ def bench(
     ] = False,
     whole: Annotated[
         bool,
-        typer.Option("--whole/--layers-only", help="Run a Transformers/Diffusers model whole (prefill, decode...)."),
+        typer.Option("--whole/--layers-only", help="Run a Transformers or Diffusers model whole (prefill, decode...)."),
     ] = True,
     cache: Annotated[
         int | None, typer.Option("--cache", help="Decode: tokens in the KV cache (default: the prefill length).")
