@@ -190,3 +190,41 @@ def test_names_with_markup_and_unicode_extract():
     }
     ex = extract(ts, tokens=(1,))
     assert {w.kind for w in ex.workloads} == {"grouped_mm", "linear"}
+
+
+def test_two_layers_of_one_shape_and_another_role_get_two_names() -> None:
+    # BERT: its attention projections and its pooler are all 64x64; one name for both let --only pick both and
+    # one A/A floor overwrite the other.
+    ts = {
+        t.name: t
+        for t in [
+            _t(f"encoder.layer.{i}.attention.self.{p}.weight", (64, 64))
+            for i in range(2)
+            for p in ("query", "key", "value")
+        ]
+    }
+    ts["pooler.dense.weight"] = _t("pooler.dense.weight", (64, 64))
+    ws = extract(ts, {}, tokens=(1,)).workloads
+    names = [w.name for w in ws]
+    assert len(names) == len(set(names)), names
+    assert sum(w.count for w in ws) == 7
+    # A name that never collided keeps its plain form.
+    plain = extract(llama_like(), {}, tokens=(1,)).workloads
+    assert "model/linear/64x64/t1" in {w.name for w in plain}
+
+
+def test_the_same_call_from_two_rules_is_one_workload_with_both_counts() -> None:
+    from mpsup.model.extract import distinct
+    from mpsup.workloads import Workload
+
+    a = Workload(
+        "model/linear/64x16/t1",
+        "linear",
+        "model",
+        "bf16",
+        {"tokens": 1, "in_features": 64, "out_features": 16},
+        count=2,
+        role="attention",
+    )
+    merged = distinct([a, a])
+    assert [(w.name, w.count) for w in merged] == [("model/linear/64x16/t1", 4)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mpsup.model.comfy import ARCHITECTURE_KEY
@@ -254,7 +254,29 @@ def extract(
             )
         )
     workloads += _fp8_workloads(fp8_linear)
-    return Extraction(workloads, not_measured, weight_bytes, weight_elements, fp8_stored_bytes=fp8_bytes)
+    return Extraction(distinct(workloads), not_measured, weight_bytes, weight_elements, fp8_stored_bytes=fp8_bytes)
+
+
+def distinct(workloads: list[Workload]) -> list[Workload]:
+    """One workload per name, as `--only`, the records and the A/A floors take them. The same call twice (one
+    shape at one token count from two token rules) is one workload with the counts added; two calls under one
+    name (BERT's attention projections and its pooler are both 64x64; two dtypes) are told apart by role, then
+    dtype, then a number. Names that never collided stay as they were."""
+    merged: dict[tuple[Any, ...], Workload] = {}
+    for w in workloads:
+        key = (w.name, w.kind, w.dtype, w.role, repr(sorted(w.params.items())))
+        prev = merged.get(key)
+        merged[key] = w if prev is None else replace(prev, count=prev.count + w.count)
+    out = list(merged.values())
+    for tell in (lambda w: w.role or w.kind, lambda w: w.dtype):
+        clash = Counter(w.name for w in out)
+        out = [replace(w, name=f"{w.name}/{tell(w)}") if clash[w.name] > 1 else w for w in out]
+    seen: Counter[str] = Counter()
+    for i, w in enumerate(out):
+        seen[w.name] += 1
+        if seen[w.name] > 1:
+            out[i] = replace(w, name=f"{w.name}/{seen[w.name]}")
+    return out
 
 
 def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -> list[Workload]:
