@@ -146,3 +146,13 @@ def test_an_interval_running_off_the_axis_ends_in_an_arrowhead():
         # The tip on the frame's edge, the arms inside the plot: an arrow pointing out, not a fork outside.
         assert float(tip) in (pytest.approx(top, abs=0.1), pytest.approx(bottom, abs=0.1))
         assert top < float(arm) < bottom
+
+
+def test_whole_model_phases_are_not_points_on_the_size_axis():
+    rec = paired_record({FAST: 1.35, SLOW: 0.82}, seed=11, run_id="20261202T100000Z-aaaaaa")
+    for w in rec["workloads"][:2]:
+        w["part"], w["kind"], w["phase"] = "phase", "model_phase", "prefill"
+    plot = _plot(render_html(analyze(rec)))
+    names = re.findall(r"<title>([^:<]+):", plot)
+    assert rec["workloads"][0]["name"] not in names and rec["workloads"][1]["name"] not in names
+    assert len(names) == len(rec["workloads"]) - 2

@@ -296,7 +296,9 @@ def _outliers(pts: list[WorkloadChange], n: int = 3) -> list[WorkloadChange]:
 
 
 def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 380) -> str:
-    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0]
+    # Not the whole-model phases: they have no work size on this axis (they sat at 1e0, stretching it four
+    # decades), and the phase lines above the plot are their figures.
+    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0 and w.part != "phase"]
     # Axis titles and tick labels live in the margins, never over the data.
     pad_l, pad_r, pad_t, pad_b = 64, 16, 28, 56
     if not pts:
