@@ -614,8 +614,10 @@ def render_run_list(rows: list[StoredRun], out: Console) -> None:
         header_style="bold",
     )
     t.add_column("id", no_wrap=True)  # what --run, --baseline and --candidate take: never cut
-    for c in ("created", "mode", "device", "torch", "n"):
-        t.add_column(c, no_wrap=c != "torch", justify="right" if c == "n" else "left")
+    # Narrow, the id's own timestamp says when, and the torch pair gets the room ("2.13.0…" told nothing).
+    columns = ("mode", "device", "torch", "n") if narrow else ("created", "mode", "device", "torch", "n")
+    for c in columns:
+        t.add_column(c, no_wrap=c != "torch", overflow="fold", justify="right" if c == "n" else "left")
     if not narrow:
         t.add_column("model", overflow="fold")
     for r in rows:
@@ -623,7 +625,7 @@ def render_run_list(rows: list[StoredRun], out: Console) -> None:
         inside = f" (record id {r.record_id})" if r.record_id and r.record_id != r.id else ""
         cells = [
             safe(r.id + inside),
-            safe(_when(r.created_at)),
+            *([] if narrow else [safe(_when(r.created_at))]),
             safe(r.mode) + (" (partial)" if r.partial else ""),
             safe(r.device),
             safe(_torches(r.torch, r.mode)),
