@@ -94,3 +94,9 @@ def test_builds_of_one_git_revision_are_not_offered_upstream():
     two = {**one, 4: EnvFacts(torch="2.11.0+cu130", git_version="abcdef1234")}
     assert "mpsup report --upstream" not in _render(80, replace(result, facts=one))  # nothing in torch changed
     assert "mpsup report --upstream" in _render(80, replace(result, facts=two))
+
+
+def test_a_bisect_stopped_before_any_step_shows_no_legend():
+    text = _render(80, replace(_result(), steps=(), done=None, interrupted="SIGINT", elapsed_s=3.0))
+    assert "Interrupted (SIGINT) after 0 finished step(s)" in " ".join(text.split())
+    assert "speedup:" not in text

@@ -176,11 +176,12 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
         else:  # squeezed, the table cut environment paths and figures to "/tm…" and "1.0…": a line per step
             for k, s in enumerate(result.steps, 1):
                 p(safe(step_line(s, result.environments[s.index], k)), highlight=False, soft_wrap=True)
-    p(
-        "speedup: the good build's time / this build's (below 1x: slower), paired as `bench --candidate`.",
-        highlight=False,
-        soft_wrap=True,
-    )
+    if result.steps:  # the legend of figures shown, not of a table that is not there
+        p(
+            "speedup: the good build's time / this build's (below 1x: slower), paired as `bench --candidate`.",
+            highlight=False,
+            soft_wrap=True,
+        )
     for note in result.notes:
         p(safe(note), highlight=False, soft_wrap=True)
     if result.throwaway is not None:
