@@ -439,3 +439,12 @@ def test_real_weights_of_a_relative_folder_are_asked_for_by_absolute_path(
     model = open_model(Path("llama"), tokens=(8,), whole=WholeModel(real_weights=True))
     # The worker runs in its own folder: "llama" there was another folder, or a Hub id tried after a long wait.
     assert {w.params["path"] for w in model.workloads if w.part == "phase"} == {str(tmp_path / "llama")}
+
+
+def test_a_phase_one_side_did_not_run_shows_the_other_side_s_time_alone() -> None:
+    from mpsup.report.phases import PhaseChange
+    from mpsup.report.render import phase_line
+
+    p = PhaseChange("prefill", "model/prefill", None, "n/a", 2.26e-3, None, None, reason="no transformers there")
+    line = phase_line(p)
+    assert "baseline 2.26 ms per call" in line and "->" not in line

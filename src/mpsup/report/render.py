@@ -123,7 +123,11 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str, *, phases: 
 
 def phase_line(p: PhaseChange, quote: Callable[[object], str] = str) -> str:
     """One phase of the model run whole: its call, both times, and how much its layers explain."""
-    times = f"; {fmt_time(p.baseline_s)} -> {fmt_time(p.candidate_s)} per call" if p.baseline_s else ""
+    if p.baseline_s and p.candidate_s:
+        times = f"; {fmt_time(p.baseline_s)} -> {fmt_time(p.candidate_s)} per call"
+    else:  # one side did not run it: its time alone, not "2.26 ms -> - per call"
+        side, t = ("baseline", p.baseline_s) if p.baseline_s else ("candidate", p.candidate_s)
+        times = f"; {side} {fmt_time(t)} per call" if t else ""
     cover = f"; the layer workloads explain {p.coverage:.0%} of it" if p.coverage is not None else ""
     cpu = f"; on the CPU (no MPS kernel): {', '.join(p.fallback)}" if p.fallback else ""
     return f"Phase {quote(p.text())}{times}{cover}{quote(cpu)}"
