@@ -333,8 +333,8 @@ def load_model(path: Path) -> LoadedModel:
         elif (repackaged := _repackaged(path)) is not None:
             return repackaged
         elif (other := _other_weights(path)) is not None:
-            # Weights in a format a folder is not read in: run on random weights as "no weights", they would
-            # be measured as a model they are not, and --real-weights would deny they exist.
+            # Weights in a format a folder is not read in. Taken for "no weights", the model would run on random
+            # ones as if it had none, and --real-weights would say there are none.
             raise ModelFormatError(
                 f"{path}: holds {other.name} but no safetensors weights; a folder is read by its safetensors "
                 f"files (a state dict is read as a file of its own: --model {other})"

@@ -446,7 +446,8 @@ def _aa_verdict(
 ) -> tuple[str, str]:
     """An A/A run measures one torch against itself: what it shows is this machine's noise floor, never an
     upgrade's benefit or regression. A difference it calls is noise or the workers' setup, so the verdict
-    is inconclusive there (changes that small cannot be told from noise here), and said so."""
+    is inconclusive there, and the sentence says which. Only for one torch on both sides: the caller reads a
+    record marked A/A with two torches as the paired run it is."""
     lead = f"A/A run (torch {torches[0]} against itself, the noise floor)"
     if not phases and main is None:
         return "inconclusive", f"{lead}: inconclusive, no workload was measured on both sides."
