@@ -448,3 +448,24 @@ def test_a_phase_one_side_did_not_run_shows_the_other_side_s_time_alone() -> Non
     p = PhaseChange("prefill", "model/prefill", None, "n/a", 2.26e-3, None, None, reason="no transformers there")
     line = phase_line(p)
     assert "baseline 2.26 ms per call" in line and "->" not in line
+
+
+def test_the_terminal_table_holds_the_layers_and_the_phase_lines_the_phases() -> None:
+    import io
+
+    from rich.console import Console
+
+    from mpsup.report.analysis import analyze
+    from mpsup.report.render import render_terminal
+    from tests.synthetic import paired_record
+
+    rec = paired_record(1.0, seed=2, count=6)
+    for w, phase in zip(rec["workloads"][:2], ("prefill", "decode"), strict=True):
+        w.update(part="phase", kind="model_phase", phase=phase, library="transformers", tokens=8)
+    rec["model"] = {"path": "llama", "format": "transformers", "fingerprint": "f"}
+    buf = io.StringIO()
+    render_terminal(analyze(rec), Console(file=buf, width=120, color_system=None))
+    text = buf.getvalue()
+    # They were rows too, at "share 0.0%", or counted under the cut among "no measurable change".
+    assert text.count("Phase prefill") == 1 and text.count("Phase decode") == 1
+    assert rec["workloads"][0]["name"] not in text.replace("Phase prefill", "")

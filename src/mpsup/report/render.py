@@ -170,7 +170,10 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     # The model's phases first: they are the verdict; the table below is the explanation.
     for p in a.model_phases:
         console.print(phase_line(p, safe))
-    rows = terminal_rows(a.workloads, details=details)
+    # The phases' own lines above are their figures: as rows they read "share 0.0%" (a share of the layers'
+    # time) and fell under the cut, counted among the "no measurable change".
+    layers = [w for w in a.workloads if w.part != "phase"] if a.model_phases else list(a.workloads)
+    rows = terminal_rows(layers, details=details)
     t = _terminal_table(rows, narrow=False)
     # The wide table only where it fits whole: at 100 columns, 44-character names left rich squeezing the
     # count, share and times down to "c…" and "21.7…".
@@ -178,9 +181,10 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     narrow = console.width < NARROW or needed > console.width
     if narrow:
         t = _terminal_table(rows, narrow=True)
-    console.print(t)
+    if rows:  # a model run whole from its config alone has phases and no layers: no empty table
+        console.print(t)
     shown = {id(w) for w in rows}
-    hidden = [w for w in a.workloads if id(w) not in shown]
+    hidden = [w for w in layers if id(w) not in shown]
     if hidden:
         console.print(_hidden_line(hidden))
     if a.mode == "unpaired":
