@@ -47,15 +47,17 @@ def render_phases(record: dict[str, Any], console: Console) -> None:
         for e in envs:
             d = figures[e["label"]].get(phase, {})
             if d.get("status") not in (None, "ok") and d.get("reason"):
-                notes.append(f"{phase} ({e['label']}): {_status_text(str(d['status']), str(d['reason']))}")
+                notes.append(f"{phase} ({e['label']}): {status_text(d['status'], d['reason'])}")
                 break
     console.print(t)
     for note in notes:
         console.print(f"  {safe(note)}", highlight=False, soft_wrap=True)
 
 
-def _status_text(status: str, reason: str) -> str:
-    """`unsupported: transformers is not installed`, not `unsupported: Unsupported: transformers ...`."""
+def status_text(status: object, reason: object) -> str:
+    """`unsupported: transformers is not installed`, not `unsupported: Unsupported: transformers ...`: a
+    workload's or smoke test's status and its reason, the reason's own leading status word dropped."""
+    status, reason = str(status), str(reason or "")
     if reason.lower().startswith(status.lower()):
         reason = reason[len(status) :].lstrip(" :-")
     return f"{status}: {reason}" if reason else status

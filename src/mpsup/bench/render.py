@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mpsup.bench.figures import RunFigures, model_forward_estimate, model_role_shares, run_figures
-from mpsup.bench.phase_table import render_phases
+from mpsup.bench.phase_table import render_phases, status_text
 from mpsup.console import COMMAND_PREFIX, NARROW, emit_json, error_line, printable, safe
 from mpsup.model.coverage import census, phase_figures
 from mpsup.model.phases import phase_shape
@@ -663,12 +663,7 @@ DETAIL_SECTIONS: tuple[Section, ...] = (
 def smoke_cell(result: dict[str, Any]) -> str:
     """`unsupported: Metal kernels need...`, not `unsupported: Unsupported: Metal kernels need...`."""
     status = str(result.get("status", "?"))
-    message = str(result.get("message") or "")
-    if status == "pass" or not message:
-        return status
-    if message.lower().startswith(status.lower()):
-        message = message[len(status) :].lstrip(" :-")
-    return f"{status}: {message}" if message else status
+    return status if status == "pass" else status_text(status, result.get("message"))
 
 
 def _rate_narrow(env: dict[str, Any]) -> str:

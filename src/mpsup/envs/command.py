@@ -166,11 +166,8 @@ def remove(key: str) -> RemoveResult:
 
 def rollback(target: Path, yes: bool, hooks: Hooks) -> RolledBack | Declined:
     from mpsup.envs import execute
-    from mpsup.envs.records import latest_rollback
 
-    # Before the question: asking "put back?" where nothing was saved made the user say yes to an error.
-    if latest_rollback(target) is None:
-        raise UserError(f"--rollback: no saved package set for {target} (an --in-place install saves one first)")
+    execute.saved_set(target)  # before the question: "put back?" where nothing was saved asked yes to an error
     if not _confirmed(yes, f"Put back the packages saved for {target}?", hooks):
         return Declined()
     return RolledBack(target, execute.rollback(target))

@@ -395,11 +395,16 @@ def _mark_restored(saved: Path) -> None:
     saved.rename(saved.with_suffix(".restored"))
 
 
-def rollback(python: Path) -> RollbackResult:
+def saved_set(python: Path) -> tuple[Path, dict[str, Any]]:
+    """The newest package set saved for `python`, or one line saying there is none."""
     found = latest_rollback(python)
     if found is None:
         raise UserError(f"--rollback: no saved package set for {python} (an --in-place install saves one first)")
-    path, _doc = found
+    return found
+
+
+def rollback(python: Path) -> RollbackResult:
+    path, _doc = saved_set(python)
     result = restore(python, path)
     _mark_restored(path)
     for rec in envs_dir().glob(f"inplace-{env_slug(python)}/mpsup-env.json"):

@@ -39,8 +39,6 @@ def _layers_of(record: dict[str, Any], phase_w: dict[str, Any]) -> list[dict[str
     layers = [
         w for w in record.get("workloads", []) if w.get("part") == "model" and "alternative" not in w.get("tags", ())
     ]
-    if not layers:
-        return None  # a config without weights lists no layers: nothing is explained, and 0% would say otherwise
     if phase in TOKEN_PHASES and phase_w.get("library") == "transformers" and not phase_w.get("component"):
         tokens = 1 if phase == "decode" else phase_w.get("tokens")
         # generate() asks for the last position's logits only: the head then runs on one token.
@@ -56,7 +54,9 @@ def coverage(record: dict[str, Any], phase_w: dict[str, Any], label: str) -> flo
     env = phase_w.get("envs", {}).get(label, {})
     whole = env.get("median")
     layers = _layers_of(record, phase_w)
-    if not whole or not layers:  # none of this phase's layers measured (decode's 1-token ones, say): unknown
+    # No layer of this phase listed (a config without weights) or measured (decode's 1-token ones at --tokens
+    # 8): unknown, where 0% would say the layers explain nothing.
+    if not whole or not layers:
         return None
     explained = 0.0
     for w in layers:
