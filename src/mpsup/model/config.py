@@ -163,3 +163,45 @@ def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
         frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES),
         lm_head=_lm_head(doc, source),
     )
+
+
+DEFAULT_VAE_FACTOR = 8
+DEFAULT_PIPELINE_SIDE = 512  # SD1.x's image size: a pipeline whose configs give none
+MIN_SIDE, SIDE_STEP, MAX_SIDE = 16, 16, 16384  # what --resolution accepts
+
+
+def _vae(components: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    return next(
+        (
+            (name, c)
+            for name, c in sorted(components.items())
+            if isinstance(c, Mapping) and str(c.get("_class_name", "")).startswith("Autoencoder")
+        ),
+        None,
+    )
+
+
+def pipeline_vae_factor(components: Mapping[str, Any]) -> int:
+    """How much a Diffusers pipeline's VAE shrinks each side: 2 per level below its first."""
+    found = _vae(components)
+    if found is None:
+        return DEFAULT_VAE_FACTOR
+    levels = _levels(found[1], f"{found[0]}/config.json")
+    return 2 ** (levels - 1) if levels else DEFAULT_VAE_FACTOR
+
+
+def pipeline_resolution(components: Mapping[str, Any]) -> tuple[int, int]:
+    """The image size (pixels) a Diffusers pipeline is made for when the user names none: its UNet's latent
+    sample_size times the VAE factor, else its VAE's own sample_size, else SD1.x's 512; the layers and the
+    whole-model phases both use it, so the two describe one run."""
+    side = None
+    for name, c in sorted(components.items()):
+        if isinstance(c, Mapping) and c.get("_class_name") in ("UNet2DConditionModel", "UNet2DModel"):
+            latent = _sample_size(c, f"{name}/config.json")
+            if latent:
+                side = latent * pipeline_vae_factor(components)
+                break
+    if side is None and (found := _vae(components)) is not None:
+        side = _sample_size(found[1], f"{found[0]}/config.json")
+    side = max(MIN_SIDE, min(MAX_SIDE, (side or DEFAULT_PIPELINE_SIDE) // SIDE_STEP * SIDE_STEP))
+    return side, side

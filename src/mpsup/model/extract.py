@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mpsup.model.comfy import ARCHITECTURE_KEY
-from mpsup.model.config import MAX_LEVELS, ModelConfig, model_config
+from mpsup.model.config import MAX_LEVELS, ModelConfig, model_config, pipeline_resolution, pipeline_vae_factor
 from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
@@ -27,6 +27,9 @@ ROUTER = re.compile(r"(block_sparse_moe\.gate|mlp\.gate|\.router|ffn_gate_inp)\.
 DIGITS = re.compile(r"\d+")
 WORD = re.compile(r"\w+")
 ATTENTION = re.compile(r"(attn|attention|q_proj|k_proj|v_proj|o_proj|qkv|to_q|to_k|to_v|to_out)")
+# A feed-forward inside an attention block (Diffusers' `attentions.N.transformer_blocks.N.ff.net.0.proj`) is
+# an MLP, whatever the block around it is called: checked before ATTENTION.
+FEED_FORWARD = re.compile(r"(\.ff\.|\.ff_context\.|\.ffn\.|\.feed_forward\.|\.mlp\.)")
 # Of the embeddings, only the word (token) embedding can double as a head; position and token-type never do.
 WORD_EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|(^|\.)wte|(^|\.)shared)\.weight$")
 # Tensors that exist only in a model with an LM head tied to its embedding (BERT's masked-LM head keeps a bias).
@@ -150,6 +153,8 @@ def extract(
                 if OUTPUT_HEAD.search(name)
                 else "router"
                 if ROUTER.search(name)
+                else "mlp"
+                if FEED_FORWARD.search("." + name)
                 else "attention"
                 if ATTENTION.search(name)
                 else "mlp"
@@ -365,14 +370,24 @@ def _resolution(name: str, cfg: ModelConfig) -> int:
     ldm = _ldm_level(name, levels)
     if ldm is not None:
         return max(4, base >> max(0, min(ldm, levels - 1)))
-    m = re.search(r"(down_blocks|downsamples|up_blocks|upsamples)\.(\d+)", name)
+    depth = _diffusers_depth(name, levels)
+    return base if depth is None else max(4, base >> depth)
+
+
+# Diffusers names: down blocks from the top level down, up blocks from the lowest up (a UNet's and a VAE
+# decoder's alike), the mid block and a VAE's latent-side convolutions at the lowest level.
+DIFFUSERS_LEVEL = re.compile(r"(down_blocks|downsamples|up_blocks|upsamples)\.(\d+)")
+DIFFUSERS_LOWEST = re.compile(r"(mid|^encoder\.conv_out\.|^encoder\.conv_norm_out\.)")
+
+
+def _diffusers_depth(name: str, levels: int) -> int | None:
+    """How many levels below the top this weight runs (0: full size); None: a name at no level (the top)."""
+    m = DIFFUSERS_LEVEL.search(name)
     if m:
         i = int(m.group(2))
         depth = i if m.group(1).startswith("down") else levels - 1 - i
-        return max(4, base >> max(0, min(depth, levels - 1)))
-    if "mid" in name:
-        return max(4, base >> (levels - 1))
-    return base
+        return max(0, min(depth, levels - 1))
+    return levels - 1 if DIFFUSERS_LOWEST.search(name) else None
 
 
 LDM_TEXT_TOKENS = 77  # CLIP's context length, SD1.x to SDXL
@@ -393,6 +408,51 @@ def _unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
         return side * side
 
     return rule
+
+
+DIFFUSERS_VECTOR = re.compile(r"(^time_embedding\.|^add_embedding\.|^class_embedding\.|\.time_emb_proj\.)")
+DIFFUSERS_UNETS = ("UNet2DConditionModel", "UNet2DModel")
+
+
+def _diffusers_unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
+    """A Diffusers UNet's linears: the timestep (and SDXL's added) embeddings on one vector, cross-attention
+    keys/values on the prompt, the rest on every latent pixel of their level."""
+
+    def rule(name: str) -> int:
+        if DIFFUSERS_VECTOR.search(name):
+            return 1
+        if LDM_CONTEXT.search(name):
+            return LDM_TEXT_TOKENS
+        side = max(1, latent >> (_diffusers_depth(name, levels) or 0))
+        return side * side
+
+    return rule
+
+
+def _diffusers_plan(
+    config: dict[str, Any], resolution: tuple[int, int], vae_factor: int, component: str
+) -> tuple[ModelConfig, Callable[[str], int], str] | None:
+    """A Diffusers UNet or VAE (its own config.json) at this image size: the convolutions' sizes and the
+    linears' token counts a forward at that size runs, and the statement of both; None for other classes."""
+    cls = str(config.get("_class_name", ""))
+    unet = cls in DIFFUSERS_UNETS
+    if not unet and not cls.startswith("Autoencoder"):
+        return None
+    cfg = model_config(config, f"{component}/config.json")
+    levels = cfg.levels or DEFAULT_LEVELS
+    width, height = resolution
+    # The UNet runs on latents (the image divided by the VAE factor), the VAE from the image itself.
+    size = max(4, min(width, height) // (vae_factor if unet else 1))
+    if unet:
+        rule = _diffusers_unet_tokens(size, levels)
+        what = f"latent {size}px, attention over {size * size} latent tokens at the top level"
+        what += f", {LDM_TEXT_TOKENS} text tokens"
+    else:
+        lowest = max(1, size >> (levels - 1))
+        rule = lambda _name: lowest * lowest  # noqa: E731  (a VAE's only linears: its mid-block attention)
+        what = f"convolutions from {size}px, mid-block attention over {lowest * lowest} tokens"
+    note = f"{component}: {cls} at {width}x{height}: {what}, {levels} levels"
+    return replace(cfg, sample_size=size, levels=levels, tie_word_embeddings=False), rule, note
 
 
 def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
@@ -442,13 +502,17 @@ def extract_model(
     are extracted one by one and their workloads named and tagged by component, so each is reported apart.
     resolution (pixels, a side or (width, height)) sizes a diffusion model's activations; None: the
     architecture's usual size, stated in the result's notes."""
-    check_resolution(resolution)
+    size = check_resolution(resolution)
     if components is None:
         return extract(tensors, config, tokens=tokens, dtype=dtype)
     total = Extraction([])
+    factor = pipeline_vae_factor(components)
+    image = size or pipeline_resolution(components)
     for component in sorted({n.split("/", 1)[0] for n in tensors}):
         part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}
-        cfg, rule, note = _component_plan(part, components.get(component, {}), resolution, component)
+        own = components.get(component, {})
+        plan = _diffusers_plan(own, image, factor, component) if isinstance(own, dict) else None
+        cfg, rule, note = plan or _component_plan(part, own, resolution, component)
         if note:
             total.notes.append(note)
         ex = extract(part, cfg, tokens=tokens, dtype=dtype, token_rule=rule)

@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpsup.model.config import pipeline_resolution, pipeline_vae_factor
 from mpsup.workloads import Workload
 
 PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
-DEFAULT_RESOLUTION = 512  # SD1.x, as the layer extraction's default
 TEXT_TOKENS = 77
 # Of the device's safe memory, what one environment's whole model may take: a paired run holds two models.
 FIT_SHARE = 0.5
@@ -110,28 +110,17 @@ def _transformers(config: dict[str, Any], opts: PhaseOptions, path: str, prefix:
     return out
 
 
-def _resolution(components: dict[str, dict[str, Any]], opts: PhaseOptions) -> tuple[int, int]:
-    if opts.resolution:
-        return opts.resolution
-    return DEFAULT_RESOLUTION, DEFAULT_RESOLUTION
-
-
-def _vae_factor(vae: dict[str, Any] | None) -> int:
-    blocks = (vae or {}).get("block_out_channels")
-    return 2 ** (len(blocks) - 1) if isinstance(blocks, list) and blocks else 8
-
-
 def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: str) -> Phases:
     out = Phases()
-    width, height = _resolution(components, opts)
-    vae = next((c for c in components.values() if str(c.get("_class_name", "")).startswith("Autoencoder")), None)
+    width, height = opts.resolution or pipeline_resolution(components)
+    factor = pipeline_vae_factor(components)
     text_done = False
     for name, cfg in sorted(components.items()):
         cls = str(cfg.get("_class_name", ""))
         common = {"library": "diffusers", "config": cfg, "component": name, "resolution": [width, height]}
         if cls == "UNet2DConditionModel":
             out.workloads += _workload(
-                f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": _vae_factor(vae)}, path, opts
+                f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts
             )
         elif cls.startswith("Autoencoder"):
             for phase in ("vae_decode", "vae_encode"):

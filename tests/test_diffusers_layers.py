@@ -1,0 +1,93 @@
+"""A Diffusers pipeline's layers are sized as the run they explain: --resolution moves the UNet's and the VAE's
+convolutions and attention together with the whole-model phases, and a feed-forward inside an attention block
+is counted as an MLP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("diffusers", reason="diffusers is in the test extra")
+
+from mpsup.model.config import pipeline_resolution
+from mpsup.model.extract import extract
+from mpsup.model.safetensors_header import ModelFormatError, TensorInfo
+from mpsup.model.sources import WholeModel, open_model
+from tests.test_whole_model import UNET, VAE
+
+
+def _pipeline(root: Path, unet: dict[str, Any]) -> Path:
+    import diffusers
+
+    for name, cfg in (("vae", VAE), ("unet", unet)):
+        cls = getattr(diffusers, cfg["_class_name"])
+        cls.from_config({k: v for k, v in cfg.items() if k != "_class_name"}).save_pretrained(root / name)
+    index = {"_class_name": "StableDiffusionPipeline", "vae": ["diffusers", "AutoencoderKL"]}
+    (root / "model_index.json").write_text(json.dumps({**index, "unet": ["diffusers", "UNet2DConditionModel"]}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # latent 8px; the VAE's two levels halve the image once, so the pipeline is made for 16x16 images
+    return _pipeline(tmp_path_factory.mktemp("pipe"), {**UNET, "sample_size": 8})
+
+
+def _opened(pipe: Path, resolution: int | None) -> dict[str, Any]:
+    m = open_model(pipe, tokens=(1,), resolution=resolution, whole=WholeModel(run=True))
+    return {w.name: w for w in m.workloads}
+
+
+def _conv_sides(items: dict[str, Any], component: str) -> set[int]:
+    return {w.params["input_shape"][-1] for n, w in items.items() if n.startswith(f"model/{component}/conv2d/")}
+
+
+def _tokens(items: dict[str, Any], component: str) -> set[int]:
+    return {w.params["tokens"] for n, w in items.items() if n.startswith(f"model/{component}/linear/")}
+
+
+def test_resolution_sizes_the_unet_and_vae_layers_with_the_phases(pipe: Path) -> None:
+    default, big = _opened(pipe, None), _opened(pipe, 64)
+    # the phases and the layers describe one image size: the pipeline's own by default, else --resolution
+    assert default["model/unet/step"].params["resolution"] == [16, 16]
+    assert big["model/unet/step"].params["resolution"] == [64, 64]
+    assert big["model/vae/vae_decode"].params["resolution"] == [64, 64]
+    # UNet on latents (image / 2 here): 8 and 4 px by default, 32 and 16 px at 64x64
+    assert _conv_sides(default, "unet") == {8, 4}
+    assert _conv_sides(big, "unet") == {32, 16}
+    # the VAE from the image itself down to its latent
+    assert _conv_sides(default, "vae") == {16, 8}
+    assert _conv_sides(big, "vae") == {64, 32}
+    # self-attention runs over every latent pixel of its level; cross-attention keys over the prompt; the
+    # timestep MLP on one vector; the VAE's mid-block attention over its latent
+    assert _tokens(big, "unet") == {32 * 32, 16 * 16, 77, 1}
+    assert _tokens(default, "unet") == {8 * 8, 4 * 4, 77, 1}
+    assert _tokens(big, "vae") == {32 * 32}
+
+
+def test_a_feed_forward_in_an_attention_block_is_an_mlp(pipe: Path) -> None:
+    items = _opened(pipe, 64)
+    # block 0's transformer: width 8, GEGLU feed-forward 8 -> 2x32 and 32 -> 8, over 32x32 latent tokens
+    assert items["model/unet/linear/8x64/t1024"].role == "mlp"
+    assert items["model/unet/linear/32x8/t1024"].role == "mlp"
+    assert items["model/unet/linear/8x8/t1024"].role == "attention"
+    tensors = {
+        "down_blocks.0.attentions.0.transformer_blocks.0.ff.net.0.proj.weight": TensorInfo("a", "F32", (64, 8), 2048),
+        "transformer_blocks.0.ff_context.net.2.weight": TensorInfo("b", "F32", (8, 32), 1024),
+        "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.weight": TensorInfo("c", "F32", (8, 8), 256),
+    }
+    assert sorted(w.role for w in extract(tensors, {}, tokens=(1,)).workloads) == ["attention", "mlp", "mlp"]
+
+
+def test_the_pipeline_resolution_comes_from_its_configs() -> None:
+    vae = {"_class_name": "AutoencoderKL", "block_out_channels": [128, 256, 512, 512], "sample_size": 768}
+    sdxl_unet = {"_class_name": "UNet2DConditionModel", "sample_size": 128}
+    assert pipeline_resolution({"vae": vae, "unet": sdxl_unet}) == (1024, 1024)
+    assert pipeline_resolution({"vae": vae}) == (768, 768)  # a VAE alone: its own image size
+    assert pipeline_resolution({}) == (512, 512)
+    assert pipeline_resolution({"unet": {"_class_name": "UNet2DConditionModel", "sample_size": 9}}) == (64, 64)
+    with pytest.raises(ModelFormatError, match=r"vae/config\.json.*block_out_channels"):
+        pipeline_resolution({"vae": {**vae, "block_out_channels": 5}, "unet": sdxl_unet})
