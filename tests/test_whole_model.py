@@ -469,3 +469,30 @@ def test_the_terminal_table_holds_the_layers_and_the_phase_lines_the_phases() ->
     # They were rows too, at "share 0.0%", or counted under the cut among "no measurable change".
     assert text.count("Phase prefill") == 1 and text.count("Phase decode") == 1
     assert rec["workloads"][0]["name"] not in text.replace("Phase prefill", "")
+
+
+def test_markdown_html_and_json_put_the_phases_first_as_the_whole_model() -> None:
+    from mpsup.report.analysis import analyze
+    from mpsup.report.render import render_html, render_markdown
+    from tests.synthetic import paired_record
+
+    rec = paired_record(1.0, seed=2, count=6)
+    names = {}
+    for w, phase in zip(rec["workloads"][-2:], ("prefill", "decode"), strict=True):
+        w.update(part="phase", kind="model_phase", phase=phase, library="transformers", tokens=8)
+        names[phase] = w["name"]
+    rec["model"] = {"path": "llama", "format": "transformers", "fingerprint": "f"}
+    a = analyze(rec)
+    # They sorted last, as rows at "share 0.0%" of the layers whose whole they are.
+    assert {w.name for w in a.workloads[:2]} == set(names.values())
+    md_rows = [line for line in render_markdown(a).splitlines() if line.startswith("| ")][1:]
+    assert [r.split(" | ")[2] for r in md_rows[:2]] == ["whole", "whole"]
+    assert all(r.split(" | ")[2].endswith("%") for r in md_rows[2:])
+    page = render_html(a)
+    assert page.count("<td>whole</td>") == 2 and "<td>0.0%</td>" not in page
+    doc = a.to_json()
+    assert [w["share"] for w in doc["workloads"][:2]] == [None, None]
+    # model_speedup has one shape, phases or layers: the phases' single figure is null, not absent
+    layers_only = analyze(paired_record(1.0, seed=2, count=6) | {"model": rec["model"]}).to_json()
+    assert set(doc["model_speedup"]) == set(layers_only["model_speedup"])
+    assert doc["model_speedup"]["estimate"] is None and layers_only["model_speedup"]["estimate"] is not None

@@ -94,6 +94,11 @@ class WorkloadChange:
     def significant(self) -> bool:
         return self.change in ("faster", "slower")
 
+    @property
+    def share_text(self) -> str:
+        """Its share of the layers' time; a phase is the whole model those layers sit in, no share of them."""
+        return "whole" if self.part == "phase" else f"{self.share:.1%}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -107,7 +112,7 @@ class WorkloadChange:
             "high": finite_or_none(self.speedup.high) if self.speedup else None,
             "significant": self.significant,
             "change": self.change,
-            "share": self.share,
+            "share": None if self.part == "phase" else self.share,
             "memory_ratio": self.memory_ratio,
             "status": self.status,
             "p_value": self.p_value,
@@ -162,9 +167,10 @@ class Analysis:
             "threshold": self.threshold,
             "method": self.method,
             "notes": self.notes,
+            # One shape whatever the source: phases have no single figure, so theirs is null, not absent.
             "model_speedup": (
                 {
-                    **(iv(self.model_speedup) or {}),
+                    **(iv(self.model_speedup) or {"estimate": None, "low": None, "high": None}),
                     "source": self.model_source,
                     "phases": [p.phase for p in self.model_phases],
                 }
@@ -696,7 +702,8 @@ def analyze(
         sentence += f" (Recorded as an A/A run, yet its two sides ran torch {torches[0]} and {torches[1]}.)"
     if model_source == "layers" and not phases:
         sentence += " " + HOW_TO_RUN_WHOLE
-    changes.sort(key=lambda c: -c.share)
+    # The phases first, as the answer; then the layers that explain them, by their share of the time.
+    changes.sort(key=lambda c: (c.part != "phase", -c.share))
     notes = []
     if unpaired:
         notes.append(

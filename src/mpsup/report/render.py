@@ -232,12 +232,12 @@ def _terminal_table(rows: list[WorkloadChange], *, narrow: bool) -> Table:
         if narrow:
             sp = f"{w.speedup.estimate:.3f}x" if w.speedup else safe(w.status)
             ci = _ci_short(w.speedup)
-            t.add_row(safe(w.name), f"{w.share:.1%}", sp, ci, MARK[w.change])
+            t.add_row(safe(w.name), w.share_text, sp, ci, MARK[w.change])
             continue
         t.add_row(
             safe(w.name),
             str(w.count),
-            f"{w.share:.1%}",
+            w.share_text,
             fmt_time(w.baseline_s),
             fmt_time(w.candidate_s),
             _iv(w.speedup) if w.speedup else safe(w.status),
@@ -274,7 +274,7 @@ def render_markdown(a: Analysis) -> str:
         )
         sp = f"{w.speedup.estimate:.3f}x" if w.speedup else md(w.status)
         out.append(
-            f"| {md(w.name)} | {w.count} | {w.share:.1%} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
+            f"| {md(w.name)} | {w.count} | {w.share_text} | {fmt_time(w.baseline_s)} | {fmt_time(w.candidate_s)} "
             f"| {sp} | {ci} | {w.change} |"
         )
     return "\n".join(out) + "\n"
@@ -455,7 +455,7 @@ def _sort_ranks(ws: list[WorkloadChange]) -> dict[str, list[int]]:
     # CSS-only sorting (the page carries no script, so record text can never run): each row knows its rank
     # per key, and a radio button picks which rank sets its `order`.
     keys: dict[str, Callable[[WorkloadChange], Any]] = {
-        "share": lambda w: -w.share,
+        "share": lambda w: (w.part != "phase", -w.share),
         "speedup": lambda w: -(w.speedup.estimate if w.speedup else 0.0),
         "name": lambda w: w.name,
     }
@@ -509,7 +509,7 @@ def render_html(a: Analysis) -> str:
     rows = "".join(
         f'<tr style="--share:{ranks["share"][i]};--speedup:{ranks["speedup"][i]};--name:{ranks["name"][i]}">'
         # A name breaks after a slash first (linear/ 896x151936/t1), mid-shape only if it must.
-        f"<td>{esc(w.name).replace('/', '/<wbr>')}</td><td>{esc(w.part)}</td><td>{w.share:.1%}</td>"
+        f"<td>{esc(w.name).replace('/', '/<wbr>')}</td><td>{esc(w.part)}</td><td>{w.share_text}</td>"
         f"<td>{fmt_time(w.baseline_s)}</td>"
         f"<td>{fmt_time(w.candidate_s)}</td><td>{_iv_html(w.speedup) if w.speedup else esc(w.status)}</td>"
         f'<td class="{esc(w.change)}">{esc(w.change)}</td></tr>'
