@@ -208,3 +208,46 @@ def test_a_measurement_is_written_with_the_record_layout_and_reads_back():
     assert failed.to_json() == {"status": "crash", "reason": "died in setup", "stderr": "tail"}
     skipped = WorkloadMeasurement(w, status="skipped", reason="too big").to_json()
     assert list(skipped)[len(w.to_json()) :] == ["envs", "status", "reason"] and skipped["envs"] == {}
+
+
+def test_a_slow_request_for_samples_is_a_progress_event_the_bar_shows() -> None:
+    """A whole-model phase at seconds a call (84 s for the Wan 2.2 VAE decode on this CPU) showed nothing
+    moving within the workload: each request at least `slow_sample_s` long now says where it is."""
+    import io
+
+    from rich.console import Console
+
+    from mpsup.bench.render import bench_progress
+
+    events: list[tuple[str, dict]] = []
+    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.01), smoke=False, slow_sample_s=0.0)
+    runner = Runner([EnvSpec("baseline", Path(sys.executable))], opts, lambda e, i: events.append((e, i)))
+    runner.start()
+    try:
+        assert runner.measure(_tiny("linear/8x8/t2")).status == "ok"
+    finally:
+        runner.close()
+    samples = [i for e, i in events if e == "sample"]
+    assert samples and {i["env"] for i in samples} == {"baseline"}
+    assert any(i["warmup"] for i in samples) and any(not i["warmup"] for i in samples)
+    measured = [i["samples"] for i in samples if not i["warmup"]]
+    assert measured == sorted(measured) and measured[-1] >= 6  # a running count, up to the six the interval needs
+    buf = io.StringIO()
+    with bench_progress(Console(file=buf, width=150, color_system=None, force_terminal=True)) as on_event:
+        on_event("start", {"total": 1, "visits": 1})
+        on_event("workload", {"name": "model/vae/vae_decode", "eta_s": 90})
+        on_event("sample", {"env": "candidate", "warmup": False, "samples": 3, "took_s": 84.2})
+    assert "model/vae/vae_decode: candidate samples 3 (84.20 s a request)" in buf.getvalue()
+    # below the threshold (the default, 1 s) a fast workload sends none
+    quiet: list[str] = []
+    runner = Runner(
+        [EnvSpec("baseline", Path(sys.executable))],
+        BenchOptions(device="cpu", smoke=False, policy=SamplingPolicy(budget_s=0.01)),
+        lambda e, i: quiet.append(e),
+    )
+    runner.start()
+    try:
+        runner.measure(_tiny("linear/8x8/t2"))
+    finally:
+        runner.close()
+    assert "sample" not in quiet

@@ -136,7 +136,7 @@ def bench_progress(console: Console) -> Iterator[Any]:
     tasks: dict[str, Any] = {}
     # The bar moves per visit (a paired workload gets two, in two pairs of processes); the count shows
     # workloads whose visits are all done, out of what --list shows.
-    state = {"visits": 1, "total": 0, "visits_done": 0, "first_done": 0, "workloads_done": 0}
+    state: dict[str, Any] = {"visits": 1, "total": 0, "visits_done": 0, "first_done": 0, "workloads_done": 0}
 
     def count() -> str:
         return f"{state['workloads_done']}/{state['total']}"
@@ -171,7 +171,13 @@ def bench_progress(console: Console) -> Iterator[Any]:
             return
         extra: dict[str, Any] = {"eta": f"ETA {fmt_eta(info['eta_s'])}"} if info.get("eta_s") is not None else {}
         if event == "workload":
-            progress.update(task, current=safe(info["name"]), **extra)
+            state["name"] = safe(info["name"])
+            progress.update(task, current=state["name"], **extra)
+        elif event == "sample":
+            # Inside one slow workload: which side, how many samples so far and what one request took.
+            what = "warmup" if info.get("warmup") else "samples"
+            current = f"{state.get('name', '')}: {safe(info.get('env', ''))} {what} {info.get('samples', 0)}"
+            progress.update(task, current=f"{current} ({fmt_time(float(info.get('took_s', 0.0)))} a request)")
         elif event == "done":
             state["first_done"] += 1
             visit_done(task, workloads=1 if state["visits"] == 1 else 0)

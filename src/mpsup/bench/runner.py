@@ -56,6 +56,9 @@ class BenchOptions:
     # skipped with its call time (policy.slow_call_s). What a user names with --only is measured whatever it
     # costs, and so is a whole-model phase.
     skip_slow: bool = False
+    # A request for samples this long is a progress event of its own: a whole-model phase at seconds a call
+    # (the Wan 2.2 VAE's decode took 84 s on the CPU) otherwise shows nothing moving for minutes.
+    slow_sample_s: float = 1.0
 
 
 class EnvSession:
@@ -191,6 +194,7 @@ class Runner:
         return EnvMeasurement.ready(ans)
 
     def _sample(self, s: EnvSession, r: EnvMeasurement, count: int, *, warmup: bool, discard: int = 0) -> list[float]:
+        t0 = self.options.clock()
         ans = s.request({"op": "sample", "count": count, "discard": discard})
         if ans.get("type") == "error":
             raise RuntimeError(ans.get("message", "sampling failed"))
@@ -203,6 +207,10 @@ class Runner:
             r.samples.extend(host)
             if ans.get("device"):
                 r.device_samples.extend(ans["device"])
+        took = self.options.clock() - t0
+        if took >= self.options.slow_sample_s:
+            done = r.warmup if warmup else r.samples
+            self.progress("sample", {"env": s.env.label, "warmup": warmup, "samples": len(done), "took_s": took})
         return host
 
     def _teardown(self, s: EnvSession, r: EnvMeasurement) -> None:
