@@ -72,6 +72,11 @@ class SamplingPolicy:
     # In the second pass one workload may take at most this many budgets: one wild workload must not
     # eat every other's time.
     max_extension: float = 3.0
+    # Paired samples this long or longer get no discarded block after a switch: what a switch costs (a
+    # context, caches, clocks ramping up, milliseconds) is under 1% of a second-long call, and discarding
+    # it doubled the calls of a whole-model phase (one wasted call per side and round, a minute each for a
+    # VAE decode on a CPU). Shorter ones keep it: without it an H200 A/A over 118 linears flagged 10.
+    discard_up_to_s: float = 1.0
 
     @classmethod
     def for_environments(cls, count: int, budget_s: float = DEFAULT_BUDGET_S) -> SamplingPolicy:

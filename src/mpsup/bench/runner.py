@@ -410,6 +410,7 @@ class Runner:
             m.rounds = []
         rounds, ratios = m.rounds, m.ratios
         per_round = pol.samples_per_round(max(ra.sample_s, rb.sample_s), share)
+        discard = 1 if max(ra.sample_s, rb.sample_s) < pol.discard_up_to_s else 0
         visit = m.visits + 1
         new = 0
         while True:
@@ -419,7 +420,7 @@ class Runner:
             for s in order:
                 # The first block after the other worker had the device pays for the switch
                 # (GPU context, caches, clocks): taken in the same request, kept out of the comparison.
-                got[s.env.label] = self._sample(s, m.envs[s.env.label], per_round, warmup=False, discard=1)
+                got[s.env.label] = self._sample(s, m.envs[s.env.label], per_round, warmup=False, discard=discard)
             ma, mb = median(got[a.env.label]), median(got[b.env.label])
             ratios.append(ma / mb)
             rounds.append(
