@@ -91,3 +91,20 @@ def test_the_pipeline_resolution_comes_from_its_configs() -> None:
     assert pipeline_resolution({"unet": {"_class_name": "UNet2DConditionModel", "sample_size": 9}}) == (64, 64)
     with pytest.raises(ModelFormatError, match=r"vae/config\.json.*block_out_channels"):
         pipeline_resolution({"vae": {**vae, "block_out_channels": 5}, "unet": sdxl_unet})
+
+
+def test_a_patching_vae_starts_from_its_patches() -> None:
+    """Wan 2.2's VAE folds 2x2 pixels into channels before its first convolution: at 96x96 its convolutions
+    start at 48 px and its lowest level is 96 / 16 = 6 px."""
+    from mpsup.model.extract import extract_model
+
+    config = {"_class_name": "AutoencoderKLWan", "patch_size": 2, "dim_mult": [1, 2, 4, 4]}
+    tensors = {
+        "vae/encoder.conv1.weight": TensorInfo("a", "F32", (160, 12, 3, 3, 3), 4),
+        "vae/encoder.down_blocks.3.resnets.0.conv1.weight": TensorInfo("b", "F32", (640, 640, 3, 3, 3), 4),
+    }
+    ex = extract_model(tensors, None, tokens=(1,), components={"vae": config}, resolution=96)
+    # a causal conv3d is measured as its constant pad and the unpadded conv: the pad holds the level's size
+    sides = sorted(w.params["shape"][-1] for w in ex.workloads if w.kind == "pad")
+    assert sides == [6, 48], ex.workloads
+    assert any("AutoencoderKLWan at 96x96: convolutions from 48px" in n for n in ex.notes), ex.notes

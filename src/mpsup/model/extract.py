@@ -441,8 +441,11 @@ def _diffusers_plan(
     cfg = model_config(config, f"{component}/config.json")
     levels = cfg.levels or DEFAULT_LEVELS
     width, height = resolution
-    # The UNet runs on latents (the image divided by the VAE factor), the VAE from the image itself.
-    size = max(4, min(width, height) // (vae_factor if unet else 1))
+    # The UNet runs on latents (the image divided by the VAE factor), the VAE from the image itself, or
+    # from its patches where it first folds pixels into channels (Wan 2.2's VAE: 2x2, 16x in all).
+    patch = config.get("patch_size")
+    patch = patch if isinstance(patch, int) and not isinstance(patch, bool) and 1 <= patch <= 16 else 1
+    size = max(4, min(width, height) // (vae_factor if unet else patch))
     if unet:
         rule = _diffusers_unet_tokens(size, levels)
         what = f"latent {size}px, attention over {size * size} latent tokens at the top level"
