@@ -18,9 +18,11 @@ JSON
 out=docs/figures/cpu_whole_model.txt
 {
   echo "# $(date -u +%FT%TZ) $(uname -m), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "## plain transformers timing (30 calls each)"
-  "$PY" benchmarks/whole_model.py plain "$W/llama4" --tokens 128 --reps 30 --dtype fp32 --json "$W/plain_base.json"
-  "$W/envs/one-thread" benchmarks/whole_model.py plain "$W/llama4" --tokens 128 --reps 30 --dtype fp32 --json "$W/plain_cand.json"
+  # One process's plain decode moved between 21.7 and 27.3 ms from one process to the next here: the yardstick
+  # is the median of PROCESSES fresh processes per interpreter, in ABBA order (whole_model.py reference).
+  echo "## plain transformers timing (${PROCESSES:-3} processes per interpreter in ABBA order, 30 calls each)"
+  "$PY" benchmarks/whole_model.py reference "$W/llama4" --env "base=$PY" --env "cand=$W/envs/one-thread" \
+    --processes "${PROCESSES:-3}" --out "$W" --tokens 128 --reps 30
   echo "## mpsup bench --model (paired against the 1-thread interpreter, default budget)"
   start=$(date +%s)
   MPSUP_HOME="$W/home" "$PY" -m mpsup bench --model "$W/llama4" --tokens 1,128 --candidate "$W/envs/one-thread" \
