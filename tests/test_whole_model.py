@@ -496,3 +496,45 @@ def test_markdown_html_and_json_put_the_phases_first_as_the_whole_model() -> Non
     layers_only = analyze(paired_record(1.0, seed=2, count=6) | {"model": rec["model"]}).to_json()
     assert set(doc["model_speedup"]) == set(layers_only["model_speedup"])
     assert doc["model_speedup"]["estimate"] is None and layers_only["model_speedup"]["estimate"] is not None
+
+
+def test_layers_adding_up_to_more_than_the_phase_are_said_as_that() -> None:
+    """On this VM the layers timed alone added up to 112% and 124% of a prefill: "explain 124% of it" read as
+    a bug. Now the line says what it is, and bench's phase table carries a note."""
+    import io
+
+    from rich.console import Console
+
+    from mpsup.bench.phase_table import render_phases
+    from mpsup.model.coverage import OVER_WHOLE_NOTE
+    from mpsup.report.phases import PhaseChange
+    from mpsup.report.render import phase_line
+    from mpsup.stats import Interval
+
+    over = PhaseChange("prefill", "model/prefill", Interval(0.65, 0.62, 0.69, 12), "slower", 0.127, 0.197, 1.24)
+    assert "add up to 124% of it (more than the whole)" in phase_line(over) and "explain" not in phase_line(over)
+    under = PhaseChange("decode", "model/decode", Interval(1.0, 0.97, 1.02, 12), "same", 0.024, 0.024, 0.46)
+    assert "the layer workloads explain 46% of it" in phase_line(under)
+    record = {
+        "environments": [{"label": "baseline"}],
+        "workloads": [
+            {
+                "name": "model/prefill",
+                "part": "phase",
+                "phase": "prefill",
+                "library": "transformers",
+                "tokens": 8,
+                "envs": {"baseline": {"median": 0.01, "status": "ok"}},
+            },
+            {
+                "name": "model/linear/8x8/t8",
+                "part": "model",
+                "tokens": 8,
+                "count": 3,
+                "envs": {"baseline": {"median": 0.005, "status": "ok"}},
+            },
+        ],
+    }
+    buf = io.StringIO()
+    render_phases(record, Console(file=buf, width=200, color_system=None))
+    assert "150%" in buf.getvalue() and OVER_WHOLE_NOTE in buf.getvalue()

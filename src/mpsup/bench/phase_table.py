@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mpsup.console import safe
-from mpsup.model.coverage import phase_figures
+from mpsup.model.coverage import OVER_WHOLE_NOTE, phase_figures
 from mpsup.units import fmt_time
 
 
@@ -38,6 +38,8 @@ def render_phases(record: dict[str, Any], console: Console) -> None:
             cells.append(fmt_time(d["median_s"]) if d.get("median_s") else safe(d.get("status") or "-"))
         tps = f"{doc['tokens_per_s']:,.1f}" if doc.get("tokens_per_s") else "-"
         cov = f"{doc['layer_coverage']:.0%}" if doc.get("layer_coverage") is not None else "n/a"
+        if (doc.get("layer_coverage") or 0) > 1 and OVER_WHOLE_NOTE not in notes:
+            notes.append(OVER_WHOLE_NOTE)
         t.add_row(safe(phase), *cells, tps, _bytes(doc.get("peak_memory_bytes")), cov)
         if doc.get("scaled_from_blocks"):
             why = "--depth" if doc.get("depth_forced") else "the model did not fit whole"

@@ -117,3 +117,18 @@ def census(record: dict[str, Any], label: str) -> dict[str, Any]:
         if info.get("census"):
             out[str(phase_of(w))] = info["census"]
     return out
+
+
+# The layers timed alone can add up to more than the phase they sit in (on a noisy 2-vCPU VM, 112% and 124% of
+# a prefill): said as what it is, never "explain 124% of it".
+OVER_WHOLE_NOTE = (
+    "above 100%: the layers timed alone took longer than inside the model (noise, or caches and threads a "
+    "layer alone does not share); the phase's own time is the answer"
+)
+
+
+def coverage_phrase(share: float) -> str:
+    """The clause a phase line ends with: how much of the phase its layer workloads account for."""
+    if share <= 1.0:
+        return f"the layer workloads explain {share:.0%} of it"
+    return f"the layer workloads, timed alone, add up to {share:.0%} of it (more than the whole)"

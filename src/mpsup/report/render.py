@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mpsup.console import NARROW, printable, safe
+from mpsup.model.coverage import coverage_phrase
 from mpsup.report.analysis import MEMORY_NOISE_FLOOR, PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun
@@ -128,7 +129,7 @@ def phase_line(p: PhaseChange, quote: Callable[[object], str] = str) -> str:
     else:  # one side did not run it: its time alone, not "2.26 ms -> - per call"
         side, t = ("baseline", p.baseline_s) if p.baseline_s else ("candidate", p.candidate_s)
         times = f"; {side} {fmt_time(t)} per call" if t else ""
-    cover = f"; the layer workloads explain {p.coverage:.0%} of it" if p.coverage is not None else ""
+    cover = f"; {coverage_phrase(p.coverage)}" if p.coverage is not None else ""
     cpu = f"; on the CPU (no MPS kernel): {', '.join(p.fallback)}" if p.fallback else ""
     return f"Phase {quote(p.text())}{times}{cover}{quote(cpu)}"
 
