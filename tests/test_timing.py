@@ -217,6 +217,11 @@ def test_paired_rounds_reach_twelve_even_when_the_share_is_spent():
     assert pol.should_stop_rounds(noisy[:6], 5.0, 1.0) == (True, "budget")
     assert pol.should_stop_rounds(noisy[:3], 9.0, 1.0) == (False, "")
     assert pol.should_stop_rounds(noisy[:3], 10.0, 1.0) == (True, "budget")
+    # A whole-model phase is the verdict: no cap until twelve rounds, however long they take (a 2.3 s VAE
+    # decode got six and could be called nothing).
+    assert pol.should_stop_rounds(noisy[:6], 50.0, 1.0, reach_min=True) == (False, "")
+    assert pol.should_stop_rounds(noisy[:3], 100.0, 1.0, reach_min=True) == (False, "")
+    assert pol.should_stop_rounds(noisy[:12], 50.0, 1.0, reach_min=True) == (True, "budget")
 
 
 def test_rounds_get_cheaper_not_fewer_when_the_share_is_tight():

@@ -152,13 +152,21 @@ class SamplingPolicy:
         return max(self.min_sample_s, min(self.target_sample_s, share_s / (self.planned_rounds * 2 * 2)))
 
     def should_stop_rounds(
-        self, ratios: Sequence[float], elapsed_s: float, share_s: float, min_rounds: int | None = None
+        self,
+        ratios: Sequence[float],
+        elapsed_s: float,
+        share_s: float,
+        min_rounds: int | None = None,
+        *,
+        reach_min: bool = False,
     ) -> tuple[bool, str]:
         """After a round: converged (the report's own interval within target, over >= min_rounds rounds),
         or this visit's share spent. A slow workload may overrun its share to reach six rounds (the fewest
         that bound an interval at all), up to five-fold, and three rounds at ten-fold. `min_rounds`: the
         rounds this visit must reach (half of them on a first visit that a second, in fresh processes,
-        completes)."""
+        completes). `reach_min`: no overrun cap before min_rounds, for a whole-model phase: it is the
+        verdict, and below 12 rounds the sign test can call nothing (a 2.3 s VAE decode got 6 and read "too
+        wide to tell" whatever changed)."""
         least = self.min_rounds if min_rounds is None else min_rounds
         n = len(ratios)
         if n >= self.max_samples:
@@ -167,6 +175,8 @@ class SamplingPolicy:
             return True, "converged"
         if elapsed_s >= share_s and n >= least:
             return True, "budget"
+        if reach_min:
+            return False, ""
         if (elapsed_s >= 5 * share_s and n >= 6) or (elapsed_s >= 10 * share_s and n >= 3):
             return True, "budget"
         return False, ""

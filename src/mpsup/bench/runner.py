@@ -427,7 +427,9 @@ class Runner:
                 Round(order[0].env.label, visit, {a.env.label: got[a.env.label], b.env.label: got[b.env.label]})
             )
             new += 1
-            stop, why = pol.should_stop_rounds(ratios, self.options.clock() - t0, share, min_rounds)
+            stop, why = pol.should_stop_rounds(
+                ratios, self.options.clock() - t0, share, min_rounds, reach_min=m.workload.part == "phase"
+            )
             # A later visit adds at least `min_new` rounds (two: one ABBA pair), whatever the interval says.
             if stop and new >= min_new:
                 ra.stop = rb.stop = why
