@@ -238,6 +238,14 @@ def test_a_slow_request_for_samples_is_a_progress_event_the_bar_shows() -> None:
         on_event("workload", {"name": "model/vae/vae_decode", "eta_s": 90})
         on_event("sample", {"env": "candidate", "warmup": False, "samples": 3, "took_s": 84.2})
     assert "model/vae/vae_decode: candidate samples 3 (84.20 s a request)" in buf.getvalue()
+    buf = io.StringIO()
+    with bench_progress(Console(file=buf, width=150, color_system=None, force_terminal=True)) as on_event:
+        on_event("start", {"total": 2, "visits": 2})
+        on_event("workload", {"name": "model/vae/vae_decode", "eta_s": 90})
+        on_event("workload", {"name": "model/linear/8x8/t1", "eta_s": 60})
+        on_event("extend", {"name": "model/vae/vae_decode", "eta_s": 60})  # its second visit, after the others
+        on_event("sample", {"env": "baseline", "warmup": False, "samples": 9, "took_s": 84.2})
+    assert "model/vae/vae_decode: baseline samples 9" in buf.getvalue()
     # below the threshold (the default, 1 s) a fast workload sends none
     quiet: list[str] = []
     runner = Runner(

@@ -108,3 +108,22 @@ def test_a_patching_vae_starts_from_its_patches() -> None:
     sides = sorted(w.params["shape"][-1] for w in ex.workloads if w.kind == "pad")
     assert sides == [6, 48], ex.workloads
     assert any("AutoencoderKLWan at 96x96: convolutions from 48px" in n for n in ex.notes), ex.notes
+
+
+def test_a_pipeline_without_a_vae_and_odd_configs() -> None:
+    from mpsup.model.config import pipeline_vae_factor
+    from mpsup.model.extract import extract_model
+
+    ddpm = {"unet": {"_class_name": "UNet2DModel", "sample_size": 256}}
+    assert pipeline_vae_factor(ddpm) == 1 and pipeline_resolution(ddpm) == (256, 256)  # pixels, no VAE
+    assert pipeline_vae_factor({"unet": {"_class_name": "UNet2DConditionModel"}}) == 8  # latents regardless
+    vq = {"_class_name": "VQModel", "block_out_channels": [128, 256, 512]}
+    assert pipeline_vae_factor({"vqvae": vq, "unet": {"_class_name": "UNet2DModel", "sample_size": 64}}) == 4
+    # a downloaded config's size is a default, capped: 2048 latent x 8 would set a 16384-px decode running
+    assert pipeline_resolution({"unet": {"_class_name": "UNet2DConditionModel", "sample_size": 2048}}) == (2048, 2048)
+    vae = {"_class_name": "AutoencoderKLWan", "patch_size": "2", "dim_mult": [1, 2]}
+    tensors = {"vae/encoder.conv1.weight": TensorInfo("a", "F32", (8, 3, 3, 3), 4)}
+    with pytest.raises(ModelFormatError, match=r"vae/config\.json.*patch_size"):
+        extract_model(tensors, None, tokens=(1,), components={"vae": vae}, resolution=64)
+    ex = extract_model(tensors, None, tokens=(1,), components={"vae": {**vae, "patch_size": 1}}, resolution=(96, 64))
+    assert any("at 96x64 (layers at 64px square)" in n for n in ex.notes), ex.notes

@@ -416,3 +416,37 @@ def test_list_marks_only_aa_runs_as_aa(mpsup_home: Path):
     assert (
         "(A/A)" not in rows["20261203T100000Z-wrapaa"] and "2.13.0+cpu -> 2.13.0+cpu" in rows["20261203T100000Z-wrapaa"]
     )
+
+
+# A phase at another size is another measurement under the same name (a review of the pipeline-size change).
+
+
+def _as_phase(rec: dict[str, Any], resolution: list[int]) -> dict[str, Any]:
+    w = rec["workloads"][0]
+    w.update(part="phase", kind="model_phase", phase="step", library="diffusers", resolution=resolution)
+    return rec
+
+
+def test_two_single_runs_of_a_step_at_other_resolutions_are_not_paired(mpsup_home: Path):
+    small = _as_phase(_single("20261203T100000Z-s512aa"), [512, 512])
+    big = _as_phase(_single("20261203T110000Z-s1024a"), [1024, 1024])
+    save_record(small, mpsup_home / "runs")
+    save_record(big, mpsup_home / "runs")
+    res = run_cli("report", "--baseline", "20261203T100000Z-s512aa", "--candidate", "20261203T110000Z-s1024a")
+    # One name, model/unet/step, and a 4x "slower" that is the image size's, told as the torch's.
+    assert res.returncode == 2 and "at other sizes" in res.stderr and "Traceback" not in res.stderr
+    assert "(resolution [512, 512], tokens 1 vs resolution [1024, 1024], tokens 1)" in res.stderr
+
+
+def test_an_aa_floor_is_not_taken_from_a_phase_at_another_size():
+    from mpsup.report.analysis import matching_aa
+    from mpsup.runs.schema import as_record
+
+    doc = _as_phase(paired_record(1.0, seed=1, run_id="20261203T120000Z-runaaa"), [1024, 1024])
+    for env in doc["environments"]:
+        env["torch_version"] = "2.13.0+cpu"
+    run = as_record(doc)
+    same = as_record(_as_phase(_aa(seed=2, run_id="20261203T100000Z-aasame"), [1024, 1024]))
+    other = as_record(_as_phase(_aa(seed=3, run_id="20261203T110000Z-aa512a"), [512, 512]))
+    assert matching_aa(run, [same, other]) is same
+    assert matching_aa(run, [other]) is None

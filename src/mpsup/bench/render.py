@@ -191,7 +191,8 @@ def bench_progress(console: Console) -> Iterator[Any]:
         elif event == "restart":
             progress.update(task, current="more time for the widest intervals: new workers", **extra)
         elif event == "extend":
-            progress.update(task, current="more time: " + safe(info["name"]), **extra)
+            state["name"] = safe(info["name"])  # a later visit's slow samples are this workload's
+            progress.update(task, current="more time: " + state["name"], **extra)
 
     try:
         yield on_event

@@ -165,9 +165,15 @@ def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
     )
 
 
-DEFAULT_VAE_FACTOR = 8
+DEFAULT_VAE_FACTOR = 8  # a latent-diffusion UNet's, where its pipeline holds no VAE to say
 DEFAULT_PIPELINE_SIDE = 512  # SD1.x's image size: a pipeline whose configs give none
 MIN_SIDE, SIDE_STEP, MAX_SIDE = 16, 16, 16384  # what --resolution accepts
+# A size read from a downloaded config is a default, not a request: past this side it is capped (a
+# sample_size of 2048 would otherwise set a 16384x16384 VAE decode running); --resolution goes further.
+MAX_DEFAULT_SIDE = 2048
+MAX_PATCH = 16
+VAE_CLASSES = ("Autoencoder", "VQModel")
+LATENT_UNETS = ("UNet2DConditionModel",)
 
 
 def _vae(components: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
@@ -175,25 +181,32 @@ def _vae(components: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
         (
             (name, c)
             for name, c in sorted(components.items())
-            if isinstance(c, Mapping) and str(c.get("_class_name", "")).startswith("Autoencoder")
+            if isinstance(c, Mapping) and str(c.get("_class_name", "")).startswith(VAE_CLASSES)
         ),
         None,
     )
 
 
+def vae_patch(doc: Mapping[str, Any], source: str) -> int:
+    """Pixels a VAE folds into channels per side before its first convolution (Wan 2.2's: 2); 1 for most."""
+    return _positive(doc, "patch_size", source, MAX_PATCH) or 1
+
+
 def pipeline_vae_factor(components: Mapping[str, Any]) -> int:
-    """How much a Diffusers pipeline's VAE shrinks each side: 2 per level below its first."""
+    """How much a Diffusers pipeline's VAE shrinks each side: 2 per level below its first. Without a VAE, a
+    conditional UNet still runs on latents (8x, as every latent-diffusion VAE); a UNet2DModel runs on pixels."""
     found = _vae(components)
     if found is None:
-        return DEFAULT_VAE_FACTOR
+        latent = any(isinstance(c, Mapping) and c.get("_class_name") in LATENT_UNETS for c in components.values())
+        return DEFAULT_VAE_FACTOR if latent else 1
     levels = _levels(found[1], f"{found[0]}/config.json")
     return 2 ** (levels - 1) if levels else DEFAULT_VAE_FACTOR
 
 
 def pipeline_resolution(components: Mapping[str, Any]) -> tuple[int, int]:
     """The image size (pixels) a Diffusers pipeline is made for when the user names none: its UNet's latent
-    sample_size times the VAE factor, else its VAE's own sample_size, else SD1.x's 512; the layers and the
-    whole-model phases both use it, so the two describe one run."""
+    sample_size times the VAE factor, else its VAE's own sample_size, else SD1.x's 512, capped at
+    MAX_DEFAULT_SIDE; the layers and the whole-model phases both use it, so the two describe one run."""
     side = None
     for name, c in sorted(components.items()):
         if isinstance(c, Mapping) and c.get("_class_name") in ("UNet2DConditionModel", "UNet2DModel"):
@@ -203,5 +216,5 @@ def pipeline_resolution(components: Mapping[str, Any]) -> tuple[int, int]:
                 break
     if side is None and (found := _vae(components)) is not None:
         side = _sample_size(found[1], f"{found[0]}/config.json")
-    side = max(MIN_SIDE, min(MAX_SIDE, (side or DEFAULT_PIPELINE_SIDE) // SIDE_STEP * SIDE_STEP))
+    side = max(MIN_SIDE, min(MAX_DEFAULT_SIDE, (side or DEFAULT_PIPELINE_SIDE) // SIDE_STEP * SIDE_STEP))
     return side, side

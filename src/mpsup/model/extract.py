@@ -12,7 +12,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mpsup.model.comfy import ARCHITECTURE_KEY
-from mpsup.model.config import MAX_LEVELS, ModelConfig, model_config, pipeline_resolution, pipeline_vae_factor
+from mpsup.model.config import (
+    MAX_LEVELS,
+    VAE_CLASSES,
+    ModelConfig,
+    model_config,
+    pipeline_resolution,
+    pipeline_vae_factor,
+    vae_patch,
+)
 from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
@@ -436,16 +444,14 @@ def _diffusers_plan(
     linears' token counts a forward at that size runs, and the statement of both; None for other classes."""
     cls = str(config.get("_class_name", ""))
     unet = cls in DIFFUSERS_UNETS
-    if not unet and not cls.startswith("Autoencoder"):
+    if not unet and not cls.startswith(VAE_CLASSES):
         return None
     cfg = model_config(config, f"{component}/config.json")
     levels = cfg.levels or DEFAULT_LEVELS
     width, height = resolution
     # The UNet runs on latents (the image divided by the VAE factor), the VAE from the image itself, or
     # from its patches where it first folds pixels into channels (Wan 2.2's VAE: 2x2, 16x in all).
-    patch = config.get("patch_size")
-    patch = patch if isinstance(patch, int) and not isinstance(patch, bool) and 1 <= patch <= 16 else 1
-    size = max(4, min(width, height) // (vae_factor if unet else patch))
+    size = max(4, min(width, height) // (vae_factor if unet else vae_patch(config, f"{component}/config.json")))
     if unet:
         rule = _diffusers_unet_tokens(size, levels)
         what = f"latent {size}px, attention over {size * size} latent tokens at the top level"
@@ -454,7 +460,9 @@ def _diffusers_plan(
         lowest = max(1, size >> (levels - 1))
         rule = lambda _name: lowest * lowest  # noqa: E731  (a VAE's only linears: its mid-block attention)
         what = f"convolutions from {size}px, mid-block attention over {lowest * lowest} tokens"
-    note = f"{component}: {cls} at {width}x{height}: {what}, {levels} levels"
+    # Layers are sized square, at the shorter side: what a non-square image's extra pixels add is not counted.
+    square = "" if width == height else f" (layers at {min(width, height)}px square)"
+    note = f"{component}: {cls} at {width}x{height}{square}: {what}, {levels} levels"
     return replace(cfg, sample_size=size, levels=levels, tie_word_embeddings=False), rule, note
 
 

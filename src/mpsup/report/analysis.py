@@ -490,15 +490,16 @@ def _fingerprint(record: RunRecord) -> tuple[str, str, str, str]:
 def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
     """The newest `--aa` run of the same device, machine, baseline torch and model that measured every paired
     workload of `record`, in the same dtype (stored runs are oldest first)."""
-    # By name and dtype, of the same model: another model's `model/prefill`, or the fp32 run of a model now
-    # measured in bf16, has the same names and says nothing about this run's noise.
-    names = {(w.name, w.dtype) for w in record.workloads if w.ratios}
+    # By name, dtype and a phase's size, of the same model: another model's `model/prefill`, the fp32 run of a
+    # model now measured in bf16, or its step at another resolution has the same names and says nothing about
+    # this run's noise.
+    names = {w.identity for w in record.workloads if w.ratios}
     want = (*_fingerprint(record)[:3], record.model.fingerprint if record.model else None)
     for cand in reversed(stored):
         model = cand.model.fingerprint if cand.model else None
         if cand.mode != "aa" or cand.id == record.id or (*_fingerprint(cand)[:3], model) != want:
             continue
-        have = {(w.name, w.dtype) for w in cand.workloads if w.ratios}
+        have = {w.identity for w in cand.workloads if w.ratios}
         if names and names <= have:
             return cand
     return None

@@ -257,6 +257,10 @@ class EnvRun:
         return _emit(self.layout, self.KEYS, known, self.extra)
 
 
+# A phase's parameters that set its size; one that differs makes it another measurement under the same name.
+PHASE_SIZE_KEYS = ("resolution", "tokens", "cache", "depth")
+
+
 @dataclass(frozen=True)
 class WorkloadRun:
     """One workload and every environment's measurement of it (record.workloads[i])."""
@@ -307,6 +311,17 @@ class WorkloadRun:
             extra=_extra(d, cls.KEYS),
             layout=Layout.of(d),
         )
+
+    @property
+    def identity(self) -> tuple[str, str, str]:
+        """What makes two runs' workloads one measurement: name, dtype and, for a whole-model phase, its size
+        (a UNet step at 1024x1024 and one at 512x512 are both `model/unet/step`)."""
+        size = ""
+        if self.part == "phase":
+            size = ", ".join(
+                f"{k} {v}" for k in PHASE_SIZE_KEYS if (v := self.extra.get(k)) is not None and not isinstance(v, dict)
+            )
+        return self.name, self.dtype or "", size
 
     @property
     def paired_ratios(self) -> list[float]:
