@@ -127,3 +127,19 @@ def test_a_pipeline_without_a_vae_and_odd_configs() -> None:
         extract_model(tensors, None, tokens=(1,), components={"vae": vae}, resolution=64)
     ex = extract_model(tensors, None, tokens=(1,), components={"vae": {**vae, "patch_size": 1}}, resolution=(96, 64))
     assert any("at 96x64 (layers at 64px square)" in n for n in ex.notes), ex.notes
+
+
+def test_an_upsampler_s_convolution_runs_at_the_size_it_upsampled_to() -> None:
+    """Its 2x interpolation comes first: at the lowest level's size it was counted at a quarter of its pixels."""
+    from mpsup.model.extract import extract
+
+    cfg = {"sample_size": 64, "block_out_channels": [8, 16, 32]}  # 64, 32 and 16 px
+    shapes = {
+        "up_blocks.0.upsamplers.0.conv.weight": (32, 32, 3, 3),  # lowest block (16 px) upsampling to 32
+        "up_blocks.0.resnets.0.conv1.weight": (32, 48, 3, 3),  # the same block's res conv, at 16
+        "decoder.up.2.upsample.conv.weight": (16, 16, 3, 3),  # an LDM VAE decoder, level 2 (16 px) up to 32
+        "output_blocks.2.1.conv.weight": (8, 8, 3, 3),  # an LDM UNet's Upsample after the lowest level's blocks
+    }
+    tensors = {n: TensorInfo(n, "F32", s, 4) for n, s in shapes.items()}
+    sides = {w.params["weight_shape"][1]: w.params["input_shape"][-1] for w in extract(tensors, cfg).workloads}
+    assert sides == {32: 32, 48: 16, 16: 32, 8: 32}, sides

@@ -372,14 +372,22 @@ def _ldm_level(name: str, levels: int) -> int | None:
     return levels - 1 if LDM_LOWEST.match(name) else None
 
 
+# An upsampler's convolution runs after its 2x interpolation, at the size of the level above its block:
+# Diffusers' `up_blocks.N.upsamplers.0.conv`, an LDM VAE's `decoder.up.N.upsample.conv`, an LDM UNet's
+# `output_blocks.N.{1,2}.conv` (the Upsample module after a res block, and an attention block where present).
+AFTER_UPSAMPLE = re.compile(r"(\.upsamplers\.\d+\.conv\.|\.upsample\.conv\.|^output_blocks\.\d+\.[12]\.conv\.)")
+
+
 def _resolution(name: str, cfg: ModelConfig) -> int:
     base = cfg.sample_size or DEFAULT_RESOLUTION
     levels = cfg.levels or DEFAULT_LEVELS
     ldm = _ldm_level(name, levels)
-    if ldm is not None:
-        return max(4, base >> max(0, min(ldm, levels - 1)))
-    depth = _diffusers_depth(name, levels)
-    return base if depth is None else max(4, base >> depth)
+    depth = max(0, min(ldm, levels - 1)) if ldm is not None else _diffusers_depth(name, levels)
+    if depth is None:
+        return base
+    if AFTER_UPSAMPLE.search(name):
+        depth = max(0, depth - 1)
+    return max(4, base >> depth)
 
 
 # Diffusers names: down blocks from the top level down, up blocks from the lowest up (a UNet's and a VAE
