@@ -139,7 +139,8 @@ def test_an_upsampler_s_convolution_runs_at_the_size_it_upsampled_to() -> None:
         "up_blocks.0.resnets.0.conv1.weight": (32, 48, 3, 3),  # the same block's res conv, at 16
         "decoder.up.2.upsample.conv.weight": (16, 16, 3, 3),  # an LDM VAE decoder, level 2 (16 px) up to 32
         "output_blocks.2.1.conv.weight": (8, 8, 3, 3),  # an LDM UNet's Upsample after the lowest level's blocks
+        "decoder.up_blocks.0.upsampler.resample.1.weight": (24, 24, 3, 3),  # a Wan VAE decoder's, 16 px up to 32
     }
     tensors = {n: TensorInfo(n, "F32", s, 4) for n, s in shapes.items()}
     sides = {w.params["weight_shape"][1]: w.params["input_shape"][-1] for w in extract(tensors, cfg).workloads}
-    assert sides == {32: 32, 48: 16, 16: 32, 8: 32}, sides
+    assert sides == {32: 32, 48: 16, 16: 32, 8: 32, 24: 32}, sides

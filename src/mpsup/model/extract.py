@@ -374,8 +374,11 @@ def _ldm_level(name: str, levels: int) -> int | None:
 
 # An upsampler's convolution runs after its 2x interpolation, at the size of the level above its block:
 # Diffusers' `up_blocks.N.upsamplers.0.conv`, an LDM VAE's `decoder.up.N.upsample.conv`, an LDM UNet's
-# `output_blocks.N.{1,2}.conv` (the Upsample module after a res block, and an attention block where present).
-AFTER_UPSAMPLE = re.compile(r"(\.upsamplers\.\d+\.conv\.|\.upsample\.conv\.|^output_blocks\.\d+\.[12]\.conv\.)")
+# `output_blocks.N.{1,2}.conv` (the Upsample module after a res block, and an attention block where present),
+# a Wan VAE decoder's `up_blocks.N.upsampler.resample.1` (its upsample, then this conv).
+AFTER_UPSAMPLE = re.compile(
+    r"(\.upsamplers\.\d+\.conv\.|\.upsample\.conv\.|^output_blocks\.\d+\.[12]\.conv\.|\.upsampler\.resample\.1\.)"
+)
 
 
 def _resolution(name: str, cfg: ModelConfig) -> int:
