@@ -173,6 +173,7 @@ MIN_SIDE, SIDE_STEP, MAX_SIDE = 16, 16, 16384  # what --resolution accepts
 MAX_DEFAULT_SIDE = 2048
 MAX_PATCH = 16
 VAE_CLASSES = ("Autoencoder", "VQModel")
+UNET_CLASSES = ("UNet2DConditionModel", "UNet2DModel")
 LATENT_UNETS = ("UNet2DConditionModel",)
 
 
@@ -209,7 +210,7 @@ def pipeline_resolution(components: Mapping[str, Any]) -> tuple[int, int]:
     MAX_DEFAULT_SIDE; the layers and the whole-model phases both use it, so the two describe one run."""
     side = None
     for name, c in sorted(components.items()):
-        if isinstance(c, Mapping) and c.get("_class_name") in ("UNet2DConditionModel", "UNet2DModel"):
+        if isinstance(c, Mapping) and c.get("_class_name") in UNET_CLASSES:
             latent = _sample_size(c, f"{name}/config.json")
             if latent:
                 side = latent * pipeline_vae_factor(components)

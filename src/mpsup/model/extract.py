@@ -14,6 +14,7 @@ from typing import Any
 from mpsup.model.comfy import ARCHITECTURE_KEY
 from mpsup.model.config import (
     MAX_LEVELS,
+    UNET_CLASSES,
     VAE_CLASSES,
     ModelConfig,
     model_config,
@@ -414,38 +415,25 @@ LDM_VECTOR = re.compile(r"(^time_embed\.|^label_emb\.|\.emb_layers\.)")
 LDM_CONTEXT = re.compile(r"\.attn2\.(to_k|to_v)\.")
 
 
-def _unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
-    """An LDM UNet's linears: the timestep MLPs on one vector, cross-attention keys/values on the prompt, and
-    the rest (projections, self-attention, feed-forward) on every latent pixel of their level."""
+def _unet_tokens(
+    latent: int, levels: int, vector: re.Pattern[str], depth_of: Callable[[str, int], int | None]
+) -> Callable[[str], int]:
+    """A UNet's linears: the timestep (and SDXL's added) embeddings, named by `vector`, on one vector,
+    cross-attention keys/values on the prompt, the rest (projections, self-attention, feed-forward) on every
+    latent pixel of their level, which `depth_of` reads from the name (LDM's names or Diffusers')."""
 
     def rule(name: str) -> int:
-        if LDM_VECTOR.search(name):
+        if vector.search(name):
             return 1
         if LDM_CONTEXT.search(name):
             return LDM_TEXT_TOKENS
-        side = max(1, latent >> max(0, min(_ldm_level(name, levels) or 0, levels - 1)))
+        side = max(1, latent >> max(0, min(depth_of(name, levels) or 0, levels - 1)))
         return side * side
 
     return rule
 
 
 DIFFUSERS_VECTOR = re.compile(r"(^time_embedding\.|^add_embedding\.|^class_embedding\.|\.time_emb_proj\.)")
-DIFFUSERS_UNETS = ("UNet2DConditionModel", "UNet2DModel")
-
-
-def _diffusers_unet_tokens(latent: int, levels: int) -> Callable[[str], int]:
-    """A Diffusers UNet's linears: the timestep (and SDXL's added) embeddings on one vector, cross-attention
-    keys/values on the prompt, the rest on every latent pixel of their level."""
-
-    def rule(name: str) -> int:
-        if DIFFUSERS_VECTOR.search(name):
-            return 1
-        if LDM_CONTEXT.search(name):
-            return LDM_TEXT_TOKENS
-        side = max(1, latent >> (_diffusers_depth(name, levels) or 0))
-        return side * side
-
-    return rule
 
 
 def _diffusers_plan(
@@ -454,17 +442,18 @@ def _diffusers_plan(
     """A Diffusers UNet or VAE (its own config.json) at this image size: the convolutions' sizes and the
     linears' token counts a forward at that size runs, and the statement of both; None for other classes."""
     cls = str(config.get("_class_name", ""))
-    unet = cls in DIFFUSERS_UNETS
+    unet = cls in UNET_CLASSES
     if not unet and not cls.startswith(VAE_CLASSES):
         return None
-    cfg = model_config(config, f"{component}/config.json")
+    source = f"{component}/config.json"
+    cfg = model_config(config, source)
     levels = cfg.levels or DEFAULT_LEVELS
     width, height = resolution
     # The UNet runs on latents (the image divided by the VAE factor), the VAE from the image itself, or
     # from its patches where it first folds pixels into channels (Wan 2.2's VAE: 2x2, 16x in all).
-    size = max(4, min(width, height) // (vae_factor if unet else vae_patch(config, f"{component}/config.json")))
+    size = max(4, min(width, height) // (vae_factor if unet else vae_patch(config, source)))
     if unet:
-        rule = _diffusers_unet_tokens(size, levels)
+        rule = _unet_tokens(size, levels, DIFFUSERS_VECTOR, _diffusers_depth)
         what = f"latent {size}px, attention over {size * size} latent tokens at the top level"
         what += f", {LDM_TEXT_TOKENS} text tokens"
     else:
@@ -504,7 +493,7 @@ def _component_plan(
         side = min(g.width, g.height)
         size = side if arch == "ldm-vae" else side // VAE_FACTOR
         note = f"{component}: {arch} at {g.width}x{g.height}: convolutions from {size}px over {levels} levels"
-        rule = _unet_tokens(size, levels) if arch == "ldm-unet" else None
+        rule = _unet_tokens(size, levels, LDM_VECTOR, _ldm_level) if arch == "ldm-unet" else None
         if rule:
             note += f"; attention over {size * size} latent tokens at the top level, {LDM_TEXT_TOKENS} text tokens"
         return ModelConfig(top_k=cfg.top_k, tie_word_embeddings=False, sample_size=size, levels=levels), rule, note

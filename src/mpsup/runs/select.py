@@ -223,14 +223,16 @@ def pairing_refusal(base: RunRecord, cand: RunRecord) -> str | None:
             f"runs {base.id} and {cand.id} measured different workloads "
             f"({len(diff)} differ, e.g. {diff[0]}): not paired"
         )
+    # The names agree here. One pipeline's UNet step at 512x512 and at 1024x1024: one name, and a ratio of 4
+    # that is the size's.
     sizes_b = {w.name: w.identity[2] for w in base.workloads}
-    resized = sorted(w.name for w in cand.workloads if w.identity[2] != sizes_b.get(w.name, w.identity[2]))
+    resized = sorted(
+        (w.name, sizes_b[w.name], w.identity[2]) for w in cand.workloads if w.identity[2] != sizes_b[w.name]
+    )
     if resized:
-        # One pipeline's UNet step at 512x512 and at 1024x1024: one name, and a ratio of 4 that is the size's.
-        name = resized[0]
-        size_c = next(w.identity[2] for w in cand.workloads if w.name == name)
+        name, size_b, size_c = resized[0]
         return (
-            f"runs {base.id} and {cand.id} ran {name} at other sizes ({sizes_b[name] or 'unstated'} vs "
+            f"runs {base.id} and {cand.id} ran {name} at other sizes ({size_b or 'unstated'} vs "
             f"{size_c or 'unstated'}): not paired"
         )
     return None
