@@ -338,7 +338,9 @@ class _Journal:
         self.lines.append((kind, json.loads(json.dumps(doc))))  # as the journal writes it, at that moment
 
 
-def _two_pass_run(spreads: dict[str, float], budget: float = 1.0, runner_cls=None, journal=None, record=None):
+def _two_pass_run(
+    spreads: dict[str, float], budget: float = 1.0, runner_cls=None, journal=None, record=None, policy=None
+):
     from contextlib import nullcontext
 
     from mpsup.bench.run import _two_passes
@@ -357,7 +359,7 @@ def _two_pass_run(spreads: dict[str, float], budget: float = 1.0, runner_cls=Non
         def critical(self):
             return nullcontext()
 
-    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=budget), clock=lambda: clock[0])
+    opts = BenchOptions(device="cpu", policy=policy or SamplingPolicy(budget_s=budget), clock=lambda: clock[0])
     _two_passes(
         runner,  # type: ignore[arg-type]
         workloads,
@@ -441,3 +443,27 @@ def test_a_round_cut_between_its_two_appends_is_not_written():
     m.ratios.extend([1.01, 0.5])  # the second ratio's round never made it
     doc = m.to_json()
     assert doc["ratios"] == [1.01] and len(doc["rounds"]) == 1
+
+
+def test_a_leftover_visit_goes_only_where_it_can_reach_the_target_when_the_policy_says_so():
+    """One environment's policy feeds only the intervals its time can bring within the target: the wild one
+    (about +-20%) would need far more than three budgets, so it gets no visit and its time is not spent; the
+    mild one (a few %) gets one. A paired policy still feeds the wild one first."""
+    from dataclasses import replace
+
+    from mpsup.bench.policy import within_reach
+
+    spreads = {"quiet": 0.0005, "mild": 0.03, "wild": 0.3}
+    reach_only = replace(SamplingPolicy(budget_s=1.0), leftover_reachable_only=True)
+    runner, record, _ = _two_pass_run(spreads, policy=reach_only)
+    leftover = runner.visits[2 * len(spreads) :]
+    assert "wild" not in leftover and "mild" in leftover
+    visits = {d["name"]: d["visits"] for d in record["workloads"]}
+    assert visits["wild"] == 2 and visits["mild"] > 2  # two pairs of processes each; mild once more
+    fed, _, _ = _two_pass_run(spreads)
+    assert fed.visits[2 * len(spreads)] == "wild"
+    assert SamplingPolicy.for_environments(1).leftover_reachable_only
+    assert not SamplingPolicy.for_environments(2).leftover_reachable_only
+    # +-4% after 1 s: four times the time halves it (reaches +-2%), three times does not.
+    assert within_reach(0.04, 1.0, 3.0, 0.02) and not within_reach(0.04, 1.0, 2.9, 0.02)
+    assert within_reach(math.inf, 1.0, 0.0, 0.02)  # unbounded: it may try

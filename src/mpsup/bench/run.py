@@ -26,6 +26,7 @@ from mpsup.bench.policy import (
     next_allotment,
     predict_visits,
     widest_first,
+    within_reach,
 )
 from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
 from mpsup.bench.workerproc import check_interpreter
@@ -353,6 +354,12 @@ def _two_passes(
         return
     widths = {str(i): m.interval_width() for i, m in enumerate(measured) if m.status == "ok"}
     order = [int(k) for k in widest_first(widths, pol.target_rel_ci)]
+
+    def reachable(i: int, more_s: float) -> bool:
+        spent_i = measured[i].elapsed_s or 0.0
+        return not pol.leftover_reachable_only or within_reach(widths[str(i)], spent_i, more_s, pol.target_rel_ci)
+
+    order = [i for i in order if reachable(i, pol.max_extension * budget)]
     # Too little time for a visit to add anything: a setup and two rounds cost about this much.
     least = max(0.1 * budget, 0.05)
     if not order or next_allotment(pool, [widths[str(i)] for i in order], pol.max_extension * budget) < least:
@@ -370,6 +377,8 @@ def _two_passes(
         m = measured[i]
         if m.elapsed_s and m.visits and allot < 0.5 * m.elapsed_s / m.visits:
             continue  # a setup and two rounds of this workload alone cost more than it would be given
+        if not reachable(i, allot):
+            continue  # its share flows to the ones after it
         progress(
             "extend",
             {"name": m.name, "eta_s": eta_s(budget, pool_s=pool, leftover_visits=len(order) - j, per_visit_s=per)},
