@@ -54,6 +54,7 @@ Run it under each build and compare the medians:
     python-of-the-bad-build  repro.py
 """
 import argparse
+import os
 import statistics
 import time
 
@@ -69,6 +70,17 @@ def pick_device(name):
     if name == "cuda" and not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device(name)
+
+
+def pin_to_one_cpu():
+    # A launch-bound GPU op runs at the host's pace: on a Linux host two processes of one build issued at
+    # levels 20-40% apart for their whole life, more than many regressions. One CPU, the last (the first
+    # takes most interrupts), as the measuring tool pinned its own. (macOS has no such call.)
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {{cpu}})
+    return cpu
 
 
 def sync(device):
@@ -89,7 +101,10 @@ def main():
     parser.add_argument("--device", default=DEFAULT_DEVICE, help="mps, cuda or cpu (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=30, help="timed samples (default: %(default)s)")
     parser.add_argument("--sample-ms", type=float, default=20.0, help="length of one sample (default: %(default)s)")
+    parser.add_argument("--no-pin", action="store_true", help="cuda: leave the process on every CPU")
     args = parser.parse_args()
+    # Before the device starts its threads, which inherit the CPU this process is on.
+    pinned = pin_to_one_cpu() if args.device == "cuda" and not args.no_pin else None
     device = pick_device(args.device)
     with torch.inference_mode():
         fn = build(device)
@@ -114,7 +129,8 @@ def main():
     med = statistics.median(times)
     q1, q3 = times[len(times) // 4], times[(3 * len(times)) // 4]
     rev = (getattr(torch.version, "git_version", None) or "unknown")[:12]
-    print("torch %s (git %s) on %s, %d threads" % (torch.__version__, rev, device, torch.get_num_threads()))
+    where = "" if pinned is None else ", pinned to CPU %d" % pinned
+    print("torch %s (git %s) on %s, %d threads%s" % (torch.__version__, rev, device, torch.get_num_threads(), where))
     print("times " + WHAT)
     print(
         "median %.4f ms per call; interquartile range %.4f-%.4f ms (+-%.1f%%); min %.4f ms; %d samples of %d calls"
