@@ -5,19 +5,22 @@
 #   usage (device): bash benchmarks/h200_session.sh STEP [STEP ...]
 #   steps: gc main_before main aa_full plain cublaslt clb aa vae decode_gap bisect
 #     gc           benchmarks/gc_after_smoke.py: one garbage collection before and after the smoke tests
-#     main_before  speed.py's main job with the tree as it was before the worker froze after the smoke tests
-#                  (.prefix/src, carried: `git archive 95dcc6e src metal pyproject.toml | tar -x -C .prefix`)
+#     main_before  speed.py's main job with the tree to compare with, carried in .prefix/src
+#                  (`git archive REV src metal pyproject.toml | tar -x -C .prefix`: 95dcc6e, before the worker
+#                  froze after the smoke tests; a0fe2f7, before a single run's second pass fed only what it can narrow)
 #     main         speed.py: the README's main job, then the single-environment suite without smoke tests
 #     aa_full      the full suite paired A/A (issue 28's H200 figure), record kept for aa_summary.py
 #     plain        a plain transformers timing of the Llama-3-8B config, 3 processes per environment in ABBA order
 #                  (base and clb; PLAIN_ENVS='--env cublaslt=...' adds more, PROCESSES sets the count)
 #     cublaslt|clb the model paired against TORCH_BLAS_PREFER_CUBLASLT=1 / CUDA_LAUNCH_BLOCKING=1
 #     aa           the model against itself
-#     vae          the Wan 2.2 VAE's decode with its peak memory
+#     vae          the Wan 2.2 VAE's decode with its peak memory (RES, default 832x480; FRAMES, default one image)
 #     decode_gap   why mpsup's baseline decode sat 24-29% above a plain pinned process: plain back to back,
 #                  plain with the device idle between calls as in a paired run, and mpsup's A/A of the decode
 #                  phase pinned (auto) and not pinned
 #     bisect       mpsup bisect over 8 wrappers, cuBLASLt preferred from the fifth; the repro under both
+#     repro        a carried repro script (REPRO, default .devout/repro_linear_2048x2304.py) under the good and
+#                  the bad wrapper, three processes each, alternating
 # Off the device (a dry run of the script): DEVICE=cpu CONFIG=tiny.json EXTRA='--budget 0.05' ...
 set -u
 export PYTHONUNBUFFERED=1
@@ -93,7 +96,7 @@ for step in "$@"; do
       $MPSUP report --json > "$W/out/report_aa.json"; COLUMNS=120 $MPSUP report | tee "$W/out/report_aa.txt" | head -40 ;;
     vae)
       [ -d "$W/wanvae" ] || "$PY" benchmarks/whole_model.py make-diffusers "$VAECONFIG" "$W/wanvae" --component vae --dtype bf16
-      $MPSUP bench --device "$DEVICE" --model "$W/wanvae" --resolution "${RES:-832x480}" --only phase --no-smoke $EXTRA --json > "$W/out/bench_vae.json"
+      $MPSUP bench --device "$DEVICE" --model "$W/wanvae" --resolution "${RES:-832x480}" ${FRAMES:+--frames $FRAMES} --only phase --no-smoke $EXTRA --json > "$W/out/bench_vae.json"
       cp "$(latest)" "$W/out/record_vae.json"; COLUMNS=120 $MPSUP report | tee "$W/out/report_vae.txt" | head -30 ;;
     decode_gap)
       pin=""; command -v taskset >/dev/null && pin="taskset -c ${PLAIN_CPU:-15}"
@@ -122,6 +125,10 @@ for step in "$@"; do
       $MPSUP report --upstream -o "$W/out/repro.py" && $MPSUP report --upstream -o "$W/out/issue.md"
       for env in env4 env5 env4 env5; do echo "\$ $env repro.py"; "$W/envs/$env" "$W/out/repro.py"; done 2>&1 \
         | grep -v Warning | tee "$W/out/repro_run.txt" ;;
+    repro)
+      wrap good ': # the good build'; wrap bad 'export TORCH_BLAS_PREFER_CUBLASLT=1  # the bad build'
+      for env in good bad good bad good bad; do echo "\$ $env repro.py"; "$W/envs/$env" "${REPRO:-.devout/repro_linear_2048x2304.py}"; done 2>&1 \
+        | grep -v Warning | tee "$W/out/repro_pinned.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac 2>&1 | grep -v "Warning: torch.backends.cuda.preferred_blas_library\|^  warn" | tee "$W/out/step_$step.log"
   echo "step $step: $(( $(date +%s) - t0 )) s" | tee -a "$W/out/steps.txt"

@@ -13,7 +13,7 @@ import torch
 
 transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
 
-from mpsup.model.phases import PhaseOptions, model_phases  # noqa: E402
+from mpsup.model.phases import PhaseOptions, model_phases, phase_shape  # noqa: E402
 from mpsup.worker import whole_model  # noqa: E402
 from mpsup.worker.core import Unsupported  # noqa: E402
 from mpsup.worker.device import Device  # noqa: E402
@@ -211,6 +211,60 @@ def test_a_vae_decodes_and_encodes_at_the_resolution(phase: str) -> None:
     if phase == "vae_decode":
         assert out.sample.shape == (1, 3, 64, 64)
         assert info["latent"] == "1x4x32x32"
+
+
+WAN_VAE = {
+    "_class_name": "AutoencoderKLWan",
+    "base_dim": 8,
+    "z_dim": 4,
+    "dim_mult": [1, 2],
+    "num_res_blocks": 1,
+    "temperal_downsample": [True],  # one halving in time: 1 + 2k frames -> 1 + k latent frames
+    "latents_mean": [0.0] * 4,
+    "latents_std": [1.0] * 4,
+}
+
+
+def test_a_video_vae_decodes_and_encodes_the_frames_asked_for() -> None:
+    """--frames: the frames a user decodes (the release's Wan 2.2 case is a video), in the VAE's own time
+    compression, probed rather than assumed; a count it cannot take is rounded down to one it can."""
+    decode = build_phase(diffusers_spec(WAN_VAE, "vae_decode", frames=5), Device("cpu"))
+    assert decode.fn().sample.shape == (1, 3, 5, 64, 64)
+    assert (decode.info or {})["latent"] == "1x4x3x32x32" and (decode.info or {})["frames"] == 5
+    encode = build_phase(diffusers_spec(WAN_VAE, "vae_encode", frames=6), Device("cpu"))
+    assert (encode.info or {})["frames"] == 5 and encode.fn().latent_dist.mean.shape == (1, 4, 3, 32, 32)
+    one = build_phase(diffusers_spec(WAN_VAE, "vae_decode"), Device("cpu"))
+    assert (one.info or {})["latent"] == "1x4x1x32x32"  # without --frames: one image, as before
+    with pytest.raises(Unsupported, match="--frames 5: AutoencoderKL encodes images, not video"):
+        build_phase(diffusers_spec(VAE, "vae_decode", frames=5), Device("cpu"))
+
+
+def test_frames_reach_the_vae_phases_and_make_them_another_measurement() -> None:
+    from mpsup.runs.schema import WorkloadRun
+
+    components = {"vae": {"_class_name": "AutoencoderKLWan"}, "unet": {"_class_name": "UNet2DConditionModel"}}
+    opts = PhaseOptions(tokens=8, resolution=(64, 64), frames=81)
+    phases = {w.params["phase"]: w for w in model_phases("diffusers", {}, components, "/p", opts).workloads}
+    assert phases["vae_decode"].params["frames"] == phases["vae_encode"].params["frames"] == 81
+    assert "frames" not in phases["step"].params
+    assert phase_shape(phases["vae_decode"].params).endswith("64x64 px x 81 frames")
+
+    def run(frames: int | None) -> WorkloadRun:
+        doc = {"name": "model/vae/vae_decode", "part": "phase", "dtype": "bf16", "resolution": [64, 64]}
+        return WorkloadRun.from_json({**doc, **({"frames": frames} if frames else {})}, "w")
+
+    assert run(81).identity != run(21).identity != run(None).identity
+    assert run(81).identity == run(81).identity
+
+
+@pytest.mark.parametrize("frames", ["0", "4097"])
+def test_frames_out_of_range_is_one_line(tmp_path: Path, frames: str) -> None:
+    from tests.conftest import run_cli
+
+    res = run_cli("bench", "--model", str(tmp_path), "--frames", frames, "--list")
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"mpsup: --frames {frames}: expected a whole number from 1 to 4096"
+    ], res.stderr
 
 
 def test_a_unet_takes_one_denoising_step() -> None:

@@ -164,6 +164,9 @@ def bench(
     real_weights: Annotated[
         bool, typer.Option("--real-weights", help="Whole model: load the checkpoint's weights (default: random).")
     ] = False,
+    frames: Annotated[
+        int | None, typer.Option("--frames", help="A video VAE run whole: frames to decode and encode, e.g. 81.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -190,6 +193,7 @@ def bench(
         cache=cache,
         depth=depth,
         real_weights=real_weights,
+        frames=frames,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)

@@ -15,6 +15,7 @@ from typing import Any
 from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.errors import UserError
 from mpsup.host.affinity import Affinity, choose
+from mpsup.model.config import MAX_FRAMES
 from mpsup.workloads import Workload, select
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -52,6 +53,7 @@ class BenchRequest:
     cache: int | None = None  # decode's KV-cache length
     depth: int | None = None  # whole model: blocks to build (default: all that fit)
     real_weights: bool = False
+    frames: int | None = None  # a video VAE's frames, decoded and encoded whole
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,13 @@ def prepare(req: BenchRequest) -> BenchPlan:
     if req.model is not None:
         from mpsup.model.sources import WholeModel, open_model
 
-        for flag, value in (("--cache", req.cache), ("--depth", req.depth)):
-            if value is not None and not 1 <= value <= 1_000_000:
-                raise UserError(f"{flag} {value}: expected a whole number from 1 to 1000000")
+        for flag, value, most in (
+            ("--cache", req.cache, 1_000_000),
+            ("--depth", req.depth, 1_000_000),
+            ("--frames", req.frames, MAX_FRAMES),
+        ):
+            if value is not None and not 1 <= value <= most:
+                raise UserError(f"{flag} {value}: expected a whole number from 1 to {most}")
         model = open_model(
             req.model,
             tokens=parse_tokens(req.tokens) or default_tokens(device),
@@ -138,6 +144,7 @@ def prepare(req: BenchRequest) -> BenchPlan:
                 depth=req.depth,
                 real_weights=req.real_weights,
                 environments=2 if (req.candidate or req.aa) else 1,
+                frames=req.frames,
             ),
         )
         # A whole model is one workload (or two, with --compile): --only selects among layers only.

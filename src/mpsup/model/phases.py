@@ -32,6 +32,7 @@ class PhaseOptions:
     depth: int | None = None  # force this many blocks (else: all that fit)
     real_weights: bool = False
     environments: int = 1
+    frames: int | None = None  # a video VAE's frames (None: one image)
 
 
 @dataclass
@@ -61,7 +62,8 @@ def phase_shape(p: dict[str, Any]) -> str:
         text = f"{p.get('tokens')} tokens"
     else:
         size = p.get("resolution") or ["?", "?"]
-        text = f"{size[0]}x{size[1]} px"
+        frames = f" x {p['frames']} frames" if p.get("frames") else ""
+        text = f"{size[0]}x{size[1]} px{frames}"
     depth = f", {p['depth']} blocks" if p.get("depth") else ""
     weights = ", real weights" if p.get("weights") == "real" else ""
     return f"{what} {text}{depth}{weights}".strip()
@@ -123,8 +125,9 @@ def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: 
                 f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts
             )
         elif cls.startswith("Autoencoder"):
+            vae = {**common, "frames": opts.frames} if opts.frames else common
             for phase in ("vae_decode", "vae_encode"):
-                out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, common, path, opts)
+                out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, vae, path, opts)
         elif isinstance(cfg.get("model_type"), str) and not text_done:
             text_done = True
             sub = _transformers(

@@ -38,6 +38,7 @@ class WholeModel:
     depth: int | None = None
     real_weights: bool = False
     environments: int = 1
+    frames: int | None = None  # a video VAE's frames
 
 
 def open_model(
@@ -95,6 +96,7 @@ def _layers(
             depth=whole.depth,
             real_weights=whole.real_weights,
             environments=whole.environments,
+            frames=whole.frames,
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
     if config_only and not (phases and phases.workloads):

@@ -258,7 +258,7 @@ class EnvRun:
 
 
 # A phase's parameters that set its size; one that differs makes it another measurement under the same name.
-PHASE_SIZE_KEYS = ("resolution", "tokens", "cache", "depth")
+PHASE_SIZE_KEYS = ("resolution", "frames", "tokens", "cache", "depth")
 
 
 @dataclass(frozen=True)

@@ -379,36 +379,44 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
 
     if phase in ("vae_decode", "vae_encode"):
         video = _is_video(model)
-        frames = int(params.get("frames") or 1)
+        frames = int(params.get("frames") or 1)  # video frames, as a user counts them
+        if frames > 1 and not video:
+            raise Unsupported(f"--frames {frames}: {type(model).__name__} encodes images, not video")
         channels = int(cfg.get("in_channels", 3) or 3)
         patch = cfg.get("patch_size")
         if isinstance(patch, int) and patch > 1 and channels % (patch * patch) == 0:
             channels //= patch * patch  # Wan 2.2: the image is patchified into in_channels before the first conv
-        probe = 128
-        image = rand(1, channels, 1, probe, probe) if video else rand(1, channels, probe, probe)
+        probe, probe_frames = 128, 5
+        image = rand(1, channels, probe_frames, probe, probe) if video else rand(1, channels, probe, probe)
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             small = _latent(model.encode(image))
         factor = probe // int(small.shape[-1])
         if width % factor or height % factor:
             raise Unsupported(f"--resolution {width}x{height} is not a multiple of this VAE's factor {factor}")
+        # A causal video VAE keeps the first frame and compresses the rest in time (Wan: 1 + 4k frames -> 1 + k).
+        per_latent = (probe_frames - 1) // max(1, int(small.shape[2]) - 1) if video else 1
+        latent_frames = (frames - 1) // per_latent + 1
+        time_dims = (latent_frames,) if video else ()
         if phase == "vae_decode":
-            latent = rand(1, int(small.shape[1]), *((frames,) if video else ()), height // factor, width // factor)
+            latent = rand(1, int(small.shape[1]), *time_dims, height // factor, width // factor)
 
             def run() -> Any:
                 with torch.inference_mode():
                     return model.decode(latent)
 
         else:
-            image = rand(1, channels, *((1 + 4 * (frames - 1),) if video else ()), height, width)
+            image = rand(1, channels, *((1 + per_latent * (latent_frames - 1),) if video else ()), height, width)
 
             def run() -> Any:
                 with torch.inference_mode():
                     return model.encode(image)
 
-        latent_shape = (1, int(small.shape[1]), *((frames,) if video else ()), height // factor, width // factor)
+        latent_shape = (1, int(small.shape[1]), *time_dims, height // factor, width // factor)
         info["latent"] = "x".join(str(d) for d in latent_shape)
         info["factor"] = factor
+        if video:
+            info["frames"] = 1 + per_latent * (latent_frames - 1)
         items = 1
     elif phase == "step":
         factor = int(params.get("vae_factor") or 8)
