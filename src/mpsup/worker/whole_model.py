@@ -386,7 +386,9 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
         patch = cfg.get("patch_size")
         if isinstance(patch, int) and patch > 1 and channels % (patch * patch) == 0:
             channels //= patch * patch  # Wan 2.2: the image is patchified into in_channels before the first conv
-        probe, probe_frames = 128, 5
+        # Five frames tell the time compression; one image (the default) needs no such probe, and on a CPU
+        # each probe frame of a full-size video VAE costs seconds.
+        probe, probe_frames = 128, 5 if frames > 1 else 1
         image = rand(1, channels, probe_frames, probe, probe) if video else rand(1, channels, probe, probe)
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -395,7 +397,7 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
         if width % factor or height % factor:
             raise Unsupported(f"--resolution {width}x{height} is not a multiple of this VAE's factor {factor}")
         # A causal video VAE keeps the first frame and compresses the rest in time (Wan: 1 + 4k frames -> 1 + k).
-        per_latent = (probe_frames - 1) // max(1, int(small.shape[2]) - 1) if video else 1
+        per_latent = (probe_frames - 1) // max(1, int(small.shape[2]) - 1) if video and frames > 1 else 1
         latent_frames = (frames - 1) // per_latent + 1
         time_dims = (latent_frames,) if video else ()
         if phase == "vae_decode":
