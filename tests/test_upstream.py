@@ -222,3 +222,18 @@ def test_the_body_s_times_agree_with_its_speedups_and_name_the_python_version() 
     good, bad = (float(c.split()[0]) * scale[c.split()[1]] for c in row.split("|")[2:4])
     # The bad build's time is good / speedup, as in the report: its own median once read faster beside "slower".
     assert bad > good
+
+
+def test_two_environments_of_one_version_are_named_as_environments() -> None:
+    """A bisect over environments of one torch (a setting differs) must not read "slower in torch X than X"."""
+    rec = _slow_record()
+    for env in rec["environments"]:
+        env["torch_version"] = "2.11.0+cu130"
+    record = as_record(rec)
+    md = build_upstream(analyze(record), record).markdown
+    title = md.splitlines()[0]
+    assert "slower in one torch 2.11.0+cu130 environment than another -->" in title
+    assert "than 2.11.0+cu130" not in title
+    assert "as long in the bad environment as in the good one, both torch 2.11.0+cu130, on " in md
+    differing = build_upstream(analyze(as_record(_slow_record())), as_record(_slow_record())).markdown
+    assert "slower in torch 2.15.0 than 2.14.1 -->" in differing.splitlines()[0]

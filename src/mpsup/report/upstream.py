@@ -476,13 +476,21 @@ def build_upstream(
     script = script_text(repro) if repro else None
     good, bad = analysis.baseline_torch, analysis.candidate_torch
     slowdown = 1.0 / main.speedup.estimate if main.speedup.estimate > 0 else math.inf
-    title = f"[{analysis.device.upper()}] {main.name} {slowdown:.2f}x slower in torch {bad} than {good}"
+    # Two environments of one version (a setting, a library, a build flag differs): "slower in torch 2.11
+    # than 2.11" reads as a typo, so the builds are named as what they are.
+    if good == bad:
+        builds = f"in one torch {bad} environment than another"
+        takes = f"in the bad environment as in the good one, both torch {_md(bad)},"
+    else:
+        builds = f"in torch {bad} than {good}"
+        takes = f"with torch {_md(bad)} as with torch {_md(good)}"
+    title = f"[{analysis.device.upper()}] {main.name} {slowdown:.2f}x slower {builds}"
     lines = [
         f"<!-- Suggested title: {_md(title)} -->",
         "",
         "### 🐛 Describe the bug",
         "",
-        f"`{_md(main.name)}` takes {slowdown:.2f}x as long with torch {_md(bad)} as with torch {_md(good)} on "
+        f"`{_md(main.name)}` takes {slowdown:.2f}x as long {takes} on "
         f"{_md(analysis.machine)} ({analysis.device}): speedup {_x(main.speedup.estimate)} (good time / bad time), "
         f"95% CI {_ci(main)}.",
         "",
