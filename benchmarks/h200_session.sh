@@ -3,7 +3,7 @@
 # for. Each step's output lands under $OUT (a log per step and one tarball of records), refreshed after
 # every step, so a call cut short still returns what finished.
 #   usage (device): bash benchmarks/h200_session.sh STEP [STEP ...]
-#   steps: gc main_before main aa_full plain cublaslt clb aa vae decode_gap bisect
+#   steps: gc main_before main aa_full plain cublaslt clb aa vae decode_gap bisect repro
 #     gc           benchmarks/gc_after_smoke.py: one garbage collection before and after the smoke tests
 #     main_before  speed.py's main job with the tree to compare with, carried in .prefix/src
 #                  (`git archive REV src metal pyproject.toml | tar -x -C .prefix`: 95dcc6e, before the worker
