@@ -110,6 +110,31 @@ def test_a_patching_vae_starts_from_its_patches() -> None:
     assert any("AutoencoderKLWan at 96x96: convolutions from 48px" in n for n in ex.notes), ex.notes
 
 
+def test_frames_size_a_video_vae_s_3d_convolutions_as_its_phases() -> None:
+    """bench --frames: 81 frames are 21 once Wan's VAE compresses them 4x in time (its config may say another
+    factor); another frame count is another workload name, so two runs at 81 and 9 frames never pair."""
+    from mpsup.model.extract import extract_model
+
+    config = {"_class_name": "AutoencoderKLWan", "dim_mult": [1, 2]}
+    tensors = {"vae/decoder.conv_in.weight": TensorInfo("a", "F32", (32, 16, 3, 3, 3), 4)}
+
+    def convs(frames: int | None, cfg: dict = config) -> dict[str, list[int]]:
+        ex = extract_model(tensors, None, tokens=(1,), components={"vae": cfg}, resolution=64, frames=frames)
+        return {w.name: w.params.get("input_shape") or w.params["shape"] for w in ex.workloads}
+
+    at_81 = convs(81)
+    (conv,) = [n for n in at_81 if "conv3d" in n]
+    assert conv.endswith("/21f") and at_81[conv][2] == 21 + 2  # the causal pad adds two frames
+    assert [n for n in convs(9) if "conv3d" in n] == [conv.replace("/21f", "/3f")]
+    assert [n for n in convs(None) if "conv3d" in n] == [conv.replace("/21f", "/4f")]  # four latent frames
+    assert next(n for n in convs(81, {**config, "scale_factor_temporal": 8}) if "conv3d" in n).endswith("/11f")
+    ex = extract_model(tensors, None, tokens=(1,), components={"vae": config}, resolution=64, frames=81)
+    assert any(n.endswith(", 81 frames (21 latent)") for n in ex.notes), ex.notes
+    image = {"vae/decoder.conv_in.weight": TensorInfo("a", "F32", (32, 16, 3, 3), 4)}
+    flat = extract_model(image, None, tokens=(1,), components={"vae": config}, resolution=64, frames=81)
+    assert not any("frames" in n for n in flat.notes)  # an image VAE has no frames to size
+
+
 def test_a_pipeline_without_a_vae_and_odd_configs() -> None:
     from mpsup.model.config import pipeline_vae_factor
     from mpsup.model.extract import extract_model

@@ -191,11 +191,11 @@ def test_diffusers_folder_with_wan_like_causal_vae(tmp_path: Path, mpsup_home: P
     by_name = {i["name"]: i for i in items}
     assert by_name["model/transformer/linear/64x64/t8"]["count"] == 2
     assert "transformer" in by_name["model/transformer/linear/64x64/t8"]["tags"]
-    conv = by_name["model/vae/conv3d/32x32k3x3x3/16px"]
+    conv = by_name["model/vae/conv3d/32x32k3x3x3/16px/4f"]
     assert conv["count"] == 2 and conv["input_shape"] == [1, 32, 6, 18, 18] and conv["padding"] == 0
     pad = by_name["model/vae/pad3d/32x4x16x16"]
     assert pad["count"] == 2 and pad["pad"] == [1, 1, 1, 1, 2, 0]
-    assert by_name["model/vae/conv3d/16x16k3x3x3/32px"]["count"] == 1
+    assert by_name["model/vae/conv3d/16x16k3x3x3/32px/4f"]["count"] == 1
     # And it measures, conv3d and causal pads included, on the CPU.
     res = run_cli("bench", "--model", str(root), "--device", "cpu", "--tokens", "1", "--budget", "0.02", "--no-smoke")
     assert res.returncode == 0, res.stderr[-2000:]

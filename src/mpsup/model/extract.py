@@ -22,7 +22,7 @@ from mpsup.model.config import (
     pipeline_vae_factor,
     vae_patch,
 )
-from mpsup.model.geometry import VAE_FACTOR, check_resolution, geometry, token_rule
+from mpsup.model.geometry import VAE_FACTOR, WAN_TIME_FACTOR, check_resolution, geometry, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
 from mpsup.workloads import Workload
@@ -234,6 +234,7 @@ def extract(
     for (shape, res, dt), count in convs.items():
         out_c, in_c, *kernel = shape
         pad = kernel[-1] // 2
+        video = f"/{cfg.frames or DEFAULT_FRAMES}f" if len(kernel) == 3 else ""  # another frame count: another call
         if len(kernel) == 3:
             frames = cfg.frames or DEFAULT_FRAMES
             x_shape = [1, in_c, frames, res, res]
@@ -257,7 +258,7 @@ def extract(
             conv_pad = pad
         workloads.append(
             Workload(
-                f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{res}px",
+                f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{res}px{video}",
                 "conv",
                 "model",
                 dt,
@@ -346,6 +347,7 @@ def _lm_head(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
 # down block and doubles back up; without a config, 64 latent pixels and 4 latent frames.
 DEFAULT_RESOLUTION = 64
 DEFAULT_FRAMES = 4
+MAX_TIME_FACTOR = 64  # far above any video VAE's; a config asking more is not taken at its word
 DEFAULT_LEVELS = 4
 
 
@@ -437,10 +439,11 @@ DIFFUSERS_VECTOR = re.compile(r"(^time_embedding\.|^add_embedding\.|^class_embed
 
 
 def _diffusers_plan(
-    config: dict[str, Any], resolution: tuple[int, int], vae_factor: int, component: str
+    config: dict[str, Any], resolution: tuple[int, int], vae_factor: int, component: str, frames: int | None = None
 ) -> tuple[ModelConfig, Callable[[str], int], str] | None:
     """A Diffusers UNet or VAE (its own config.json) at this image size: the convolutions' sizes and the
-    linears' token counts a forward at that size runs, and the statement of both; None for other classes."""
+    linears' token counts a forward at that size runs, and the statement of both; None for other classes.
+    `frames`: a video VAE's frames (bench --frames), as its 3D convolutions see them once compressed in time."""
     cls = str(config.get("_class_name", ""))
     unet = cls in UNET_CLASSES
     if not unet and not cls.startswith(VAE_CLASSES):
@@ -463,7 +466,21 @@ def _diffusers_plan(
     # Layers are sized square, at the shorter side: what a non-square image's extra pixels add is not counted.
     square = "" if width == height else f" (layers at {min(width, height)}px square)"
     note = f"{component}: {cls} at {width}x{height}{square}: {what}, {levels} levels"
+    if frames and not unet:
+        latent = (frames - 1) // _time_factor(config) + 1
+        note += f", {frames} frames ({latent} latent)"
+        cfg = replace(cfg, frames=latent)
     return replace(cfg, sample_size=size, levels=levels, tie_word_embeddings=False), rule, note
+
+
+def _time_factor(config: dict[str, Any]) -> int:
+    """A video VAE's compression in time, from its config (Wan: scale_factor_temporal; CogVideoX, LTX and
+    HunyuanVideo: temporal_compression_ratio), else Wan's 4. The whole-model phase probes it instead."""
+    for key in ("scale_factor_temporal", "temporal_compression_ratio"):
+        v = config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_TIME_FACTOR:
+            return v
+    return WAN_TIME_FACTOR
 
 
 def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
@@ -508,11 +525,12 @@ def extract_model(
     dtype: str | None = None,
     components: dict[str, dict[str, Any]] | None = None,
     resolution: int | tuple[int, int] | None = None,
+    frames: int | None = None,
 ) -> Extraction:
     """Like `extract`, but a Diffusers pipeline's or ComfyUI file's components (given: their configs by name)
     are extracted one by one and their workloads named and tagged by component, so each is reported apart.
     resolution (pixels, a side or (width, height)) sizes a diffusion model's activations; None: the
-    architecture's usual size, stated in the result's notes."""
+    architecture's usual size, stated in the result's notes. frames: a Diffusers video VAE's (bench --frames)."""
     size = check_resolution(resolution)
     if components is None:
         return extract(tensors, config, tokens=tokens, dtype=dtype)
@@ -522,7 +540,8 @@ def extract_model(
     for component in sorted({n.split("/", 1)[0] for n in tensors}):
         part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}
         own = components.get(component, {})
-        plan = _diffusers_plan(own, image, factor, component) if isinstance(own, dict) else None
+        video = frames if any(len(t.shape) == 5 for t in part.values()) else None
+        plan = _diffusers_plan(own, image, factor, component, video) if isinstance(own, dict) else None
         cfg, rule, note = plan or _component_plan(part, own, resolution, component)
         if note:
             total.notes.append(note)

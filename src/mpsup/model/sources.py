@@ -82,6 +82,7 @@ def _layers(
         dtype=dtype,
         components=loaded.components,
         resolution=resolution,
+        frames=whole.frames if whole else None,
     )
     whole = whole or WholeModel()
     phases = None
