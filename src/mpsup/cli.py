@@ -165,7 +165,8 @@ def bench(
         bool, typer.Option("--real-weights", help="Whole model: load the checkpoint's weights (default: random).")
     ] = False,
     frames: Annotated[
-        int | None, typer.Option("--frames", help="A video VAE run whole: frames to decode and encode, e.g. 81.")
+        int | None,
+        typer.Option("--frames", help="A video VAE: frames to decode and encode (phases and layers), e.g. 81."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
