@@ -234,9 +234,9 @@ def extract(
     for (shape, res, dt), count in convs.items():
         out_c, in_c, *kernel = shape
         pad = kernel[-1] // 2
-        video = f"/{cfg.frames or DEFAULT_FRAMES}f" if len(kernel) == 3 else ""  # another frame count: another call
+        frames = cfg.frames or DEFAULT_FRAMES
+        size = f"{res}px/{frames}f" if len(kernel) == 3 else f"{res}px"  # another frame count: another call
         if len(kernel) == 3:
-            frames = cfg.frames or DEFAULT_FRAMES
             x_shape = [1, in_c, frames, res, res]
             # Causal 3D convs (Wan-style VAEs) pad time on one side only, then convolve unpadded.
             workloads.append(
@@ -258,7 +258,7 @@ def extract(
             conv_pad = pad
         workloads.append(
             Workload(
-                f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{res}px{video}",
+                f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{size}",
                 "conv",
                 "model",
                 dt,
