@@ -22,7 +22,7 @@ from mpsup.model.config import (
     pipeline_vae_factor,
     vae_patch,
 )
-from mpsup.model.geometry import VAE_FACTOR, WAN_TIME_FACTOR, check_resolution, geometry, token_rule
+from mpsup.model.geometry import VAE_FACTOR, WAN_TIME_FACTOR, check_resolution, geometry, latent_frames, token_rule
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
 from mpsup.workloads import Workload
@@ -467,7 +467,7 @@ def _diffusers_plan(
     square = "" if width == height else f" (layers at {min(width, height)}px square)"
     note = f"{component}: {cls} at {width}x{height}{square}: {what}, {levels} levels"
     if frames and not unet:
-        latent = (frames - 1) // _time_factor(config) + 1
+        latent = latent_frames(frames, _time_factor(config))
         note += f", {frames} frames ({latent} latent)"
         cfg = replace(cfg, frames=latent)
     return replace(cfg, sample_size=size, levels=levels, tie_word_embeddings=False), rule, note

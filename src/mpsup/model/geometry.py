@@ -54,6 +54,11 @@ class Geometry:
         )
 
 
+def latent_frames(frames: int, time_factor: int = WAN_TIME_FACTOR) -> int:
+    """Frames a causal video VAE leaves: the first kept, the rest compressed in time (Wan: 1 + 4k -> 1 + k)."""
+    return (frames - 1) // time_factor + 1
+
+
 def check_resolution(resolution: int | tuple[int, int] | None) -> tuple[int, int] | None:
     if resolution is None:
         return None
@@ -79,8 +84,7 @@ def geometry(
     n_frames = frames or dframes
     if arch == "wan":
         f = _wan_spatial_factor(tensors) * PATCH
-        latent_frames = (n_frames - 1) // WAN_TIME_FACTOR + 1
-        image = latent_frames * (h // f) * (w // f)
+        image = latent_frames(n_frames) * (h // f) * (w // f)
     else:
         image = (h // (VAE_FACTOR * PATCH)) * (w // (VAE_FACTOR * PATCH))
     return Geometry(arch, w, h, n_frames, image, TEXT_TOKENS.get(arch, 0))
