@@ -32,11 +32,30 @@ def fake_torch_files(version: str, mps: bool = False, git_version: str | None = 
     return files
 
 
+def slow_linear(torch_name: str = "torch") -> str:
+    """Python source that makes `torch_name`.nn.functional.linear compute its product twice and return the second:
+    the same answer at twice the work, on any CPU and any GPU. What the tests' "bad" builds run (an interpreter
+    wrapper's sitecustomize, a shim wheel's torch/__init__.py): the bench workload calls F.linear at each call."""
+    return (
+        f"_F = {torch_name}.nn.functional\n"
+        "_once = _F.linear\n"
+        "\n"
+        "\n"
+        "def _twice(*args, **kwargs):\n"
+        "    _once(*args, **kwargs)\n"
+        "    return _once(*args, **kwargs)\n"
+        "\n"
+        "\n"
+        "_F.linear = _twice\n"
+    )
+
+
 def shim_torch_files(version: str, *, slow: bool = False, git_version: str | None = None) -> dict[str, str]:
     """A torch that is this interpreter's real one under another version: its __init__ loads the real package
-    (found now, its path baked in) and then says it is `version`. `slow` first turns ATen's vectorised CPU
-    kernels off (ATEN_CPU_CAPABILITY=default): a real slowdown of a bf16 linear, read once, when the first
-    operator runs. A thread count would not do: bench pins and sizes its workers' threads itself."""
+    (found now, its path baked in) and then says it is `version`. `slow` then makes every
+    torch.nn.functional.linear compute its product twice (SLOW_LINEAR): a real slowdown on any CPU or GPU. An
+    instruction-set switch would not do (ATEN_CPU_CAPABILITY leaves oneDNN's bf16 linear alone on CPUs with
+    avx512_bf16), nor would a thread count: bench pins and sizes its workers' threads itself."""
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
@@ -52,8 +71,6 @@ def shim_torch_files(version: str, *, slow: bool = False, git_version: str | Non
         f"if {str(real.parent)!r} not in _sys.path:",
         f"    _sys.path.append({str(real.parent)!r})",
     ]
-    if slow:
-        lines.append('_os.environ["ATEN_CPU_CAPABILITY"] = "default"')
     lines += [
         '_spec = _util.spec_from_file_location("torch", _os.path.join(_REAL, "__init__.py"),'
         " submodule_search_locations=[_REAL])",
@@ -62,6 +79,8 @@ def shim_torch_files(version: str, *, slow: bool = False, git_version: str | Non
         "_spec.loader.exec_module(_torch)",
         f"_torch.__version__ = {version!r}",
     ]
+    if slow:
+        lines.append(slow_linear("_torch"))
     if git_version is not None:
         lines.append(f"_torch.version.git_version = {git_version!r}")
     return {"torch/__init__.py": "\n".join(lines) + "\n"}

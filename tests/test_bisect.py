@@ -25,6 +25,7 @@ from mpsup.bisect.logic import (
     next_action,
 )
 from tests.conftest import run_cli
+from tests.pkgindex import slow_linear
 
 
 def simulate(n: int, first_bad: int, flaky: dict[int, list[str]] | None = None) -> tuple[Done, list[Outcome]]:
@@ -117,10 +118,16 @@ def test_classify_reads_a_step_against_the_ends() -> None:
 
 
 def _wrapper(folder: Path, i: int, bad: bool) -> Path:
-    """An 'environment': this interpreter behind a shell script; the bad ones turn off ATen's vectorised
-    CPU kernels (ATEN_CPU_CAPABILITY=default), which makes a bf16 linear several times slower here."""
+    """An 'environment': this interpreter behind a shell script. The bad ones put a folder on PYTHONPATH whose
+    sitecustomize makes torch.nn.functional.linear compute its product twice (tests/pkgindex.py: slow_linear):
+    a bf16 linear about twice as slow on any CPU or GPU, which an instruction-set switch is not."""
     p = folder / f"env{i}"
-    change = "export ATEN_CPU_CAPABILITY=default\n" if bad else ""
+    change = ""
+    if bad:
+        hook = folder / "slow-linear"
+        hook.mkdir(exist_ok=True)
+        (hook / "sitecustomize.py").write_text("import torch\n\n" + slow_linear("torch"))
+        change = f'export PYTHONPATH="{hook}"\n'
     p.write_text(f'#!/bin/sh\n{change}exec "{sys.executable}" "$@"\n')
     p.chmod(p.stat().st_mode | stat.S_IXUSR)
     return p

@@ -4,7 +4,7 @@ install-rc's machinery into throwaway environments only when the bisect probes t
 Most tests replace the paired run (command._Session.measure) by a fake that calls every build from the fifth
 on slower, so that what is installed, reused and removed is checked in seconds with real venvs, real
 installers and tiny fake torch wheels. One test measures for real: the wheels are shims of this venv's torch,
-the fifth and later ones with ATen's vectorised CPU kernels turned off.
+the fifth and later ones computing each torch.nn.functional.linear twice (pkgindex.slow_linear).
 
 pip and uv are shielded from this machine's configuration (PIP_CONFIG_FILE=/dev/null, UV_NO_CONFIG=1) and
 pointed at the local index, so nothing leaves the machine."""
@@ -386,8 +386,8 @@ def test_pip_with_the_users_configuration_and_keep_envs(
 def test_cli_bisects_real_builds_over_nightlies(
     index, mpsup_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Eight shims of this venv's torch; from the fifth on a bf16 linear runs without ATen's vectorised kernels,
-    about half as fast. The bisect measures it through bench, as the list path does."""
+    """Eight shims of this venv's torch; from the fifth on each F.linear computes its product twice, about half
+    as fast on any CPU. The bisect measures it through bench, as the list path does."""
     env = _shield(monkeypatch, tmp_path, index["shim"], uv=True)
     args = ["bisect", "--nightlies", BUILDS[0], DAYS[-1], "--index-url", index["shim"], "--device", "cpu"]
     res = run_cli(*args, "--only", WORKLOAD, "--budget", "0.05", "--json", env=env)
