@@ -223,7 +223,7 @@ def test_a_journal_whose_steps_name_no_environment_is_refused_not_bisected_on(mp
         command.run(req)
     doc["steps"] = [{"index": 1, "attempt": "x", "verdict": "bad"}]
     jr.save_journal(doc)
-    with pytest.raises(UserError, match="damaged steps"):
+    with pytest.raises(UserError, match="step 1: attempt must be an integer"):
         command.run(req)
 
 
@@ -239,5 +239,5 @@ def test_resume_alone_works_from_any_folder_and_refuses_fresh(mpsup_home: Path, 
     with pytest.raises(UserError, match="contradict"):
         command.check(command.BisectRequest(resume=True, fresh=True))
     jr.save_journal({**jr.new_journal("d" * 16, {**args, "budget": "x"}, ["a", "b"], "2026-12-02T00:00:00Z")})
-    with pytest.raises(UserError, match="damaged arguments"):
+    with pytest.raises(UserError, match="args.budget must be a number, found str; rerun with --fresh"):
         command.check(command.BisectRequest(resume=True))

@@ -284,7 +284,9 @@ def test_only_the_probed_builds_are_installed_and_nothing_is_left(
     probed = [BUILDS[i] for i in (0, 7, 3, 5, 4)]
     assert _events(log, "installed") == probed and len(probed) <= math.log2(len(BUILDS)) + 2
     assert [s.index for s in result.steps] == [7, 3, 5, 4]
-    assert len(seen[-1]) == 5  # all five there at once, each a venv under the bisect's folder
+    # never more than the good build and the one being measured: each other one goes once its step is called
+    assert [len(s) for s in seen] == [1, 2, 2, 2, 2]
+    assert _events(log, "release") == [BUILDS[i] for i in (7, 3, 5)]
     assert wheels == []
     assert all(p.parent.parent == mpsup_home / "bisect-envs" for p in seen[-1])
     t = result.throwaway
@@ -313,7 +315,9 @@ def test_an_interrupted_bisect_keeps_its_installs_and_resume_reuses_them(
     assert stopped.interrupted == "SIGINT" and stopped.exit_code == 130 and stopped.paired_runs == 2
     assert _events(first, "installed") == [BUILDS[i] for i in (0, 7, 3, 5)]
     t = stopped.throwaway
-    assert t is not None and t.state == "kept-for-resume" and len(t.left) == 4 == len(_venvs(mpsup_home))
+    # the good build and the one whose step was stopped; the two whose steps were called are gone already
+    assert t is not None and t.state == "kept-for-resume" and len(t.left) == 2 == len(_venvs(mpsup_home))
+    assert _events(first, "release") == [BUILDS[7], BUILDS[3]]
 
     monkeypatch.setattr(command._Session, "measure", _fake_measure(FIRST_BAD))
     again: list[tuple[str, dict[str, Any]]] = []
@@ -339,7 +343,8 @@ def test_a_failed_install_removes_what_the_bisect_installed(
         command.run(_request(bare_python, index["broken"]), lambda e, i: log.append((e, i)))
     # the ends were installed and measured; the fourth build's wheel is no zip: everything goes, the step stays
     assert _events(log, "installed") == [BUILDS[0], BUILDS[7]]
-    assert [info["removed"] for event, info in log if event == "cleanup"] == [2]
+    assert _events(log, "release") == [BUILDS[7]]  # its step called, before the failed install
+    assert [info["removed"] for event, info in log if event == "cleanup"] == [1]
     assert _venvs(mpsup_home) == [] and not (mpsup_home / "bisect-envs").exists()
     (journal,) = (mpsup_home / "bisect").glob("*.json")
     assert len(json.loads(journal.read_text())["steps"]) == 1

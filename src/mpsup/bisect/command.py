@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shlex
 import signal
 import sys
 import time
@@ -273,12 +274,9 @@ def _request_from_journal(doc: dict[str, Any], path: Path) -> BisectRequest:
 
 
 def _from_args(doc: dict[str, Any]) -> BisectRequest:
-    a = doc["args"]
+    a = doc["args"]  # each field's type checked by load_journal
     night = a.get("nightlies")
     if night is not None:
-        ends = (night["good"], night["bad"], night["index_url"], night["python"])
-        if not all(isinstance(e, str) for e in ends):
-            raise TypeError("nightlies")
         environments: tuple[str, ...] = (str(night["good"]), str(night["bad"]))
     else:
         pythons = a.get("pythons")
@@ -310,8 +308,18 @@ def check(req: BisectRequest) -> BisectRequest:
     if req.resume and not req.environments:
         path = jr.newest_unfinished()
         if path is None:
-            raise UserError("--resume: no interrupted bisect to continue (none in the data dir's bisect/ folder)")
-        return replace(_request_from_journal(jr.load_journal(path), path), keep_envs=req.keep_envs)
+            passed = jr.unreadable()
+            why = f"; passed over {len(passed)} unreadable: {passed[0]}" if passed else ""
+            raise UserError(
+                f"--resume: no interrupted bisect to continue (none in the data dir's bisect/ folder){why}"
+                + _leftovers_line(None)
+            )
+        journaled = _request_from_journal(jr.load_journal(path), path)
+        try:
+            journaled = check(journaled)  # the values, as if typed: a journal is input like any other
+        except UserError as exc:
+            raise UserError(f"{path}: {exc}; rerun with --fresh to start over") from None
+        return replace(journaled, keep_envs=req.keep_envs)
     if not req.nightlies:
         for flag, given in (("--index-url", req.index_url), ("--python", req.python), ("--keep-envs", req.keep_envs)):
             if given:
@@ -353,6 +361,8 @@ class Environments(Protocol):
 
     def probed(self, i: int) -> dict[str, Any] | None: ...  # the probe an install just ran there, if any
 
+    def release(self, keep: set[int]) -> None: ...  # what the bisect will not ask for again may go (--nightlies)
+
 
 @dataclass(frozen=True)
 class _Listed:
@@ -373,11 +383,17 @@ class _Listed:
     def probed(self, i: int) -> dict[str, Any] | None:
         return None
 
+    def release(self, keep: set[int]) -> None:
+        return None  # the user's own environments stay as they are
+
 
 def _journal_to_continue(path: Path, req: BisectRequest) -> dict[str, Any] | None:
     """This bisect's journal, unless --fresh; None where there is none (which --resume refuses)."""
     if path.exists() and not req.fresh:
-        return jr.load_journal(path)
+        doc = jr.load_journal(path)
+        if doc.get("status") != "done":
+            jr.check_room(doc, path)
+        return doc
     if req.resume:
         raise UserError("--resume: no journal for these arguments; run without --resume to start this bisect")
     return None
@@ -392,9 +408,10 @@ def run(
     """Bisect, or continue the journal of the same arguments; returns what is known so far."""
     from mpsup.envs.resolve import resolve_environment
 
+    resuming = req.resume
     req = check(req)
     if req.nightlies:
-        return _run_nightlies(req, progress, bar, warn)
+        return _run_nightlies(req, progress, bar, warn, resuming)
     pythons = [resolve_environment(e, f"environment {i + 1}") for i, e in enumerate(req.environments)]
     for i, py in enumerate(pythons[1:], 2):
         if same_environment(pythons[0], py):
@@ -405,12 +422,38 @@ def run(
     plan = _prepare(req, pythons[0])
     key = jr.journal_key(_args(req, pythons, plan.device))
     path = jr.journal_path(key)
-    doc = _journal_to_continue(path, req)
-    if doc is None:
-        doc = jr.new_journal(key, _args(req, pythons, plan.device), list(req.environments), _now())
-        jr.save_journal(doc)
-    session = _Session(req, plan, _Listed(tuple(pythons)), doc, progress, bar, warn)
-    return session.go()
+    if resuming:
+        _warn_leftovers(key, warn)
+    with jr.locked(key):
+        doc = _journal_to_continue(path, req)
+        if doc is None:
+            doc = jr.new_journal(key, _args(req, pythons, plan.device), list(req.environments), _now())
+            jr.save_journal(doc)
+        session = _Session(req, plan, _Listed(tuple(pythons)), doc, progress, bar, warn)
+        return session.go()
+
+
+def _leftovers(but: str | None) -> list[tuple[Path, str]]:
+    """Folders of throwaway environments under bisect-envs/ other than bisect `but`'s, with what they belong to."""
+    from mpsup.bisect.nightlies import leftover_folders
+
+    return [(folder, what) for folder, what in leftover_folders() if folder.name != but]
+
+
+def _leftovers_line(but: str | None) -> str:
+    found = _leftovers(but)
+    if not found:
+        return ""
+    return f"; {len(found)} folder(s) of nightly builds are left: remove with rm -rf " + " ".join(
+        shlex.quote(str(f)) for f, _ in found
+    )
+
+
+def _warn_leftovers(key: str, warn: Callable[[str], None]) -> None:
+    """`--resume`: what other bisects left installed (interrupted ones not resumed, --keep-envs), each with the
+    command that removes it."""
+    for folder, what in _leftovers(key):
+        warn(f"{folder}: {what}, not the bisect being resumed; remove it with: rm -rf {shlex.quote(str(folder))}")
 
 
 def _prepare(req: BisectRequest, good: Path) -> BenchPlan:
@@ -458,6 +501,7 @@ def _run_nightlies(
     progress: Progress,
     bar: Callable[[], AbstractContextManager[Progress]],
     warn: Callable[[str], None],
+    resuming: bool = False,
 ) -> BisectResult:
     """List the builds (once, when the bisect starts), then bisect them with installs on demand; at the end the
     throwaway environments go, unless --keep-envs or the bisect was interrupted (kept for --resume)."""
@@ -474,55 +518,58 @@ def _run_nightlies(
     check_torch_only(plan)
     args = _nightly_args(req, good.key, bad.key, index_url, python, plan.device)
     key = jr.journal_key(args)
-    path = jr.journal_path(key)
-    folder = nl.folder_for(key)
-    doc = _journal_to_continue(path, req)
-    if doc is None:
-        selection = nl.select_builds(index.torch_files(), index.target(), good, bad, index_url)
-        # A new bisect of these arguments (--fresh, or a journal deleted by hand): what an earlier one left is stale.
-        nl.remove_folder(folder)
-        doc = jr.new_journal(key, args, list(selection.versions), _now())
-        doc["nightlies"] = nl.new_entry(index_url, python, folder, selection)
-        jr.save_journal(doc)
-    entry = nl.journal_entry(doc, path)
-    journal_doc = doc
+    if resuming:
+        _warn_leftovers(key, warn)
+    with jr.locked(key):  # released when this returns or raises
+        path = jr.journal_path(key)
+        folder = nl.folder_for(key)
+        doc = _journal_to_continue(path, req)
+        if doc is None:
+            selection = nl.select_builds(index.torch_files(), index.target(), good, bad, index_url)
+            # A new bisect of these arguments (--fresh, or its journal deleted): an earlier one's builds are stale.
+            nl.remove_folder(folder)
+            doc = jr.new_journal(key, args, list(selection.versions), _now())
+            doc["nightlies"] = nl.new_entry(index_url, python, folder, selection)
+            jr.save_journal(doc)
+        entry = nl.journal_entry(doc, path)
+        journal_doc = doc
 
-    def save() -> None:
-        jr.save_journal(journal_doc)
+        def save() -> None:
+            jr.save_journal(journal_doc)
 
-    envs = nl.Throwaways(doc, entry, folder, index, progress, save)
-    progress(
-        "nightlies",
-        {
-            "builds": envs.n,
-            "first": envs.versions[0],
-            "last": envs.versions[-1],
-            "index_url": index_url,
-            "skipped": len(entry.get("skipped", [])),
-            "folder": str(folder),
-            "at_most": max_paired_runs(envs.n) + 1,
-        },
-    )
-    session = _Session(req, plan, envs, doc, progress, bar, warn)
-    try:
-        result = session.go()
-    except KeyboardInterrupt:
-        raise  # outside a step (go() keeps its own): what is installed stays for the rerun, as after Ctrl-C in one
-    except BaseException:
-        # A step or an install failed: the journal keeps the finished steps, the environments go unless kept.
-        if not req.keep_envs:
-            gone = envs.remove_all()
-            progress("cleanup", {"removed": len(gone), "folder": str(folder)})
-        raise
-    if result.interrupted:
-        state = "kept-for-resume"
-    elif req.keep_envs:
-        envs.tidy()
-        state = "kept"
-    else:
-        envs.remove_all()
-        state = "removed"
-    return replace(result, throwaway=envs.summary(state))
+        envs = nl.Throwaways(doc, entry, folder, index, progress, save)
+        progress(
+            "nightlies",
+            {
+                "builds": envs.n,
+                "first": envs.versions[0],
+                "last": envs.versions[-1],
+                "index_url": index_url,
+                "skipped": len(entry.get("skipped", [])),
+                "folder": str(folder),
+                "at_most": max_paired_runs(envs.n) + 1,
+            },
+        )
+        session = _Session(req, plan, envs, doc, progress, bar, warn)
+        try:
+            result = session.go()
+        except KeyboardInterrupt:
+            raise  # outside a step (go() keeps its own): what is installed stays for the rerun, as after Ctrl-C in one
+        except BaseException:
+            # A step or an install failed: the journal keeps the finished steps, the environments go unless kept.
+            if not req.keep_envs:
+                gone = envs.remove_all()
+                progress("cleanup", {"removed": len(gone), "folder": str(folder)})
+            raise
+        if result.interrupted:
+            state = "kept-for-resume"
+        elif req.keep_envs:
+            envs.tidy()
+            state = "kept"
+        else:
+            envs.remove_all()
+            state = "removed"
+        return replace(result, throwaway=envs.summary(state))
 
 
 class _Session:
@@ -594,6 +641,9 @@ class _Session:
         try:
             while True:
                 action = next_action(self.n, self.outcomes())
+                if not self.req.keep_envs:
+                    ends = (action.last_good, action.first_bad) if isinstance(action, Done) else (action.index,)
+                    self.envs.release({0, *ends})
                 if isinstance(action, Done):
                     for i in (action.last_good, action.first_bad):
                         self.probe(i)

@@ -6,18 +6,39 @@ continued by the same command from the last finished step; the step it was in is
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
+import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mpsup.errors import UserError
+from mpsup.errors import OperationFailed, UserError
 from mpsup.paths import bisect_dir
-from mpsup.safe_files import atomic_write_json, read_json_object
+from mpsup.safe_files import atomic_write_json, finite_json, read_json_object
 
 SCHEMA = "mpsup.bisect/1"
 # A journal holds a few dozen steps at most; anything near this is not one of ours.
 MAX_JOURNAL_BYTES = 16 << 20
+# A journal's key is the hash journal_key writes, and the file's name: never a path.
+KEY = re.compile(r"[0-9a-f]{16}")
+# What each argument may be, as _args and _nightly_args write them (bool is no number here).
+_ARG_TYPES: dict[str, tuple[str, tuple[type, ...]]] = {
+    "only": ("a string or null", (str, type(None))),
+    "model": ("a string or null", (str, type(None))),
+    "device": ("a string or null", (str, type(None))),
+    "budget": ("a number", (int, float)),
+    "threads": ("an integer or null", (int, type(None))),
+    "tokens": ("a string or null", (str, type(None))),
+    "affinity": ("a string or null", (str, type(None))),
+    "dtype": ("a string or null", (str, type(None))),
+    "resolution": ("a string or null", (str, type(None))),
+    "threshold": ("a number", (int, float)),
+}
+_STATUSES = ("running", "done")
 
 
 def journal_key(args: dict[str, Any]) -> str:
@@ -27,6 +48,9 @@ def journal_key(args: dict[str, Any]) -> str:
 
 
 def journal_path(key: str) -> Path:
+    """The only place a journal is written: the data dir's bisect/ folder, under a name journal_key made."""
+    if not KEY.fullmatch(key):
+        raise UserError(f"{key[:80]!r} is not a bisect journal's key (16 hex digits); rerun with --fresh")
     return bisect_dir() / f"{key}.json"
 
 
@@ -45,29 +69,166 @@ def new_journal(key: str, args: dict[str, Any], typed: list[str], now: str) -> d
     }
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _opt_number(v: Any) -> bool:
+    return v is None or _number(v)
+
+
+def _step_problem(s: Any) -> str | None:
+    if not isinstance(s, dict):
+        return "is not an object"
+    if not (isinstance(s.get("index"), int) and not isinstance(s.get("index"), bool)):
+        return "index must be an integer"
+    attempt = s.get("attempt", 1)
+    if not (isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 1):
+        return "attempt must be an integer from 1"
+    for key in ("budget_s", "seconds"):
+        if key in s and not (_number(s[key]) and s[key] >= 0):
+            return f"{key} must be a number of seconds"
+    if not isinstance(s.get("run_id"), (str, type(None))):
+        return "run_id must be a string or null"
+    if not isinstance(s.get("verdict"), str):
+        return "verdict must be a string"
+    figures = s.get("figures", [])
+    if not isinstance(figures, list):
+        return "figures must be a list"
+    for f in figures:
+        if not (isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("change"), str)):
+            return "each figure needs a name and a change (strings)"
+        if not all(_opt_number(f.get(k)) for k in ("speedup", "low", "high")):
+            return "a figure's speedup, low and high must be numbers or null"
+    return None
+
+
+def _problem(doc: dict[str, Any], path: Path) -> str | None:
+    """What makes `doc` no journal mpsup wrote at `path` (field by field), or None."""
+    if doc.get("schema") != SCHEMA:
+        return "not a bisect journal mpsup can read"
+    key = doc.get("key")
+    # The key names the file the journal is rewritten to: one that is not this file's own name would move it.
+    if not (isinstance(key, str) and KEY.fullmatch(key) and key == path.stem):
+        shown = repr(key)[:80]
+        return f"its key {shown} is not this file's name ({path.stem}), so mpsup will not write it anywhere"
+    if path.suffix != ".json" or path.parent.resolve() != bisect_dir().resolve():
+        return f"not in the data dir's bisect folder ({bisect_dir()})"
+    names = doc.get("environments")
+    if not (isinstance(names, list) and len(names) >= 2 and all(isinstance(n, str) for n in names)):
+        return "environments must be a list of at least two strings"
+    args = doc.get("args")
+    if not isinstance(args, dict):
+        return "args must be an object"
+    for name, (what, types) in _ARG_TYPES.items():
+        v = args.get(name)
+        wrong = not isinstance(v, types) or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v))
+        if wrong and name in args:  # an argument left out takes its default
+            return f"args.{name} must be {what}, found {type(v).__name__}"
+    pythons = args.get("pythons", [])
+    if not (isinstance(pythons, list) and all(isinstance(p, str) for p in pythons)):
+        return "args.pythons must be a list of strings"
+    night = args.get("nightlies")
+    if night is not None and not (
+        isinstance(night, dict) and all(isinstance(night.get(k), str) for k in ("good", "bad", "index_url", "python"))
+    ):
+        return "args.nightlies must be an object of strings (good, bad, index_url, python)"
+    if doc.get("status") not in _STATUSES:
+        return "status must be 'running' or 'done'"
+    for key in ("started", "updated"):
+        if not isinstance(doc.get(key, ""), str):
+            return f"{key} must be a string"
+    elapsed = doc.get("elapsed_s", 0.0)
+    if not (_number(elapsed) and elapsed >= 0):
+        return "elapsed_s must be a number of seconds"
+    facts = doc.get("facts")
+    if not (isinstance(facts, dict) and all(isinstance(v, dict) for v in facts.values())):
+        return "facts must be an object of objects"
+    for f in facts.values():
+        if not all(isinstance(v, (str, type(None))) for v in f.values()):
+            return "each environment's facts must be strings or null"
+    steps = doc.get("steps")
+    if not isinstance(steps, list):
+        return "steps must be a list"
+    for i, s in enumerate(steps, 1):
+        why = _step_problem(s)
+        if why:
+            return f"step {i}: {why}"
+    result = doc.get("result")
+    if result is not None and not (
+        isinstance(result, dict)
+        and isinstance(result.get("status"), str)
+        and all(type(result.get(k)) is int for k in ("last_good", "first_bad"))
+    ):
+        return "result must be an object with a status and two build indexes"
+    return None
+
+
+def rewritten_bytes(doc: dict[str, Any]) -> int:
+    """How large save_journal writes `doc`: what the next read of it must stay within."""
+    return len(json.dumps(finite_json(doc), indent=1, allow_nan=False).encode()) + 1
+
+
 def load_journal(path: Path) -> dict[str, Any]:
-    """A journal as written by save_journal, or one line naming the file and the way out."""
+    """A journal as written by save_journal, every field checked, or one line naming the file and the way out."""
     try:
         doc = read_json_object(path, "bisect journal", MAX_JOURNAL_BYTES)
     except UserError as exc:
         raise UserError(f"{exc}; rerun with --fresh to start over") from None
-    ok = (
-        doc.get("schema") == SCHEMA
-        and isinstance(doc.get("args"), dict)
-        and isinstance(doc.get("steps"), list)
-        and isinstance(doc.get("facts"), dict)
-        and isinstance(doc.get("environments"), list)
-        and all(isinstance(s, dict) and isinstance(s.get("index"), int) for s in doc["steps"])
-    )
-    if not ok:
-        raise UserError(f"{path}: not a bisect journal mpsup can read; rerun with --fresh to start over")
+    why = _problem(doc, path)
+    if why:
+        raise UserError(f"{path}: {why}; rerun with --fresh to start over")
     return doc
+
+
+def check_room(doc: dict[str, Any], path: Path) -> None:
+    """Before continuing a journal: its rewrite, with a step more, must still be one mpsup can read back, or the
+    bisect would be measured on and then lost."""
+    size = rewritten_bytes(doc)
+    steps = [s for s in doc["steps"] if isinstance(s, dict)]
+    step = max((len(json.dumps(s, indent=1)) for s in steps), default=0) + 64
+    if size + step > MAX_JOURNAL_BYTES:
+        raise UserError(
+            f"{path}: {len(steps)} steps, {size / 2**20:.1f} MiB when rewritten, too close to the "
+            f"{MAX_JOURNAL_BYTES >> 20} MiB a journal may hold to continue; rerun with --fresh to start over"
+        )
 
 
 def save_journal(doc: dict[str, Any]) -> Path:
     path = journal_path(str(doc["key"]))
+    if rewritten_bytes(doc) > MAX_JOURNAL_BYTES:
+        # The file on disk stays as it was: still readable, where a larger one would be refused on the next read.
+        raise OperationFailed(
+            f"{path}: the journal would pass {MAX_JOURNAL_BYTES >> 20} MiB; it was left as it was at its last step"
+        )
     atomic_write_json(path, doc)
     return path
+
+
+@contextlib.contextmanager
+def locked(key: str) -> Iterator[Path]:
+    """One mpsup at a time on a bisect: a second of the same arguments is refused in one line, not run beside
+    it (both would measure the same step, each the other's noise, and rewrite one journal)."""
+    import fcntl
+
+    path = journal_path(key).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            pid = f" (process {holder})" if holder.isdigit() else ""
+            raise UserError(
+                f"this bisect is running in another mpsup{pid}; wait for it to finish, or stop it and rerun "
+                f"(lock: {path})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield path
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def newest_unfinished() -> Path | None:
@@ -84,6 +245,20 @@ def newest_unfinished() -> Path | None:
         if doc.get("status") != "done":
             found.append((str(doc.get("updated", "")), p))
     return max(found)[1] if found else None
+
+
+def unreadable() -> list[str]:
+    """Why each journal in the bisect folder cannot be read (one line each): what `--resume` passed over."""
+    folder = bisect_dir()
+    if not folder.is_dir():
+        return []
+    problems = []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            load_journal(p)
+        except UserError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def finished_journals() -> list[dict[str, Any]]:

@@ -230,6 +230,39 @@ def remove_folder(folder: Path) -> bool:
     return had
 
 
+def leftover_folders() -> list[tuple[Path, str]]:
+    """Every bisect's folder under bisect-envs/, with what it holds and whose it is (its journal, by name)."""
+    from mpsup.bisect.journal import KEY, load_journal
+    from mpsup.paths import bisect_dir
+
+    root = bisect_envs_dir()
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.iterdir()):
+        if folder.is_symlink() or not folder.is_dir():
+            continue
+        held = len(list(folder.glob(f"*/{ENV_RECORD}")))
+        what = f"{held} nightly build(s) installed"
+        journal = bisect_dir() / f"{folder.name}.json"
+        if not (KEY.fullmatch(folder.name) and journal.is_file()):
+            what += " by a bisect whose journal is gone"
+        else:
+            try:
+                doc = load_journal(journal)
+            except UserError:
+                what += " by a bisect whose journal cannot be read"
+            else:
+                names = doc["environments"]
+                span = f"{names[0]} to {names[-1]}"
+                if doc["status"] == "done":
+                    what += f" by a finished bisect of {span} (--keep-envs)"
+                else:
+                    what += f" by an interrupted bisect of {span} ({len(doc['steps'])} step(s) done)"
+        found.append((folder, what))
+    return found
+
+
 def new_entry(index_url: str, python: Path, folder: Path, selection: Selection) -> dict[str, Any]:
     """The journal's `nightlies` object."""
     return {
@@ -412,6 +445,26 @@ class Throwaways:
         self.save()
         self.progress("installed", {"version": version, "prefix": str(plan.prefix), "seconds": seconds})
         return Path(result.record.python)
+
+    def release(self, keep: set[int]) -> None:
+        """Remove every installed build but `keep` (the good one, and what the bisect measures next): a build
+        leaves the range still open once its step is called, and the bisect never asks for it again."""
+        if not self.folder.is_dir():
+            return
+        wanted = {Version(v).public: i for i, v in enumerate(self.versions)}
+        for rec in sorted(self.folder.glob(f"*/{ENV_RECORD}")):
+            try:
+                held = Version(str(read_env_record(rec).get("torch_version"))).public
+            except (UserError, InvalidVersion):
+                continue  # not one of this bisect's builds as far as can be told: left for remove_all
+            i = wanted.get(held)
+            if i is None or i in keep:
+                continue
+            remove_tree(rec.parent)
+            self.ready.pop(i, None)
+            self.entry.setdefault("released", []).append({"index": i, "version": self.versions[i], "at": now_iso()})
+            self.save()
+            self.progress("release", {"version": self.versions[i], "prefix": str(rec.parent)})
 
     def present(self) -> list[Path]:
         if not self.folder.is_dir():

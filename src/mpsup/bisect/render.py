@@ -75,6 +75,8 @@ def nightly_line(event: str, info: dict[str, Any]) -> str | None:
         return f"installing torch {info['version']} with {info['installer']}{size} into {info['prefix']}"
     if event == "installed":
         return f"installed torch {info['version']} in {info['seconds']:.0f} s"
+    if event == "release":
+        return f"removed torch {info['version']}: its step is called, the bisect needs it no more ({info['prefix']})"
     if event == "reuse":
         return f"reusing torch {info['version']}, installed by an earlier run of this bisect ({info['prefix']})"
     if event == "cleanup" and info["removed"]:
