@@ -273,3 +273,116 @@ def test_read_only_data_dir_is_refused_before_any_work(read_only_runs: Path, mon
     monkeypatch.setattr(runner.Runner, "start", lambda _self: pytest.fail("a worker started"))
     with pytest.raises(UserError, match="nothing was measured"):
         _bench(1)
+
+
+# -- waits that say what they wait for, each with its own deadline ----------------------------------------------
+
+
+@pytest.fixture
+def notices(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The wait lines, as the CLI would print them on stderr, with the first one after 0.3 s instead of 5."""
+    from mpsup import waits
+
+    monkeypatch.setattr(waits, "NOTICE_S", 0.3)
+    monkeypatch.setattr(waits, "EVERY_S", 0.5)
+    said: list[str] = []
+    waits.set_notice(said.append)
+    yield said
+    waits.set_notice(None)
+
+
+def _hanging_python(tmp_path: Path) -> Path:
+    """An interpreter that never answers: it sleeps whatever it is asked to run."""
+    p = tmp_path / "hanging-python"
+    p.write_text("#!/bin/sh\nexec sleep 20\n")
+    p.chmod(0o755)
+    return p
+
+
+def test_a_hanging_interpreter_probe_is_said_and_given_up(tmp_path: Path, notices: list[str]) -> None:
+    from mpsup.probe import run_interpreter_probe
+
+    python = _hanging_python(tmp_path)
+    t0 = time.monotonic()
+    assert run_interpreter_probe(python, timeout=1.5) is None
+    assert time.monotonic() - t0 < 5
+    assert notices and notices[0] == (
+        f"waiting for {python} to answer the interpreter probe (it imports torch): 0 s so far, giving up at 2 s"
+    )
+    n = len(notices)
+    time.sleep(0.8)
+    assert len(notices) == n  # the wait is over: nothing more is said
+
+
+def test_a_worker_that_never_starts_is_said_and_given_up(tmp_path: Path, notices: list[str]) -> None:
+    from mpsup.bench.workerproc import WorkerDied, WorkerProcess
+
+    python = _hanging_python(tmp_path)
+    worker = WorkerProcess(python)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerDied, match="worker gave no answer in 2s"):
+        worker.request({"op": "hello", "device": "cpu"}, timeout=1.5)
+    assert time.monotonic() - t0 < 5 and not worker.alive
+    worker.close()
+    assert notices[0].startswith(f"waiting for the worker in {python} to start (importing torch): 0 s so far")
+    assert notices[0].endswith("giving up at 2 s")
+
+
+def test_a_worker_that_hangs_mid_step_is_said_and_given_up(tmp_path: Path, notices: list[str]) -> None:
+    """It starts, then its linear never returns (a sitecustomize makes F.linear sleep): the setup's wait names
+    the workload, and its deadline stops it."""
+    from mpsup.bench.command import BenchRequest, prepare
+    from mpsup.bench.workerproc import WorkerDied, WorkerProcess
+
+    hook = tmp_path / "hang"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import time\nimport torch\n\n\ndef _hang(*a, **k):\n    time.sleep(60)\n\n\ntorch.nn.functional.linear = _hang\n"
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexport PYTHONPATH="{hook}"\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    (workload,) = prepare(BenchRequest(device="cpu", only="linear/384x384/t1", smoke=False)).workloads
+    worker = WorkerProcess(python)
+    try:
+        assert worker.request({"op": "hello", "device": "cpu", "threads": 1}, timeout=120)["type"] == "hello"
+        notices.clear()
+        t0 = time.monotonic()
+        with pytest.raises(WorkerDied, match="worker gave no answer in 2s"):
+            worker.request({"op": "setup", "workload": workload.spec(), "calls": 1, "target_sample_s": 0.01}, 2.0)
+        assert time.monotonic() - t0 < 6 and not worker.alive
+    finally:
+        worker.close(force=True)
+    assert notices[0].startswith(f"waiting for the worker in {python} to set up linear/384x384/t1: 0 s so far")
+    assert len(notices) >= 2 and notices[-1].endswith("giving up at 2 s")  # said again while it lasts
+
+
+def test_cli_says_what_it_waits_for_within_seconds(tmp_path: Path, mpsup_home: Path) -> None:
+    """A bisect whose second environment hangs: the probe's wait is on stderr within a few seconds (the CLI's own
+    5 s), long before its 180 s deadline. The process is stopped once the line is there."""
+    python = _hanging_python(tmp_path)
+    other = tmp_path / "good-python"
+    other.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    other.chmod(0o755)
+    args = ["bisect", str(other), str(python), "--only", "linear/384x384/t1", "--device", "cpu", "--budget", "0.05"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mpsup", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        t0 = time.monotonic()
+        # the good environment may be waited for too on a busy machine: read until the hanging one is named
+        while not any(str(python) in ln for ln in lines) and (line := proc.stderr.readline()):
+            lines.append(line)
+        took = time.monotonic() - t0
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    (said,) = [ln for ln in lines if str(python) in ln]
+    assert said.startswith(f"waiting for {python} to answer the interpreter probe (it imports torch): 5 s so far")
+    assert "giving up at 180 s" in said and took < 25

@@ -403,3 +403,47 @@ def test_two_digit_minor_releases_count_as_newer(tmp_path: Path) -> None:
         probe=lambda _p: probe,
     )
     assert isinstance(plan, InstallPlan) and plan.to_version == "2.10.0"
+
+
+# -- an index page has a deadline of its own, not only each read ---------------------------------------------------
+
+
+def test_an_index_page_trickled_a_byte_at_a_time_hits_the_pages_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loopback server that sends one byte every 0.2 s never trips the 5 s per-read timeout; the page's own
+    deadline (2 s here, 120 s by default) does, and the wait is said while it lasts."""
+    import http.server
+    import time
+
+    from mpsup import waits
+    from mpsup.envs.index import IndexUnreachable, default_fetcher, list_project_files
+    from tests.pkgindex import _serving
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            try:
+                for _ in range(150):  # 30 s at most: the client is long gone by then
+                    self.wfile.write(b"<")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    monkeypatch.setattr(waits, "NOTICE_S", 0.3)
+    said: list[str] = []
+    waits.set_notice(said.append)
+    try:
+        with _serving(Trickle) as url:
+            t0 = time.monotonic()
+            with pytest.raises(IndexUnreachable, match=r"the page was not read in 2 s \(\d+ bytes so far\)"):
+                list_project_files(f"{url}/simple", "torch", default_fetcher(timeout=5, deadline_s=2.0))
+            took = time.monotonic() - t0
+    finally:
+        waits.set_notice(None)
+    assert 2.0 <= took < 4.5
+    assert said[0] == f"waiting for the index page {url}/simple/torch/: 0 s so far, giving up at 2 s"

@@ -70,6 +70,11 @@ def _root(
     ] = False,
 ) -> None:
     """mpsup: measure whether a PyTorch upgrade helps your model on your Mac's GPU."""
+    from mpsup import waits
+    from mpsup.console import message_line
+
+    # A wait past a few seconds (an interpreter, a worker, an index page) says what it waits for on stderr.
+    waits.set_notice(lambda line: message_line(stderr_console, safe(line)))
 
 
 @app.command(cls=_Command)

@@ -25,6 +25,7 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.safe_files import stat_input
 from mpsup.syscmd import clean_env
+from mpsup.waits import announced
 
 WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
 
@@ -176,6 +177,7 @@ class WorkerProcess:
         self._requests = os.fdopen(req_w, "w", encoding="utf-8")
         self._answers = os.fdopen(ans_r, "rb")
         self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._workload = "the workload"  # the last one set up: what samples and teardown are of
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -200,7 +202,8 @@ class WorkerProcess:
         except (BrokenPipeError, OSError, ValueError):
             raise self._died() from None
         try:
-            line = self._lines.get(timeout=timeout)
+            with announced(self._waiting_for(doc), timeout):
+                line = self._lines.get(timeout=timeout)
         except queue.Empty:
             self.kill()
             raise WorkerDied(f"worker gave no answer in {timeout:.0f}s", self.stderr_tail()) from None
@@ -213,6 +216,22 @@ class WorkerProcess:
         if not _valid(ans, expect):
             raise self._malformed(f"a {ans.get('type')!r} answer that does not fit a {doc.get('op')!r} request")
         return ans
+
+    def _waiting_for(self, doc: dict[str, Any]) -> str:
+        """What an answer to `doc` is awaited from, as the wait's line names it."""
+        op = str(doc.get("op"))
+        spec = doc.get("workload")
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            self._workload = spec["name"][:200]
+        what = {
+            "hello": "to start (importing torch)",
+            "setup": f"to set up {self._workload}",
+            "sample": f"to time {self._workload}",
+            "teardown": f"to free {self._workload}",
+            "census": f"to count the ops of {self._workload}",
+            "smoke": f"to run the smoke test {str(doc.get('feature'))[:100]}",
+        }.get(op, f"to answer {op[:40]}")
+        return f"the worker in {self.python} {what}"
 
     def _parse(self, line: bytes) -> dict[str, Any]:
         if not line.endswith(b"\n"):

@@ -14,6 +14,7 @@ import codecs
 import ipaddress
 import re
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,11 +27,14 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.safe_files import parse_json, read_bytes_bounded
 from mpsup.units import fmt_limit
+from mpsup.waits import announced
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 # The nightly channel's torch page, the largest we know of, is a few MB; 32 MiB leaves ample room
 # while a 50 MB page (once 841 MB of memory and 35 s) is refused before it is parsed.
 MAX_INDEX_PAGE_BYTES = 32 << 20
+# The whole page, however the server paces it: the nightly torch page takes seconds on a slow line.
+PAGE_DEADLINE_S = 120.0
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -241,25 +245,51 @@ def _charset(name: str | None) -> str:
         return "utf-8"
 
 
-def read_capped(resp: Any, url: str, max_bytes: int = MAX_INDEX_PAGE_BYTES) -> bytes:
-    """The body, streamed, refused as soon as it passes `max_bytes` (Content-Length is checked first)."""
+def read_capped(
+    resp: Any,
+    url: str,
+    max_bytes: int = MAX_INDEX_PAGE_BYTES,
+    deadline_s: float = PAGE_DEADLINE_S,
+    started: float | None = None,
+) -> bytes:
+    """The body, streamed, refused as soon as it passes `max_bytes` (Content-Length is checked first) or
+    `deadline_s` after `started` (a time.monotonic(); default now): a server that sends a byte now and then
+    never trips the socket's timeout, which bounds each read alone."""
     too_big = UserError(
         f"{url}: the index page is larger than {fmt_limit(max_bytes)}; refusing to read it (is this a package index?)"
     )
     length = resp.headers.get("Content-Length")
     if length and length.isdigit() and int(length) > max_bytes:
         raise too_big
+    # read1 returns what has arrived; read(n) would wait for all n bytes, past the deadline
+    read = resp.read1 if hasattr(resp, "read1") else resp.read
     chunks, total = [], 0
-    while chunk := resp.read(1 << 20):
+    end = (time.monotonic() if started is None else started) + deadline_s
+    while chunk := read(1 << 20):
         total += len(chunk)
         if total > max_bytes:
             raise too_big
         chunks.append(chunk)
+        if time.monotonic() > end:
+            raise IndexUnreachable(
+                f"{url}: the page was not read in {deadline_s:.0f} s ({total:,} bytes so far); is the index this slow?"
+            )
     return b"".join(chunks)
 
 
-def default_fetcher(cafile: str | None = None, timeout: float = 30.0, max_bytes: int = MAX_INDEX_PAGE_BYTES) -> Fetcher:
+def default_fetcher(
+    cafile: str | None = None,
+    timeout: float = 30.0,
+    max_bytes: int = MAX_INDEX_PAGE_BYTES,
+    deadline_s: float = PAGE_DEADLINE_S,
+) -> Fetcher:
+    """`timeout` bounds each network read; `deadline_s` the whole page, and is said on stderr while it waits."""
+
     def fetch(url: str) -> Fetched:
+        with announced(f"the index page {url}", deadline_s):
+            return _fetch(url)
+
+    def _fetch(url: str) -> Fetched:
         path = local_path(url)
         if path is not None:
             if path.is_dir():
@@ -270,8 +300,10 @@ def default_fetcher(cafile: str | None = None, timeout: float = 30.0, max_bytes:
                 read_bytes_bounded(path, "index page", max_bytes).decode("utf-8", errors="replace"), url, "text/html"
             )
         try:
-            with open_url(url, cafile=cafile, timeout=timeout, what="the index page") as resp:
-                body = read_capped(resp, url, max_bytes)
+            # One read may not outlast the page's own deadline either.
+            started, per_read = time.monotonic(), min(timeout, deadline_s)
+            with open_url(url, cafile=cafile, timeout=per_read, what="the index page") as resp:
+                body = read_capped(resp, url, max_bytes, deadline_s, started)
                 text = body.decode(_charset(resp.headers.get_content_charset()), errors="replace")
                 return Fetched(text, resp.geturl(), resp.headers.get("Content-Type", ""))
         except urllib.error.HTTPError as exc:
