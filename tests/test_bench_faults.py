@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -386,3 +387,62 @@ def test_cli_says_what_it_waits_for_within_seconds(tmp_path: Path, mpsup_home: P
     (said,) = [ln for ln in lines if str(python) in ln]
     assert said.startswith(f"waiting for {python} to answer the interpreter probe (it imports torch): 5 s so far")
     assert "giving up at 180 s" in said and took < 25
+
+
+# -- one exit-code rule for every way a workload or phase can end --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        ("ok", 0),
+        ("unsupported", 0),  # the build has no kernel for it: a finding, as a smoke test's unsupported
+        ("skipped", 0),  # the memory guard, before it ran
+        ("too_slow", 0),  # the time guard, said with the --budget that measures it
+        ("crash", 1),
+        ("error", 1),
+        ("oom", 1),
+        ("gpu_hang", 1),  # a status no mpsup knows (a newer worker's, or a hostile one's) is a failure too
+    ],
+)
+@pytest.mark.parametrize("part", ["phase", "linear"])
+def test_one_exit_code_rule_for_every_status_of_a_phase_or_a_layer(status: str, code: int, part: str) -> None:
+    from mpsup.bench.command import exit_code
+
+    def workload(name: str, st: str, env_status: str | None = None) -> dict[str, Any]:
+        envs = {"baseline": {"status": env_status or st}, "candidate": {"status": "ok"}}
+        return {"name": name, "part": part, "status": st, "envs": envs}
+
+    ok = workload("w/ok", "ok")
+    assert exit_code({"workloads": [ok, workload("w/x", status)], "smoke": []}) == code
+    # the workload's own status and each environment's are read alike: either one failing is a failure
+    if status not in ("skipped", "too_slow"):
+        assert exit_code({"workloads": [ok, workload("w/x", "ok", env_status=status)], "smoke": []}) == code
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code"),
+    [
+        ("RuntimeError('CPU out of memory: tried to allocate 64 GiB')", "oom", 1),
+        ("NotImplementedError(\"'addmm' not implemented for 'BFloat16'\")", "unsupported", 0),
+        ("RuntimeError('something else broke')", "error", 1),
+    ],
+)
+def test_bench_exits_by_the_rule_when_a_real_worker_fails_a_workload(
+    tmp_path: Path, mpsup_home: Path, raised: str, status: str, code: int
+) -> None:
+    """A real run whose linear raises what torch raises for each case (a sitecustomize patches F.linear)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        f"import torch\n\n\ndef _fails(*a, **k):\n    raise {raised}\n\n\ntorch.nn.functional.linear = _fails\n"
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexport PYTHONPATH="{hook}"\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    args = ["--only", "linear/384x384/t1", "--device", "cpu", "--no-smoke", "--budget", "0.05", "--json"]
+    res = run_cli("bench", "--python", str(python), *args)
+    assert res.returncode == code and "Traceback" not in res.stderr, res.stderr[-2000:]
+    (path,) = list_record_paths()
+    (w,) = json.loads(path.read_text())["workloads"]
+    assert w["status"] == status

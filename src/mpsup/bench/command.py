@@ -309,13 +309,25 @@ def _baseline_python(req: BenchRequest) -> Path:
     return resolve_environment(req.baseline, "--baseline") if req.baseline else (python or Path(sys.executable))
 
 
+# A workload's or phase's status that is no failure: measured, or not measured for a stated reason that says
+# nothing went wrong (the build has no kernel for it, as a smoke test's `unsupported`; the memory guard; too slow
+# for the budget). Every other status (crash, error, oom, and any the worker may add) is a failure: one rule for
+# every kind, layer or whole-model phase, bundled or the user's.
+NOT_FAILED = frozenset({"ok", "unsupported", "skipped", "too_slow"})
+SMOKE_NOT_FAILED = frozenset({"pass", "unsupported", "skipped"})
+
+
 def exit_code(record: dict[str, Any]) -> int:
-    """128+signal when interrupted, 1 on a failed run, a crashed workload or a failed smoke test, else 0."""
+    """128+signal when interrupted; 1 on a failed run, a failed workload or phase (in any environment) or a
+    failed smoke test; else 0."""
     if record.get("interrupted"):
         return 128 + signal.Signals[record.get("signal", "SIGINT")].value
     if record.get("failure"):
         return 1
-    failed = any(w["status"] in ("crash", "error") for w in record["workloads"]) or any(
-        e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values()
-    )
+    workloads = record["workloads"]
+    failed = any(
+        w.get("status") not in NOT_FAILED
+        or any(isinstance(e, dict) and e.get("status", "ok") not in NOT_FAILED for e in w.get("envs", {}).values())
+        for w in workloads
+    ) or any(e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values())
     return 1 if failed else 0
