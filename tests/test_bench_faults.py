@@ -446,3 +446,32 @@ def test_bench_exits_by_the_rule_when_a_real_worker_fails_a_workload(
     (path,) = list_record_paths()
     (w,) = json.loads(path.read_text())["workloads"]
     assert w["status"] == status
+
+
+# -- --real-weights: the checkpoint's values throughout, or the phase is refused ----------------------------------
+
+
+def test_real_weights_with_tensors_missing_refuse_the_phase_in_one_line(tmp_path: Path) -> None:
+    """Two of a Llama's tensors in the checkpoint: the rest would be random weights under a "real weights" label.
+    The phase fails (status error, so bench exits 1) naming how many are missing and the way out."""
+    transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from safetensors.torch import load_file, save_file
+
+    from mpsup.worker.device import Device
+    from tests.test_whole_model import LLAMA, spec, write_llama_folder
+
+    folder = write_llama_folder(tmp_path / "llama")
+    full = load_file(str(folder / "model.safetensors"))
+    kept = {k: full[k] for k in ("model.embed_tokens.weight", "model.norm.weight")}
+    save_file(kept, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    from mpsup.worker.whole_model import build_phase
+
+    total = len(transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**LLAMA)).state_dict())
+    with pytest.raises(ValueError) as info:
+        build_phase(spec(LLAMA, "prefill", weights="real", path=str(folder)), Device("cpu"))
+    message = str(info.value)
+    assert message.startswith(f"--real-weights: {total - 2} of the model's {total} tensors are missing from {folder}")
+    assert message.endswith("give the whole checkpoint, or drop --real-weights") and "\n" not in message
+    from mpsup.worker.main import _classify
+
+    assert _classify(info.value) == "error"  # not `unsupported`: the input is short, not the build

@@ -255,9 +255,21 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                model = auto.from_pretrained(params["path"], config=config, dtype=dtype)
+                model, loaded = auto.from_pretrained(
+                    params["path"], config=config, dtype=dtype, output_loading_info=True
+                )
             except TypeError:
-                model = auto.from_pretrained(params["path"], config=config, torch_dtype=dtype)
+                model, loaded = auto.from_pretrained(
+                    params["path"], config=config, torch_dtype=dtype, output_loading_info=True
+                )
+        missing = sorted(str(k) for k in loaded.get("missing_keys") or ())
+        if missing:
+            # Asked for real weights, a user would not want some of them random: timed, neither model is measured.
+            raise ValueError(
+                f"--real-weights: {len(missing)} of the model's {len(model.state_dict())} tensors are missing from "
+                f"{params['path']} (first: {missing[0]}) and would be random; give the whole checkpoint, or drop "
+                "--real-weights"
+            )
         model = model.to(dev)
     else:
         with torch.device(dev):
