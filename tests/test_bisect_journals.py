@@ -213,6 +213,12 @@ def test_two_bisects_of_the_same_arguments_never_run_at_once(tmp_path: Path, mps
         with jr.locked("f" * 16):
             pass
     assert json.loads(path.read_text())["steps"] == doc["steps"]  # the second one wrote nothing
+    # a lock file planted as a link elsewhere is not followed
+    planted = path.with_name("e" * 16 + ".lock")
+    planted.symlink_to(tmp_path / "target")
+    with pytest.raises(UserError, match="cannot lock this bisect"), jr.locked("e" * 16):
+        pass
+    assert not (tmp_path / "target").exists()
 
 
 def test_resume_lists_what_abandoned_bisects_left_with_the_command_that_removes_it(
