@@ -239,5 +239,5 @@ def test_resume_alone_works_from_any_folder_and_refuses_fresh(mpsup_home: Path, 
     with pytest.raises(UserError, match="contradict"):
         command.check(command.BisectRequest(resume=True, fresh=True))
     jr.save_journal({**jr.new_journal("d" * 16, {**args, "budget": "x"}, ["a", "b"], "2026-12-02T00:00:00Z")})
-    with pytest.raises(UserError, match="args.budget must be a number, found str; rerun with --fresh"):
+    with pytest.raises(UserError, match=r"args\.budget must be a number, found str; rerun with --fresh"):
         command.check(command.BisectRequest(resume=True))

@@ -208,30 +208,47 @@ def save_journal(doc: dict[str, Any]) -> Path:
 @contextlib.contextmanager
 def locked(key: str) -> Iterator[Path]:
     """One mpsup at a time on a bisect: a second of the same arguments is refused in one line, not run beside
-    it (both would measure the same step, each the other's noise, and rewrite one journal)."""
+    it (both would measure the same step, each the other's noise, and rewrite one journal). The lock file goes
+    with its holder, and the bisect folder too when nothing else is in it: a refused bisect leaves nothing."""
     import fcntl
 
     path = journal_path(key).with_suffix(".lock")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot lock this bisect ({exc.strerror or exc})") from None
-    try:
+    made = not path.parent.exists()
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot lock this bisect ({exc.strerror or exc})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
             pid = f" (process {holder})" if holder.isdigit() else ""
             raise UserError(
                 f"this bisect is running in another mpsup{pid}; wait for it to finish, or stop it and rerun "
                 f"(lock: {path})"
             ) from None
+        held = os.fstat(fd)
+        try:
+            now = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_ino, now.st_dev) == (held.st_ino, held.st_dev):
+            break
+        os.close(fd)  # its last holder removed that file meanwhile: lock the one there now
+    try:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         yield path
     finally:
-        os.close(fd)  # closing releases the lock
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held: whoever opens the path next makes a new file
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):  # journals are there: it stays
+                path.parent.rmdir()
 
 
 def newest_unfinished() -> Path | None:
