@@ -316,7 +316,9 @@ def _smoke_table(record: dict[str, Any], console: Console) -> None:
         cells = []
         for e in envs:
             r = s["envs"].get(e["label"], {})
-            style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
+            style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow", "fallback": "yellow"}.get(
+                r.get("status"), ""
+            )
             msg = safe(smoke_cell(r))
             cells.append(f"[{style}]{msg}[/]" if style else msg)
         t.add_row(safe(s["feature"]), *cells)

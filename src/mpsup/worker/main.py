@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .build import build
-from .core import Built, is_unsupported_error
+from .core import Built, FallbackWatch, is_unsupported_error
 from .device import Device
 from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
@@ -91,10 +91,12 @@ class Worker:
         torch.manual_seed(0)
         self.device.reset_peak()
         self.pin(False)
-        built = build(spec, self.device)
         sync = self.device.synchronize
-        # First call: kernel selection, compilation, allocator growth.
-        first_s = time_block(built.fn, 1, sync).host_s
+        # Building and the first call are watched for ops run on the CPU: timing them would time the CPU.
+        with FallbackWatch() as watch:
+            built = build(spec, self.device)
+            # First call: kernel selection, compilation, allocator growth.
+            first_s = time_block(built.fn, 1, sync).host_s
         self.pin(True)
         forced = req.get("calls")
         # A first call over max_first_call_s (set far above any one-time cost) already tells the runner the
@@ -119,6 +121,8 @@ class Worker:
         }
         if first_only:
             answer["first_call_only"] = True
+        if watch.ops:
+            answer["fallback_ops"] = watch.ops
         if built.info is not None:
             answer["phase"] = built.info
         return answer
