@@ -70,6 +70,7 @@ class Worker:
             "threads": torch.get_num_threads(),
             "smoke_features": list(FEATURES),
             "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "mps_env": mps_env(os.environ),
         }
         if ok:
             facts.update(self.device.facts())
@@ -177,6 +178,16 @@ class Worker:
         doc, reason = census_phase(req["workload"])
         collect_and_freeze()  # the meta model is garbage now; transformers' modules stay, frozen
         return {"type": "census", "census": doc, **({"reason": reason} if doc is None else {})}
+
+
+# What changes how torch runs on MPS, as the measured process sees it (names read from the macOS wheels'
+# libtorch_cpu, 2.6 to 2.15); values are short settings, never secrets.
+MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "PYTORCH_METAL_")
+MPS_ENV_VALUE_CHARS = 200
+
+
+def mps_env(environ: Any) -> dict[str, str]:
+    return {k: str(v)[:MPS_ENV_VALUE_CHARS] for k, v in sorted(environ.items()) if k.startswith(MPS_ENV_PREFIXES)}
 
 
 def collect_and_freeze() -> None:
