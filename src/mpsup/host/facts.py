@@ -97,10 +97,20 @@ def _arm64_hardware(sysctl: dict[str, str], some_process_translated: bool) -> bo
     return None
 
 
+def _sysctl_text(s: snap.Snapshot) -> str:
+    """Every sysctl line the snapshot holds. An older snapshot asked for all keys at once, and sysctl, exiting
+    non-zero on a key this Mac lacks, had still printed the others: they are read whatever its exit code."""
+    main = s.output(snap.SYSCTL)
+    if main is not None:
+        return main + "\n" + (s.output(snap.SYSCTL_TRANSLATED) or "")
+    combined = s.commands.get(snap.SYSCTL_COMBINED)
+    return combined.stdout if combined is not None else ""
+
+
 def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
     uname_text = s.output(snap.UNAME)
     uname = parsers.parse_uname_a(uname_text) if uname_text else parsers.Uname(None, None, None)
-    sysctl_text = s.output(snap.SYSCTL) or ""
+    sysctl_text = _sysctl_text(s)
     sysctl = parsers.parse_sysctl(sysctl_text)
     version, build, source = _macos_version(s, sysctl)
     interp = s.interpreter

@@ -200,9 +200,14 @@ def collect_and_freeze() -> None:
     gc.freeze()
 
 
+# MPS's allocator refuses a buffer past the device's largest with "Invalid buffer size: <size>" (MPSAllocator.mm,
+# in the real wheels' libtorch_cpu): a workload too big for this Mac, as out of memory is.
+OOM_NEEDLES = ("out of memory", "invalid buffer size")
+
+
 def _classify(exc: BaseException) -> str:
     text = str(exc).lower()
-    if isinstance(exc, MemoryError) or "out of memory" in text or type(exc).__name__ == "OutOfMemoryError":
+    if isinstance(exc, MemoryError) or any(n in text for n in OOM_NEEDLES) or type(exc).__name__ == "OutOfMemoryError":
         return "oom"
     if is_unsupported_error(exc):
         return "unsupported"
