@@ -80,3 +80,15 @@ def test_hygiene_without_the_memory_commands_says_not_known() -> None:
     h = hygiene_from(snapshot_from_json(snapshots.healthy(), Path("x")).output)
     assert h["swap_used_bytes"] is None and h["memory_pressure"] is None
     assert h["on_battery"] is False
+
+
+def test_the_doctor_warns_of_memory_pressure_and_says_the_swap_in_use() -> None:
+    from mpsup.doctor.checks import Status
+    from mpsup.doctor.run import diagnose
+
+    calm = snapshots.with_memory(snapshots.healthy(), snapshots.SWAPUSAGE_1G_USED, snapshots.PRESSURE_NORMAL)
+    f = {x.name: x for x in diagnose(snapshot_from_json(calm, Path("x"))).findings}["hygiene"]
+    assert f.status is Status.OK and "memory pressure normal" in f.summary and "1.0 GiB swap in use" in f.summary
+    tight = snapshots.with_memory(snapshots.healthy(), snapshots.SWAPUSAGE_1G_USED, snapshots.PRESSURE_WARN)
+    f = {x.name: x for x in diagnose(snapshot_from_json(tight, Path("x"))).findings}["hygiene"]
+    assert f.status is Status.WARN and "memory pressure warn" in f.summary

@@ -519,6 +519,13 @@ def check_hygiene(f: HostFacts) -> Finding:
             )
         else:
             known.append(f"load {load[0]:.1f}")
+    if f.memory_pressure is not None:
+        if f.memory_pressure != "normal":
+            warnings.append((f"memory pressure {f.memory_pressure}", "quit memory-hungry apps before benchmarking"))
+        else:
+            known.append("memory pressure normal")
+    if f.swap is not None and f.swap.used_bytes:
+        known.append(f"{f.swap.used_bytes / 2**30:.1f} GiB swap in use")
     details: dict[str, Any] = {
         "on_battery": f.battery.on_battery if f.battery else None,
         "low_power_mode": f.low_power_mode,
@@ -529,6 +536,8 @@ def check_hygiene(f: HostFacts) -> Finding:
             else None
         ),
         "loadavg": load,
+        "memory_pressure": f.memory_pressure,
+        "swap_used_bytes": f.swap.used_bytes if f.swap else None,
     }
     if warnings:
         return _f(n, Status.WARN, "; ".join(w for w, _ in warnings), "; ".join(x for _, x in warnings), **details)

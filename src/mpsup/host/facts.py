@@ -30,6 +30,8 @@ class HostFacts:
     env: dict[str, str]
     interpreter: dict[str, Any] | None
     environments: list[dict[str, Any]] | None  # install-rc's candidates; None: not recorded
+    swap: parsers.Swap | None = None  # `sysctl vm.swapusage`; None: not read
+    memory_pressure: str | None = None  # normal, warn, critical; None: not read
 
     @property
     def is_macos(self) -> bool | None:
@@ -145,4 +147,6 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
         env=dict(s.env),
         interpreter=interp,
         environments=s.environments,
+        swap=parsers.parse_swapusage(swap_text) if (swap_text := s.output(snap.SWAP)) else None,
+        memory_pressure=parsers.memory_pressure(pressure) if (pressure := s.output(snap.PRESSURE)) else None,
     )
