@@ -26,9 +26,11 @@ class Baked(torch.nn.Module):
         return x * self.scale + torch.arange(4, device=x.device) + torch.zeros(4, device="cpu")
 
 
-def _export(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def pt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Exported once for the module: tracing takes seconds here."""
     ep = torch.export.export(Baked(), (torch.randn(2, 4),))
-    path = tmp_path / "baked.pt2"
+    path = tmp_path_factory.mktemp("export") / "baked.pt2"
     torch.export.save(ep, path)
     return path
 
@@ -42,8 +44,8 @@ def _graph_devices(module: Any) -> set[str]:
     }
 
 
-def test_a_cpu_export_moves_with_the_devices_its_graph_baked_in(tmp_path: Path) -> None:
-    path = _export(tmp_path)
+def test_a_cpu_export_moves_with_the_devices_its_graph_baked_in(pt2: Path) -> None:
+    path = pt2
     old = torch.export.load(path).module().to("meta")
     assert "cpu" in _graph_devices(old)  # the old way: the weights moved, the graph still makes CPU tensors
     built = build_end_to_end({"source": "pt2", "path": str(path)}, MetaDevice())
@@ -53,19 +55,19 @@ def test_a_cpu_export_moves_with_the_devices_its_graph_baked_in(tmp_path: Path) 
     assert out.device.type == "meta" and tuple(out.shape) == (2, 4)
 
 
-def test_without_the_pass_only_the_weights_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_pass_only_the_weights_move(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.export.passes as passes
 
     monkeypatch.delattr(passes, "move_to_device_pass")
-    module = end_to_end._program_on(torch.export.load(_export(tmp_path)), torch.device("meta"))
+    module = end_to_end._program_on(torch.export.load(pt2), torch.device("meta"))
     assert next(module.parameters()).device.type == "meta"
     assert "cpu" in _graph_devices(module)
 
 
-def test_a_program_that_cannot_move_is_unsupported_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_program_that_cannot_move_is_unsupported_in_one_line(pt2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(_ep: Any, dev: Any) -> Any:
         raise RuntimeError(f"no {dev} here\nsecond line")
 
     monkeypatch.setattr(end_to_end, "_program_on", refuse)
-    with pytest.raises(Unsupported, match="cannot move to meta: no meta here"):
-        build_end_to_end({"source": "pt2", "path": str(_export(tmp_path))}, MetaDevice())
+    with pytest.raises(Unsupported, match=r"cannot move to meta: no meta here second line$"):
+        build_end_to_end({"source": "pt2", "path": str(pt2)}, MetaDevice())

@@ -48,7 +48,9 @@ def build_end_to_end(params: dict[str, Any], device: Device) -> Built:
         try:
             module = _program_on(ep, dev)
         except Exception as exc:
-            raise Unsupported(f"the exported program cannot move to {dev}: {exc}") from None
+            raise Unsupported(
+                f"the exported program cannot move to {dev}: {' '.join(str(exc).split())[:300]}"
+            ) from None
     else:
         module_name, _, func_name = params["target"].partition(":")
         if params.get("cwd") and params["cwd"] not in sys.path:
