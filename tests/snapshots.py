@@ -223,3 +223,33 @@ def from_collect_env(text: str, *, mps_built: bool, mps_available: bool, reason:
             "torch": torch,
         },
     }
+
+
+# Hand-written in the format that public captures of these commands show (none is under shared/data/real-mac):
+# `sysctl vm.swapusage` and `sysctl kern.memorystatus_vm_pressure_level`.
+SWAPUSAGE_1G_USED = "vm.swapusage: total = 2048.00M  used = 1024.25M  free = 1023.75M  (encrypted)\n"
+SWAPUSAGE_NONE = "vm.swapusage: total = 0.00M  used = 0.00M  free = 0.00M  \n"
+PRESSURE_NORMAL = "kern.memorystatus_vm_pressure_level: 1\n"
+PRESSURE_WARN = "kern.memorystatus_vm_pressure_level: 2\n"
+SYSCTL_INTEL = """hw.ncpu: 16
+hw.memsize: 17179869184
+machdep.cpu.brand_string: Intel(R) Core(TM) i9-9880H CPU @ 2.30GHz
+kern.ostype: Darwin
+kern.osproductversion: 14.5
+kern.osversion: 23F79
+"""
+UNKNOWN_OID = {"returncode": 1, "stdout": "", "stderr": "sysctl: unknown oid 'sysctl.proc_translated'\n"}
+
+
+def split_sysctl(s: dict[str, Any], main: str, translated: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The snapshot as this mpsup captures it: `sysctl hw machdep kern` and `sysctl sysctl.proc_translated` apart."""
+    s["commands"].pop(SYSCTL_KEY, None)
+    s["commands"]["sysctl hw machdep kern"] = _ok(main)
+    s["commands"]["sysctl sysctl.proc_translated"] = translated or _ok("sysctl.proc_translated: 0\n")
+    return s
+
+
+def with_memory(s: dict[str, Any], swapusage: str, pressure: str) -> dict[str, Any]:
+    s["commands"]["sysctl vm.swapusage"] = _ok(swapusage)
+    s["commands"]["sysctl kern.memorystatus_vm_pressure_level"] = _ok(pressure)
+    return s

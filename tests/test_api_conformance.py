@@ -55,6 +55,8 @@ MEMBERS = (
     "torch/include/ATen/mps/MPSEvent.h",
     "torch/include/ATen/mps/MPSAllocator.h",
     "torch/include/ATen/BlasBackend.h",
+    "torch/include/c10/util/Exception.h",
+    "torch/export/passes/__init__.py",
 )
 TIMEOUT_S = 30
 
@@ -435,6 +437,7 @@ MODULE_FILES = {
     "torch._dynamo": ("torch/_dynamo/__init__.py",),
     "torch._inductor.config": ("torch/_inductor/config.py",),
     "torch.utils._python_dispatch": ("torch/utils/_python_dispatch.py",),  # the whole-model op census
+    "torch.export.passes": ("torch/export/passes/__init__.py",),  # a .pt2 moved to the device
 }
 SUBMODULES = {
     "torch.nn",
@@ -449,6 +452,7 @@ SUBMODULES = {
     "torch._inductor",
     "torch._inductor.config",  # imported inside a try (compile smoke test); its member behind hasattr
     "torch.export",
+    "torch.export.passes",
 }
 
 
@@ -488,6 +492,8 @@ def _cpp_enum(header: str, enum: str) -> set[str]:
 def exists_in(wheel: Wheel, dotted: str) -> bool:
     if dotted in SUBMODULES:
         return True
+    if dotted.count(".") == 1 and dotted.endswith("__") and dotted.split(".")[1].startswith("__"):
+        return True  # a module's own dunders (torch.__file__, torch.__version__) exist in every module
     if dotted.startswith("torch.nn.functional.ScalingType."):
         # A pybind11 enum: its values are the C++ enum's, declared in ATen/BlasBackend.h.
         return dotted.rsplit(".", 1)[1] in _cpp_enum(
@@ -518,6 +524,9 @@ def test_the_scan_sees_guards_and_direct_uses():
         "torch.nn.functional.pad",
         "torch.backends.mps.is_built",
         "torch.backends.mps.is_available",
+        "torch.set_warn_always",  # CPU fallbacks heard: worker/core.py FallbackWatch
+        "torch.is_warn_always_enabled",
+        "torch.export.passes.move_to_device_pass",
     } <= direct
     assert {
         "torch.mps.compile_shader",
@@ -572,8 +581,79 @@ def test_event_timing_semantics_match_the_headers(wheel: Wheel, monkeypatch: pyt
     cpu_clock = "CLOCK_MONOTONIC_RAW" in header and "getTime()" in header
     gpu_time = "GPU completion time" in header
     assert cpu_clock != gpu_time, f"torch {wheel.version}: MPSEvent.h says neither or both"
+    want = "gpu" if gpu_time else "cpu-callback"
     monkeypatch.setattr(torch, "__version__", wheel.version)
-    assert device_mod.event_timing("mps") == ("gpu" if gpu_time else "cpu-callback")
+    # The build's own header decides (a 2.15 nightly from before the change says cpu-callback)...
+    monkeypatch.setattr(device_mod, "_mps_event_header", lambda: header)
+    assert device_mod.event_timing_in_header(header) == want
+    assert device_mod.event_timing("mps") == want
+    # ...and without one, the release does; a 2.15 nightly is then unknown, never compared.
+    monkeypatch.setattr(device_mod, "_mps_event_header", lambda: None)
+    assert device_mod.event_timing("mps") == want
+    monkeypatch.setattr(torch, "__version__", f"{wheel.release[0]}.{wheel.release[1]}.0.dev20260901")
+    assert device_mod.event_timing("mps") == (None if wheel.release == (2, 15) else want)
+
+
+def test_a_warn_once_fires_again_under_warn_always_in_the_headers(wheel: Wheel):
+    # worker/core.py FallbackWatch turns warn-always on so that MPSFallback.mm's TORCH_WARN_ONCE fires for every op;
+    # that holds only while the macro consults WarningUtils::get_warnAlways() before its once-only flag.
+    header = wheel.read("torch/include/c10/util/Exception.h") or ""
+    # The definition that is not STRIP_ERROR_MESSAGES's one-line no-op: its continued lines.
+    m = re.search(r"#define TORCH_WARN_ONCE\(\.\.\.\)[ \t]*\\\n((?:.*\\\n)*.*)", header)
+    assert m, f"torch {wheel.version}: no TORCH_WARN_ONCE in c10/util/Exception.h"
+    body = m.group(1)
+    assert "get_warnAlways()" in body and body.index("get_warnAlways()") < body.index("_TORCH_WARN_ONCE")
+    assert "set_warn_always" in _surface(wheel.read("torch/__init__.py") or "")
+    assert "is_warn_always_enabled" in _surface(wheel.read("torch/__init__.py") or "")
+
+
+def test_move_to_device_pass_takes_a_device(wheel: Wheel):
+    # worker/end_to_end.py passes a torch.device; both wheels' pass takes a device, a name or a mapping.
+    source = wheel.read("torch/export/passes/__init__.py") or ""
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "move_to_device_pass")
+    assert [a.arg for a in fn.args.args] == ["ep", "location"]
+    assert "torch.device" in ast.unparse(fn.args.args[1].annotation or ast.Constant(""))
+
+
+# --- strings of the wheel's libtorch_cpu (a local wheel only: ~190-420 MB, too big to fetch by ranges) ---
+
+
+def _library_strings(wheel: Wheel, pattern: re.Pattern[bytes]) -> set[bytes]:
+    if wheel._zip is None:
+        pytest.skip("reads the wheel's libtorch_cpu: set MPSUP_TORCH_WHEELS=DIR (a folder holding the wheels)")
+    found: set[bytes] = set()
+    tail = b""
+    with wheel._zip.open("torch/lib/libtorch_cpu.dylib") as fh:
+        while chunk := fh.read(1 << 24):
+            buf = tail + chunk
+            found |= {m.group(0) for m in pattern.finditer(buf)}
+            tail = buf[-256:]
+    return found
+
+
+def test_the_library_s_words_are_those_the_worker_reads(wheel: Wheel):
+    from mpsup.worker.core import FALLBACK
+    from mpsup.worker.main import MPS_ENV_PREFIXES, _classify
+
+    parts = (
+        rb"' is not currently supported \x00",
+        rb"on the MPS backend and will fall back to run on the CPU\.",
+        rb"Invalid buffer size: \x00",
+        rb"PYTORCH_[A-Z_]*(?:MPS|METAL)[A-Z_]*\x00",
+    )
+    found = _library_strings(wheel, re.compile(b"|".join(parts)))
+    # MPSFallback.mm's warning is "The operator '", the op, and these two parts: the worker's pattern reads it.
+    assert {b"' is not currently supported \x00", b"on the MPS backend and will fall back to run on the CPU."} <= found
+    text = "The operator 'aten::col2im' is not currently supported on the MPS backend and will fall back to run on the CPU."
+    assert (m := FALLBACK.search(text)) and m.group(1) == "aten::col2im"
+    # MPSAllocator's refusal of a buffer past the device's largest is out of memory, not an error.
+    assert b"Invalid buffer size: \x00" in found
+    assert _classify(RuntimeError("Invalid buffer size: 24.00 GiB")) == "oom"
+    # Every variable this torch reads about MPS is one a worker records (its run record's mps_env).
+    names = {s[:-1].decode() for s in found if s.startswith(b"PYTORCH_")}
+    assert "PYTORCH_ENABLE_MPS_FALLBACK" in names and "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in names
+    assert all(n.startswith(MPS_ENV_PREFIXES) for n in names), sorted(names)
 
 
 def test_allocator_peak_statistics_where_the_headers_have_them(wheel: Wheel):

@@ -219,3 +219,16 @@ def test_a_thermal_state_not_read_is_unknown_not_false(tmp_path: Path):
     assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is None
     _rc, doc = _doctor(tmp_path, snapshots.healthy())
     assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is False
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "value", "status"),
+    [("2.15.0", "", "warn"), ("2.15.0", "0", "ok"), ("2.15.0", "00", "warn"), ("2.6.0", "00", "ok")],
+)
+def test_the_fallback_variable_is_read_as_the_target_torch_reads_it(torch_version: str, value: str, status: str):
+    # torch 2.15 turns it on for anything but "0" ("" included); 2.6 parses a number (tests/test_worker_mps_env.py).
+    s = snapshots.healthy()
+    s["interpreter"]["torch"]["version"] = torch_version
+    s["env"] = {"PYTORCH_ENABLE_MPS_FALLBACK": value}
+    f = {x.name: x for x in diagnose(snapshot_from_json(s, Path("x"))).findings}
+    assert f["mps-env"].status is Status(status), f["mps-env"].summary

@@ -157,3 +157,27 @@ def test_the_compile_smoke_test_compiles_in_process_on_a_gpu_and_leaves_the_pool
     seen.clear()
     smoke.compile_small_model(CPU)
     assert seen == [("aot_eager", 8)]
+
+
+def test_a_smoke_test_that_ran_an_op_on_the_cpu_is_fallback_never_pass(monkeypatch: pytest.MonkeyPatch):
+    # A real C++ TORCH_WARN_ONCE (aten's Cross.cpp; tests/test_whole_model.py shows it is one), its flag spent
+    # first as an earlier smoke test would have spent MPSFallback.mm's.
+    import re
+    import warnings
+
+    from mpsup.worker import core
+
+    def cross(_d: Device) -> float:
+        torch.cross(torch.ones(3, 3), torch.ones(3, 3))
+        return 0.0
+
+    monkeypatch.setattr(core, "FALLBACK", re.compile(r"Using (torch\.cross) without specifying the dim arg"))
+    monkeypatch.setitem(FEATURES, "int_mm", cross)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cross(CPU)
+    result = run_feature("int_mm", CPU, [])
+    assert result["status"] == "fallback"
+    assert result["ops"] == ["torch.cross"] and "ran on the CPU" in result["message"]
+    monkeypatch.setitem(FEATURES, "int_mm", lambda d: 0.0)
+    assert run_feature("int_mm", CPU, [])["status"] == "pass"

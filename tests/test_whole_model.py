@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -438,8 +443,6 @@ def test_two_separate_runs_phases_read_as_estimates() -> None:
 
 
 def test_ops_that_fell_back_to_the_cpu_are_recorded() -> None:
-    import warnings
-
     from mpsup.worker.whole_model import _first_call
 
     def forward() -> None:
@@ -451,6 +454,84 @@ def test_ops_that_fell_back_to_the_cpu_are_recorded() -> None:
         )
 
     assert _first_call(forward, lambda: None) == ["aten::_upsample_bicubic2d_aa.out"]
+
+
+# A real C++ TORCH_WARN_ONCE that fires on a CPU (aten's Cross.cpp), standing in for MPSFallback.mm's: one
+# call site, warned once per process unless warn-always is on, its flag spent even when Python ignores it.
+WARN_ONCE_TEXT = re.compile(r"Using (torch\.cross) without specifying the dim arg")
+
+
+def _cross_without_dim() -> None:
+    torch.cross(torch.ones(3, 3), torch.ones(3, 3))
+
+
+def test_torch_cross_without_dim_is_a_cpp_warn_once_spent_even_when_ignored() -> None:
+    script = textwrap.dedent(
+        """
+        import warnings, torch
+        def calls(n):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                for _ in range(n):
+                    torch.cross(torch.ones(3, 3), torch.ones(3, 3))
+            return sum("torch.cross" in str(w.message) for w in seen)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.cross(torch.ones(3, 3), torch.ones(3, 3))
+        spent = calls(3)
+        torch.set_warn_always(True)
+        always = calls(3)
+        print(spent, always)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["0", "3"]  # ignored once, then blind; every time under warn-always
+
+
+def test_a_fallback_warned_while_the_cache_filled_still_reaches_the_decode_phase(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every forward of the model (the KV cache's fill, then decode's first call) runs the warn-once. Ignoring
+    # warnings during the fill spent its flag, and decode's listener then heard nothing.
+    from torch.nn.modules.module import register_module_forward_hook
+
+    from mpsup.worker import core
+
+    monkeypatch.setattr(core, "FALLBACK", WARN_ONCE_TEXT)
+
+    def hook(module: torch.nn.Module, _args: Any, _out: Any) -> None:
+        if type(module).__name__ == "LlamaForCausalLM":
+            _cross_without_dim()
+
+    with warnings.catch_warnings():  # spent in this process, as an earlier workload of a worker would spend it
+        warnings.simplefilter("ignore")
+        _cross_without_dim()
+    handle = register_module_forward_hook(hook)
+    try:
+        built = build_phase(spec(LLAMA, "decode", cache=8), Device("cpu"))
+    finally:
+        handle.remove()
+    info = built.info or {}
+    assert info["fallback_ops"] == ["torch.cross"]
+    assert info["setup_fallback_ops"] == ["torch.cross"]  # the cache's fill
+    assert not torch.is_warn_always_enabled()  # restored
+
+
+def test_a_layer_s_first_call_that_ran_on_the_cpu_says_so_in_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpsup.bench.measurement import EnvMeasurement
+    from mpsup.worker import core, main
+    from mpsup.worker.core import Built
+
+    monkeypatch.setattr(core, "FALLBACK", WARN_ONCE_TEXT)
+    monkeypatch.setattr(main, "build", lambda spec, device: Built(_cross_without_dim))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _cross_without_dim()
+    worker = Worker(io.StringIO())
+    worker.hello({"device": "cpu"})
+    ready = worker.setup({"workload": {"kind": "linear", "params": {}}, "calls": 1})
+    assert ready["fallback_ops"] == ["torch.cross"]
+    assert EnvMeasurement.ready(ready).to_json()["fallback_ops"] == ["torch.cross"]
 
 
 def test_real_weights_are_loaded_when_asked(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ from mpsup.worker.timing import time_block
     ],
 )
 def test_mps_event_timing_by_release(monkeypatch: pytest.MonkeyPatch, version: str, want: str):
+    # Where the build ships no MPSEvent.h to read (the header decides otherwise: tests/test_worker_classify.py).
+    monkeypatch.setattr(device_mod, "_mps_event_header", lambda: None)
     monkeypatch.setattr(torch, "__version__", version)
     assert event_timing("mps") == want
     assert event_timing("cuda") == "gpu"
@@ -157,6 +159,7 @@ def test_cpu_memory_keeps_peak_rss_and_adds_the_workloads_own_only_where_resetta
 
 def test_release_parse_is_defensive(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(torch, "__version__", "garbage")
+    monkeypatch.setattr(device_mod, "_mps_event_header", lambda: None)
     assert device_mod._torch_release() == (0, 0)
     assert event_timing("mps") == "cpu-callback"
 

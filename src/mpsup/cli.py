@@ -53,6 +53,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 PythonOpt = Annotated[
     Path | None, typer.Option("--python", help="Target interpreter (default: the one running mpsup).")
 ]
+AllowCpuFallbackOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-cpu-fallback",
+        help="Run ops without an MPS kernel on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1); default: they fail.",
+    ),
+]
 
 
 def _print_version(value: bool) -> None:
@@ -173,6 +180,7 @@ def bench(
         int | None,
         typer.Option("--frames", help="A video VAE: frames to decode and encode (phases and layers), e.g. 81."),
     ] = None,
+    allow_cpu_fallback: AllowCpuFallbackOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -200,6 +208,7 @@ def bench(
         depth=depth,
         real_weights=real_weights,
         frames=frames,
+        allow_cpu_fallback=allow_cpu_fallback,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)
@@ -411,6 +420,7 @@ def bisect(
     keep_envs: Annotated[
         bool, typer.Option("--keep-envs", help="--nightlies: keep the installed builds at the end (say where).")
     ] = False,
+    allow_cpu_fallback: AllowCpuFallbackOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
@@ -435,6 +445,7 @@ def bisect(
         index_url=index_url,
         python=python,
         keep_envs=keep_envs,
+        allow_cpu_fallback=allow_cpu_fallback,
     )
     result = command.run(
         request, progress_printer(stderr_console), bar=lambda: bench_progress(stderr_console), warn=warning_line

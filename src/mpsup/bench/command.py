@@ -54,6 +54,7 @@ class BenchRequest:
     depth: int | None = None  # whole model: blocks to build (default: all that fit)
     real_weights: bool = False
     frames: int | None = None  # a video VAE's frames, decoded and encoded whole
+    allow_cpu_fallback: bool = False  # ops without an MPS kernel run on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,7 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         smoke=req.smoke,
         cpus=plan.affinity.cpus,
         thread_cpus=plan.affinity.threads_on,
+        allow_cpu_fallback=req.allow_cpu_fallback,
         # Only the bundled suite as a whole: what --only names, and a user's model, is what they asked for.
         skip_slow=plan.model_doc is None and not req.only,
     )

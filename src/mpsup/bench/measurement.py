@@ -24,6 +24,13 @@ def _figure(v: object) -> float | None:
     return v if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+def _op_names(v: object) -> list[str] | None:
+    """The worker's fallback op names, as text, at most a hundred: anything else is not an answer to keep."""
+    if not isinstance(v, list):
+        return None
+    return [str(op)[:200] for op in v if isinstance(op, str)][:100] or None
+
+
 @dataclass
 class Summary:
     median: float
@@ -52,6 +59,7 @@ class EnvMeasurement:
     device_median: float | None = None
     summary_error: str | None = None
     phase: dict[str, Any] | None = None  # a whole model's setup facts (worker/whole_model.py), kept as sent
+    fallback_ops: list[str] | None = None  # ops the build or first call ran on the CPU (no MPS kernel)
     # What one sample costs by the latest setup's estimate: it sizes the batches. Never saved.
     sample_s: float = field(default=0.0, repr=False)
 
@@ -68,6 +76,7 @@ class EnvMeasurement:
             items_per_call=_figure(ans.get("items_per_call")),
             sample_s=float(per_call or 0.0) * calls,
             phase=ans["phase"] if isinstance(ans.get("phase"), dict) else None,
+            fallback_ops=_op_names(ans.get("fallback_ops")),
         )
 
     @classmethod
@@ -116,6 +125,8 @@ class EnvMeasurement:
         )
         if self.phase is not None:
             doc["phase"] = dict(self.phase)
+        if self.fallback_ops:
+            doc["fallback_ops"] = list(self.fallback_ops)
         if self.stop is not None:
             doc["stop"] = self.stop
         # A failure after setup is written after `stop`: the order the record has always had.

@@ -316,7 +316,9 @@ def _smoke_table(record: dict[str, Any], console: Console) -> None:
         cells = []
         for e in envs:
             r = s["envs"].get(e["label"], {})
-            style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow"}.get(r.get("status"), "")
+            style = {"pass": "green", "fail": "red", "crash": "red", "unsupported": "yellow", "fallback": "yellow"}.get(
+                r.get("status"), ""
+            )
             msg = safe(smoke_cell(r))
             cells.append(f"[{style}]{msg}[/]" if style else msg)
         t.add_row(safe(s["feature"]), *cells)
@@ -642,10 +644,25 @@ def _phases(record: dict[str, Any], console: Console) -> None:
     render_phases(record, console)  # the model whole comes first: it is the answer; the layers explain it
 
 
+def _on_the_cpu(record: dict[str, Any], console: Console) -> None:
+    """Layers whose build or first call ran an op on the CPU (no MPS kernel): their time is partly the CPU's."""
+    lines = []
+    for w in record["workloads"]:
+        for label, env in w.get("envs", {}).items():
+            ops = env.get("fallback_ops")
+            if isinstance(ops, list) and ops:
+                lines.append(f"{w['name']} ({label}): {', '.join(str(op) for op in ops[:8])}")
+    if lines:
+        console.print("Timed partly on the CPU (ops without an MPS kernel):", highlight=False)
+        for line in lines:
+            _print_wrapped(console, printable(line), bullet=True, style="yellow")
+
+
 MAIN_SECTIONS: tuple[Section, ...] = (
     _header,
     _what_ran,
     _not_passing,
+    _on_the_cpu,
     _phases,
     _model_lines,
     _meaning_main,
@@ -660,6 +677,7 @@ DETAIL_SECTIONS: tuple[Section, ...] = (
     _smoke_table,
     _phases,
     _part_tables,
+    _on_the_cpu,
     _closing_details,
     _model_lines,
     _stopped,

@@ -183,6 +183,7 @@ def _measure(
             "cpus": list(options.cpus) if options.cpus else None,
             "thread_cpus": list(options.thread_cpus) if options.thread_cpus else None,
             "memory_share": options.memory_share,
+            "allow_cpu_fallback": options.allow_cpu_fallback,
             "policy": dict(asdict(options.policy).items()),
         },
     )

@@ -52,6 +52,7 @@ class BenchOptions:
     cpus: tuple[int, ...] | None = None  # every worker pinned to these (host/affinity.py); None: not pinned
     # CPU workers: intra-op thread i bound to thread_cpus[i], alike in every worker (host/affinity.py)
     thread_cpus: tuple[int, ...] | None = None
+    allow_cpu_fallback: bool = False  # PYTORCH_ENABLE_MPS_FALLBACK=1 in the workers (else 0, whatever the shell says)
     # The default suite (no --only): a workload whose fewest calls would overrun its budget several-fold is
     # skipped with its call time (policy.slow_call_s). What a user names with --only is measured whatever it
     # costs, and so is a whole-model phase.
@@ -75,7 +76,10 @@ class EnvSession:
         # Pinned to k CPUs, torch would still start a thread per CPU of the machine: k threads, unless told.
         cpus = self.options.cpus
         threads = self.options.threads or (len(cpus) if cpus else None)
-        self.worker = WorkerProcess(self.env.python, env=worker_env(threads, self.options.thread_cpus))
+        self.worker = WorkerProcess(
+            self.env.python,
+            env=worker_env(threads, self.options.thread_cpus, cpu_fallback=self.options.allow_cpu_fallback),
+        )
         try:
             hello = self.worker.request(
                 {

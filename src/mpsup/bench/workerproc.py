@@ -294,12 +294,18 @@ class WorkerProcess:
         self._stderr.close()
 
 
-def worker_env(threads: int | None, threads_on: tuple[int, ...] | None = None) -> dict[str, str]:
+def worker_env(
+    threads: int | None, threads_on: tuple[int, ...] | None = None, *, cpu_fallback: bool = False
+) -> dict[str, str]:
     """`threads_on`: bind intra-op thread i to CPU threads_on[i] (OpenMP places; the calling thread takes
-    the first), so that every worker's threads sit alike instead of wherever the scheduler last put them."""
+    the first), so that every worker's threads sit alike instead of wherever the scheduler last put them.
+    `cpu_fallback` (bench --allow-cpu-fallback): ops without an MPS kernel run on the CPU instead of failing."""
     # OpenMP threads busy-wait after each parallel region by default; with two workers taking
     # turns, the idle one's spinning threads would steal the cores the measured one needs.
     env: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+    # Set either way, over what the user's shell exports: an inherited 1 would time a missing kernel's CPU
+    # run as if the device had it, and a smoke test would pass on the CPU's answer.
+    env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1" if cpu_fallback else "0"
     if threads_on:
         # Bound when libgomp (or libomp) loads, i.e. at `import torch`. On a 2-vCPU VM the scheduler packed a
         # worker's two threads onto one vCPU or spread them over two, a state that outlived a small layer's

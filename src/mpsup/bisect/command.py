@@ -78,6 +78,7 @@ class BisectRequest:
     index_url: str | None = None
     python: Path | None = None
     keep_envs: bool = False  # leave the throwaway environments installed at the end
+    allow_cpu_fallback: bool = False  # as bench takes it
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,8 @@ def _args(req: BisectRequest, pythons: list[Path], device: str) -> dict[str, Any
         "dtype": req.dtype,
         "resolution": req.resolution,
         "threshold": req.threshold,
+        # Only when on: a journal written before the option keeps its key.
+        **({"allow_cpu_fallback": True} if req.allow_cpu_fallback else {}),
     }
 
 
@@ -295,6 +298,7 @@ def _from_args(doc: dict[str, Any]) -> BisectRequest:
         dtype=a.get("dtype"),
         resolution=a.get("resolution"),
         threshold=float(a.get("threshold", PRACTICAL_THRESHOLD)),
+        allow_cpu_fallback=a.get("allow_cpu_fallback") is True,
         nightlies=night is not None,
         index_url=str(night["index_url"]) if night else None,
         python=Path(night["python"]) if night else None,
@@ -473,6 +477,7 @@ def _prepare(req: BisectRequest, good: Path) -> BenchPlan:
             model=req.model,
             dtype=req.dtype,
             resolution=req.resolution,
+            allow_cpu_fallback=req.allow_cpu_fallback,
         )
     )
 

@@ -519,6 +519,13 @@ def check_hygiene(f: HostFacts) -> Finding:
             )
         else:
             known.append(f"load {load[0]:.1f}")
+    if f.memory_pressure is not None:
+        if f.memory_pressure != "normal":
+            warnings.append((f"memory pressure {f.memory_pressure}", "quit memory-hungry apps before benchmarking"))
+        else:
+            known.append("memory pressure normal")
+    if f.swap is not None and f.swap.used_bytes:
+        known.append(f"{f.swap.used_bytes / 2**30:.1f} GiB swap in use")
     details: dict[str, Any] = {
         "on_battery": f.battery.on_battery if f.battery else None,
         "low_power_mode": f.low_power_mode,
@@ -529,6 +536,8 @@ def check_hygiene(f: HostFacts) -> Finding:
             else None
         ),
         "loadavg": load,
+        "memory_pressure": f.memory_pressure,
+        "swap_used_bytes": f.swap.used_bytes if f.swap else None,
     }
     if warnings:
         return _f(n, Status.WARN, "; ".join(w for w, _ in warnings), "; ".join(x for _, x in warnings), **details)
@@ -537,6 +546,41 @@ def check_hygiene(f: HostFacts) -> Finding:
             n, Status.UNKNOWN, "power, thermal state and load not known", "run `pmset -g batt` on the Mac", **details
         )
     return _f(n, Status.OK, ", ".join(known), **details)
+
+
+# How torch reads PYTORCH_ENABLE_MPS_FALLBACK, from the machine code of the real macOS wheels' MPSFallback
+# registration: 2.15 compares the text with "0" (set to anything else, "" included, is on); 2.6 parses it with
+# std::stoi (leading spaces, a sign, digits: "00" and " 0" are off, and text with no number throws at import).
+# Releases between those two are not read here: where the rules disagree, both are said.
+FALLBACK_TEXT_RULE_FROM = (2, 15)
+FALLBACK_STOI_RULE_UNTIL = (2, 6)
+_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+
+
+def _fallback_by_text(value: str) -> bool:
+    return value != "0"
+
+
+def _fallback_by_stoi(value: str) -> bool | None:
+    """std::stoi's reading; None where it throws (no number, or beyond a 32-bit int)."""
+    m = _STOI.match(value)
+    if not m or not -(2**31) <= int(m.group(1)) < 2**31:
+        return None
+    return int(m.group(1)) != 0
+
+
+def mps_fallback_on(value: str | None, torch_version: str | None) -> bool | None:
+    """Whether this torch runs ops without an MPS kernel on the CPU; None: it depends on a build between the two
+    rules read, or torch 2.6 cannot parse the value (it throws while importing)."""
+    if value is None:
+        return False
+    release = _version_tuple(torch_version or "")[:2]
+    if release and release >= FALLBACK_TEXT_RULE_FROM:
+        return _fallback_by_text(value)
+    if release and release <= FALLBACK_STOI_RULE_UNTIL:
+        return _fallback_by_stoi(value)
+    by_text, by_stoi = _fallback_by_text(value), _fallback_by_stoi(value)
+    return by_text if by_text == by_stoi else None
 
 
 MPS_ENV_EFFECTS: dict[str, str] = {
@@ -561,7 +605,18 @@ def check_mps_env(f: HostFacts) -> Finding:
         return _f(n, Status.OK, "none set: torch's defaults apply")
     effects = {k: f"{k}={v}: {MPS_ENV_EFFECTS.get(k, 'read by torch MPS')}" for k, v in sorted(active.items())}
     risky = []
-    if active.get("PYTORCH_ENABLE_MPS_FALLBACK", "0") not in ("0", ""):
+    torch_version = (f.torch or {}).get("version")
+    fallback = mps_fallback_on(active.get("PYTORCH_ENABLE_MPS_FALLBACK"), torch_version)
+    if "PYTORCH_ENABLE_MPS_FALLBACK" in active:
+        value = active["PYTORCH_ENABLE_MPS_FALLBACK"]
+        effects["PYTORCH_ENABLE_MPS_FALLBACK"] = f"PYTORCH_ENABLE_MPS_FALLBACK={value!r}: " + (
+            "off"
+            if fallback is False
+            else f"on, {MPS_ENV_EFFECTS['PYTORCH_ENABLE_MPS_FALLBACK']} (mpsup bench sets 0 in its workers)"
+            if fallback
+            else "on for torch 2.15 (anything but '0' is on), off or an import error for torch 2.6 (std::stoi)"
+        )
+    if fallback is not False:
         risky.append("PYTORCH_ENABLE_MPS_FALLBACK")
     ratio = active.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
     if ratio is not None:

@@ -30,6 +30,8 @@ class HostFacts:
     env: dict[str, str]
     interpreter: dict[str, Any] | None
     environments: list[dict[str, Any]] | None  # install-rc's candidates; None: not recorded
+    swap: parsers.Swap | None = None  # `sysctl vm.swapusage`; None: not read
+    memory_pressure: str | None = None  # normal, warn, critical; None: not read
 
     @property
     def is_macos(self) -> bool | None:
@@ -97,10 +99,20 @@ def _arm64_hardware(sysctl: dict[str, str], some_process_translated: bool) -> bo
     return None
 
 
+def _sysctl_text(s: snap.Snapshot) -> str:
+    """Every sysctl line the snapshot holds. An older snapshot asked for all keys at once, and sysctl, exiting
+    non-zero on a key this Mac lacks, had still printed the others: they are read whatever its exit code."""
+    main = s.output(snap.SYSCTL)
+    if main is not None:
+        return main + "\n" + (s.output(snap.SYSCTL_TRANSLATED) or "")
+    combined = s.commands.get(snap.SYSCTL_COMBINED)
+    return combined.stdout if combined is not None else ""
+
+
 def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
     uname_text = s.output(snap.UNAME)
     uname = parsers.parse_uname_a(uname_text) if uname_text else parsers.Uname(None, None, None)
-    sysctl_text = s.output(snap.SYSCTL) or ""
+    sysctl_text = _sysctl_text(s)
     sysctl = parsers.parse_sysctl(sysctl_text)
     version, build, source = _macos_version(s, sysctl)
     interp = s.interpreter
@@ -135,4 +147,6 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
         env=dict(s.env),
         interpreter=interp,
         environments=s.environments,
+        swap=parsers.parse_swapusage(swap_text) if (swap_text := s.output(snap.SWAP)) else None,
+        memory_pressure=parsers.memory_pressure(pressure) if (pressure := s.output(snap.PRESSURE)) else None,
     )

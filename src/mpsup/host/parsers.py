@@ -69,6 +69,42 @@ def sysctl_int(values: dict[str, str], name: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class Swap:
+    total_bytes: int
+    used_bytes: int
+
+
+_SWAP_FIELD = re.compile(r"\b(total|used|free)\s*=\s*([0-9]+(?:[.,][0-9]+)?)\s*([KMGTP]?)", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+def parse_swapusage(text: str) -> Swap | None:
+    """`sysctl vm.swapusage`: `vm.swapusage: total = 2048.00M  used = 1017.50M  free = 1030.50M  (encrypted)`."""
+    line = parse_sysctl(text).get("vm.swapusage")
+    if line is None:
+        return None
+    sizes = {
+        m.group(1).lower(): int(float(m.group(2).replace(",", ".")) * _UNITS[m.group(3).upper()])
+        for m in _SWAP_FIELD.finditer(line)
+    }
+    if "total" not in sizes or "used" not in sizes:
+        return None
+    return Swap(sizes["total"], sizes["used"])
+
+
+# kern.memorystatus_vm_pressure_level reports xnu's NOTE_MEMORYSTATUS_PRESSURE_* flags (sys/event.h).
+PRESSURE_LEVELS = {1: "normal", 2: "warn", 4: "critical"}
+
+
+def memory_pressure(text: str) -> str | None:
+    """`sysctl kern.memorystatus_vm_pressure_level` -> normal, warn, critical (another number: `level N`)."""
+    level = sysctl_int(parse_sysctl(text), "kern.memorystatus_vm_pressure_level")
+    if level is None:
+        return None
+    return PRESSURE_LEVELS.get(level, f"level {level}")
+
+
+@dataclass(frozen=True)
 class Battery:
     source: str | None  # "AC Power", "Battery Power", "UPS Power"
     percent: int | None

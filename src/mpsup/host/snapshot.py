@@ -23,7 +23,13 @@ SCHEMA = "mpsup.snapshot/1"
 
 SW_VERS = "sw_vers"
 UNAME = "uname -a"
-SYSCTL = "sysctl hw machdep kern sysctl.proc_translated"
+# Asked apart: sysctl exits non-zero on a key this Mac lacks (sysctl.proc_translated on an Intel Mac), and a failed
+# command is "not known", every other key of it lost with it.
+SYSCTL = "sysctl hw machdep kern"
+SYSCTL_TRANSLATED = "sysctl sysctl.proc_translated"
+SYSCTL_COMBINED = "sysctl hw machdep kern sysctl.proc_translated"  # older snapshots' one query: read, never run
+SWAP = "sysctl vm.swapusage"
+PRESSURE = "sysctl kern.memorystatus_vm_pressure_level"
 PMSET = "pmset -g"
 PMSET_BATT = "pmset -g batt"
 PMSET_THERM = "pmset -g therm"
@@ -33,7 +39,10 @@ SYSTEM_VERSION_PLIST = "/System/Library/CoreServices/SystemVersion.plist"
 COMMANDS: dict[str, tuple[list[str], float]] = {
     SW_VERS: (["sw_vers"], 10),
     UNAME: (["uname", "-a"], 10),
-    SYSCTL: (["sysctl", "hw", "machdep", "kern", "sysctl.proc_translated"], 10),
+    SYSCTL: (["sysctl", "hw", "machdep", "kern"], 10),
+    SYSCTL_TRANSLATED: (["sysctl", "sysctl.proc_translated"], 10),
+    SWAP: (["sysctl", "vm.swapusage"], 10),
+    PRESSURE: (["sysctl", "kern.memorystatus_vm_pressure_level"], 10),
     PMSET: (["pmset", "-g"], 10),
     PMSET_BATT: (["pmset", "-g", "batt"], 10),
     PMSET_THERM: (["pmset", "-g", "therm"], 10),

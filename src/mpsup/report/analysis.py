@@ -253,6 +253,10 @@ def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
             kind = "newly broken"
         elif sb == "unsupported":
             kind = "no longer supported"
+        elif sa == "fallback" and sb == "pass":
+            kind = "now on the device"
+        elif sa == "pass" and sb == "fallback":
+            kind = "now on the CPU"
         else:
             kind = "changed"
         out.append({"feature": s.feature, "baseline": sa, "candidate": sb, "change": kind})

@@ -148,20 +148,26 @@ class Environment:
     device_name: str | None = None
     python: str | None = None
     event_timing: str | None = None  # what its device samples measure; see report.analysis.device_time_semantics
+    # The MPS variables its worker saw (PYTORCH_ENABLE_MPS_FALLBACK...); None: a record from before they were kept.
+    mps_env: Mapping[str, str] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     layout: Layout = field(default=Layout(), compare=False, repr=False)
 
-    KEYS = ("label", "torch_version", "device_name", "python", "event_timing")
+    KEYS = ("label", "torch_version", "device_name", "python", "event_timing", "mps_env")
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Environment:
         d = _obj(doc, where)
+        env = d.get("mps_env")
         return cls(
             label=_required_text(d.get("label"), f"{where}.label"),
             torch_version=_text(d.get("torch_version"), f"{where}.torch_version"),
             device_name=_text(d.get("device_name"), f"{where}.device_name"),
             python=_text(d.get("python"), f"{where}.python"),
             event_timing=_text(d.get("event_timing"), f"{where}.event_timing"),
+            mps_env=None
+            if env is None
+            else {k: _required_text(v, f"{where}.mps_env.{k}") for k, v in _obj(env, f"{where}.mps_env").items()},
             extra=_extra(d, cls.KEYS),
             layout=Layout.of(d),
         )

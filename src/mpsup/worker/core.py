@@ -3,8 +3,10 @@ Built."""
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -56,6 +58,42 @@ UNSUPPORTED_NEEDLES: tuple[str, ...] = (
     "undefined type",
     "mps framework doesn't support",
 )
+
+
+# Libraries' notices of a change to come: they warn on every call and say nothing about the device.
+DEPRECATIONS: tuple[type[Warning], ...] = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+# torch's words when an op has no MPS kernel and runs on the CPU instead (PYTORCH_ENABLE_MPS_FALLBACK=1, or an
+# op MPS always sends there); one call site in MPSFallback.mm says it for every op.
+FALLBACK = re.compile(r"operator '([\w:.]+)' is not currently supported on the MPS backend and will fall back")
+
+
+@dataclass
+class FallbackWatch:
+    """The ops torch ran on the CPU while this is open. torch says so with TORCH_WARN_ONCE, which fires once
+    per process from its one call site, for every op, unless warn-always is on, and whose flag is spent even
+    where Python ignores the warning: warn-always is on while this is open (restored after), and every warning
+    is recorded, none printed, none ignored but libraries' deprecations. Nested watches each see their own."""
+
+    pattern: re.Pattern[str] | None = None  # FALLBACK unless given
+    ops: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> FallbackWatch:
+        self._always = bool(torch.is_warn_always_enabled())
+        self._catch = warnings.catch_warnings(record=True)
+        self._caught = self._catch.__enter__()
+        warnings.simplefilter("always")
+        for category in DEPRECATIONS:
+            warnings.filterwarnings("ignore", category=category)
+        torch.set_warn_always(True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.set_warn_always(self._always)
+        self._catch.__exit__(*exc)
+        pattern = self.pattern or FALLBACK
+        found = {m.group(1) for w in self._caught for m in [pattern.search(str(w.message))] if m}
+        self.ops = sorted(found | set(self.ops))
 
 
 def is_unsupported_error(exc: BaseException) -> bool:

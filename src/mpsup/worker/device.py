@@ -9,6 +9,7 @@ import platform
 import resource
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -100,17 +101,47 @@ def _torch_release() -> tuple[int, int]:
         return 0, 0
 
 
+MAX_HEADER_CHARS = 200_000
+
+
+def _mps_event_header() -> str | None:
+    """This build's own MPSEvent.h, shipped in its wheel; None where it is not."""
+    path = Path(torch.__file__).parent / "include" / "ATen" / "mps" / "MPSEvent.h"
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return fh.read(MAX_HEADER_CHARS)
+    except OSError:
+        return None
+
+
+def event_timing_in_header(text: str) -> str | None:
+    """What MPSEvent.h says an event times; None where it says neither or both."""
+    gpu, cpu = "GPU completion time" in text, "CLOCK_MONOTONIC_RAW" in text
+    return None if gpu == cpu else "gpu" if gpu else "cpu-callback"
+
+
 def event_timing(kind: str) -> str | None:
     """What a device event's elapsed time measures, so device samples are only ever compared
     between builds that time the same thing. MPS events up to 2.14 read a CPU clock in a
     completion callback (host-side latency included); 2.15 takes the command buffer's GPU end
     time. The headers of the real wheels show the change (MPSEvent.h: m_completion_time went
-    from a CLOCK_MONOTONIC_RAW uint64 to the command buffer's double GPU time)."""
+    from a CLOCK_MONOTONIC_RAW uint64 to the command buffer's double GPU time), so this build's
+    own header decides; without it the version does, except for a 2.15 nightly, which may
+    predate the change (None: unknown, never compared)."""
     if kind == "cuda":
         return "gpu"
-    if kind == "mps":
-        return "gpu" if _torch_release() >= (2, 15) else "cpu-callback"
-    return None
+    if kind != "mps":
+        return None
+    header = _mps_event_header()
+    told = event_timing_in_header(header) if header else None
+    if told:
+        return told
+    release = _torch_release()
+    if release < (2, 15):
+        return "cpu-callback"
+    if release == (2, 15) and "dev" in str(torch.__version__):
+        return None
+    return "gpu"
 
 
 def _accelerator_peak_api() -> tuple[Any, Any] | None:

@@ -23,6 +23,17 @@ def _to(obj: Any, device: torch.device) -> Any:
     return obj
 
 
+def _program_on(ep: Any, dev: torch.device) -> Any:
+    """The exported program as a module on `dev`: torch's pass moves its weights and the devices its graph baked
+    in when it was traced (a `torch.arange(n, device=x.device)` on the CPU); moving the module moves only the
+    weights, so where a torch lacks the pass that is all that moves."""
+    try:
+        from torch.export.passes import move_to_device_pass
+    except ImportError:
+        return ep.module().to(dev)
+    return move_to_device_pass(ep, dev).module()
+
+
 def build_end_to_end(params: dict[str, Any], device: Device) -> Built:
     dev = device.torch_device
     if params["source"] == "pt2":
@@ -34,7 +45,12 @@ def build_end_to_end(params: dict[str, Any], device: Device) -> Built:
         if example is None:
             raise Unsupported("this .pt2 carries no example inputs")
         args, kwargs = example
-        module = ep.module()
+        try:
+            module = _program_on(ep, dev)
+        except Exception as exc:
+            raise Unsupported(
+                f"the exported program cannot move to {dev}: {' '.join(str(exc).split())[:300]}"
+            ) from None
     else:
         module_name, _, func_name = params["target"].partition(":")
         if params.get("cwd") and params["cwd"] not in sys.path:
@@ -47,10 +63,10 @@ def build_end_to_end(params: dict[str, Any], device: Device) -> Built:
         args, kwargs = (
             (inputs, {}) if isinstance(inputs, tuple) else ((), inputs) if isinstance(inputs, dict) else ((inputs,), {})
         )
-    try:
-        module = module.to(dev)
-    except Exception as exc:
-        raise Unsupported(f"the module cannot move to {dev}: {exc}") from None
+        try:
+            module = module.to(dev)
+        except Exception as exc:
+            raise Unsupported(f"the module cannot move to {dev}: {exc}") from None
     args, kwargs = _to(args, dev), _to(kwargs, dev)
     if params.get("compile"):
         module = torch.compile(module)

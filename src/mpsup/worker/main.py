@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .build import build
-from .core import Built, is_unsupported_error
+from .core import Built, FallbackWatch, is_unsupported_error
 from .device import Device
 from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
@@ -70,6 +70,7 @@ class Worker:
             "threads": torch.get_num_threads(),
             "smoke_features": list(FEATURES),
             "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "mps_env": mps_env(os.environ),
         }
         if ok:
             facts.update(self.device.facts())
@@ -91,10 +92,12 @@ class Worker:
         torch.manual_seed(0)
         self.device.reset_peak()
         self.pin(False)
-        built = build(spec, self.device)
         sync = self.device.synchronize
-        # First call: kernel selection, compilation, allocator growth.
-        first_s = time_block(built.fn, 1, sync).host_s
+        # Building and the first call are watched for ops run on the CPU: timing them would time the CPU.
+        with FallbackWatch() as watch:
+            built = build(spec, self.device)
+            # First call: kernel selection, compilation, allocator growth.
+            first_s = time_block(built.fn, 1, sync).host_s
         self.pin(True)
         forced = req.get("calls")
         # A first call over max_first_call_s (set far above any one-time cost) already tells the runner the
@@ -119,6 +122,8 @@ class Worker:
         }
         if first_only:
             answer["first_call_only"] = True
+        if watch.ops:
+            answer["fallback_ops"] = watch.ops
         if built.info is not None:
             answer["phase"] = built.info
         return answer
@@ -175,6 +180,16 @@ class Worker:
         return {"type": "census", "census": doc, **({"reason": reason} if doc is None else {})}
 
 
+# What changes how torch runs on MPS, as the measured process sees it (names read from the macOS wheels'
+# libtorch_cpu, 2.6 to 2.15); values are short settings, never secrets.
+MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "PYTORCH_METAL_")
+MPS_ENV_VALUE_CHARS = 200
+
+
+def mps_env(environ: Any) -> dict[str, str]:
+    return {k: str(v)[:MPS_ENV_VALUE_CHARS] for k, v in sorted(environ.items()) if k.startswith(MPS_ENV_PREFIXES)}
+
+
 def collect_and_freeze() -> None:
     """Collect, then freeze what survived: between workloads, whatever is still alive is module state
     (dynamo, sympy and inductor once the compile smoke test has run; transformers once a model was built).
@@ -185,9 +200,14 @@ def collect_and_freeze() -> None:
     gc.freeze()
 
 
+# MPS's allocator refuses a buffer past the device's largest with "Invalid buffer size: <size>" (MPSAllocator.mm,
+# in the real wheels' libtorch_cpu): a workload too big for this Mac, as out of memory is.
+OOM_NEEDLES = ("out of memory", "invalid buffer size")
+
+
 def _classify(exc: BaseException) -> str:
     text = str(exc).lower()
-    if isinstance(exc, MemoryError) or "out of memory" in text or type(exc).__name__ == "OutOfMemoryError":
+    if isinstance(exc, MemoryError) or any(n in text for n in OOM_NEEDLES) or type(exc).__name__ == "OutOfMemoryError":
         return "oom"
     if is_unsupported_error(exc):
         return "unsupported"

@@ -1,7 +1,8 @@
 """Smoke tests of new MPS features: the device result against a CPU float32 reference.
 
-One status per feature: pass, fail (with the error size), unsupported (this torch or device lacks
-it), or crash (the worker died; decided by the runner, which sees the process go)."""
+One status per feature: pass, fail (with the error size), fallback (right, but an op ran on the CPU),
+unsupported (this torch or device lacks it), or crash (the worker died; decided by the runner, which sees
+the process go)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .core import FallbackWatch
 from .device import Device
 from .metal import check_grid, reference, run_kernel
 from .ops import Unsupported, dtype_of, grouped_mm_fn, is_unsupported_error, scaled_mm_op, scaled_mm_scales
@@ -377,9 +379,12 @@ def _short(exc: BaseException) -> str:
 
 
 def run_feature(name: str, device: Device, kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """A feature that matched its reference but ran an op on the CPU is `fallback`, never `pass`: the device
+    lacks the kernel the feature is about."""
     fn = FEATURES[name]
     try:
-        outcome = fn(device, kernels) if name == "metal_kernels" else fn(device)
+        with FallbackWatch() as watch:
+            outcome = fn(device, kernels) if name == "metal_kernels" else fn(device)
     except Mismatch as exc:
         return {"status": "fail", "error": exc.error, "message": str(exc)}
     except Exception as exc:
@@ -387,4 +392,7 @@ def run_feature(name: str, device: Device, kernels: list[dict[str, Any]]) -> dic
             return {"status": "unsupported", "message": _short(exc)}
         return {"status": "fail", "error": None, "message": _short(exc)}
     error, note = outcome if isinstance(outcome, tuple) else (outcome, "")
+    if watch.ops:
+        cpu = f"ran on the CPU (no MPS kernel): {', '.join(watch.ops)}"
+        return {"status": "fallback", "error": error, "message": f"{cpu}; {note}" if note else cpu, "ops": watch.ops}
     return {"status": "pass", "error": error, "message": note}

@@ -11,6 +11,7 @@ the CPU, the op census of one forward, the library versions) comes back with the
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import os
@@ -18,17 +19,15 @@ import re
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .core import Built, Unsupported, dtype_of
+from .core import DEPRECATIONS, Built, FallbackWatch, Unsupported, dtype_of
 from .device import Device
 
-# torch's words when an op has no MPS kernel and PYTORCH_ENABLE_MPS_FALLBACK=1 sends it to the CPU.
-_FALLBACK = re.compile(r"operator '([\w:.]+)' is not currently supported on the MPS backend and will fall back")
 _NOT_IMPLEMENTED = re.compile(r"operator '([\w:.]+)' is not currently implemented for the MPS device")
 MAX_LAYERS = 10_000
 CENSUS_MAX_ENTRIES = 400  # distinct (op, shapes, dtypes) kept; the rest are counted as "other"
@@ -137,24 +136,26 @@ def _census_of(fn: Callable[[], Any]) -> dict[str, Any] | None:
 
 def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> list[str]:
     """Run once, collecting the ops torch said fell back to the CPU (MPS)."""
-    ops: set[str] = set()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with FallbackWatch() as watch:
         fn()
         sync()
-    for w in caught:
-        m = _FALLBACK.search(str(w.message))
-        if m:
-            ops.add(m.group(1))
-    return sorted(ops)
+    return watch.ops
+
+
+@contextlib.contextmanager
+def _no_deprecations() -> Iterator[None]:
+    """Libraries' deprecation notices off; every other warning (a CPU fallback's) still reaches its listener."""
+    with warnings.catch_warnings():
+        for category in DEPRECATIONS:
+            warnings.filterwarnings("ignore", category=category)
+        yield
 
 
 def _quiet(fn: Callable[[], Any]) -> Callable[[], Any]:
     """Libraries warn on every call (deprecations): keep that out of the timed span and the worker's log."""
 
     def call() -> Any:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _no_deprecations():
             return fn()
 
     return call
@@ -164,7 +165,7 @@ def _unsupported_op(exc: BaseException) -> None:
     m = _NOT_IMPLEMENTED.search(str(exc))
     if m:
         raise Unsupported(
-            f"{m.group(1)} has no MPS kernel in this torch (set PYTORCH_ENABLE_MPS_FALLBACK=1 to run it on the CPU)"
+            f"{m.group(1)} has no MPS kernel in this torch (bench --allow-cpu-fallback runs it on the CPU)"
         ) from None
 
 
@@ -191,8 +192,7 @@ def _set_depth(config: Any, depth: int) -> None:
 
 def _construct(auto: Any, config: Any, dtype: torch.dtype) -> Any:
     """from_config with the dtype under the spelling this transformers takes (5.x: dtype=, 4.x: torch_dtype=)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with _no_deprecations():
         try:
             model = auto.from_config(config, dtype=dtype)
         except TypeError:
@@ -252,8 +252,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     if depth < layers:
         _set_depth(config, depth)
     if params.get("weights") == "real" and params.get("path"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _no_deprecations():
             try:
                 model, loaded = auto.from_pretrained(
                     params["path"], config=config, dtype=dtype, output_loading_info=True
@@ -311,8 +310,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         cache_name = "past_key_values" if "past_key_values" in sig else "cache" if "cache" in sig else None
         if cache_name is None:
             raise Unsupported(f"{type(model).__name__}.forward takes no KV cache")
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with torch.inference_mode(), _no_deprecations():
             kv = model(input_ids=ids(cache), use_cache=True, **extra_kw).past_key_values
         one = ids(1)
         roll_back = getattr(kv, "crop", None)
@@ -348,8 +346,7 @@ def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, device: D
     cls = getattr(df, name, None) if isinstance(name, str) and name.isidentifier() else None
     if cls is None:
         raise Unsupported(f"diffusers {df.__version__} has no model class {name!r}")
-    with torch.device("meta"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with torch.device("meta"), _no_deprecations():
         meta = cls.from_config(dict(cfg))
     need = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
     del meta
@@ -358,8 +355,7 @@ def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, device: D
         raise MemoryError(
             f"out of memory: its weights need {need / 2**30:.1f} GiB, over {share:.0%} of {capacity / 2**30:.1f} GiB"
         )
-    with torch.device(device.torch_device), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with torch.device(device.torch_device), _no_deprecations():
         model = cls.from_config(dict(cfg)).to(dtype)
     model.eval()
     return model, need
@@ -402,8 +398,7 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
         # each probe frame of a full-size video VAE costs seconds.
         probe, probe_frames = 128, 5 if frames > 1 else 1
         image = rand(1, channels, probe_frames, probe, probe) if video else rand(1, channels, probe, probe)
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with torch.inference_mode(), _no_deprecations():
             small = _latent(model.encode(image))
         factor = probe // int(small.shape[-1])
         if width % factor or height % factor:
@@ -496,18 +491,22 @@ def _finish(
 
 
 def build_phase(spec: dict[str, Any], device: Device) -> Built:
+    """The phase, built and run once. Every device run of the build (construction, probes, the KV cache's fill)
+    is watched for CPU fallbacks: the first call's are the phase's `fallback_ops`, the rest `setup_fallback_ops`."""
     params = spec["params"]
     dtype = dtype_of(spec.get("dtype", "fp32"))
     library = params.get("library")
+    if library not in ("transformers", "diffusers"):
+        raise ValueError(f"unknown whole-model library {library!r}")
     try:
-        if library == "transformers":
-            return _transformers_phase(params, dtype, device)
-        if library == "diffusers":
-            return _diffusers_phase(params, dtype, device)
+        with FallbackWatch() as watch:
+            built = (_transformers_phase if library == "transformers" else _diffusers_phase)(params, dtype, device)
     except NotImplementedError as exc:
         _unsupported_op(exc)
         raise
-    raise ValueError(f"unknown whole-model library {library!r}")
+    if watch.ops and built.info is not None and device.kind != "meta":
+        built.info["setup_fallback_ops"] = watch.ops
+    return built
 
 
 # --- the census alone (`bench --list`) ---

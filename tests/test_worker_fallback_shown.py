@@ -1,0 +1,49 @@
+"""What a run shows of ops that ran on the CPU: a smoke test's `fallback` status (never `pass`) in the table and
+the not-passing lines, a layer's `fallback_ops` in its own lines, and the report's change between builds."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from mpsup.bench.render import render_run
+from mpsup.report.analysis import _smoke_changes
+from mpsup.runs.schema import RunRecord
+from tests.synthetic import paired_record
+
+
+def _record() -> dict:
+    smoke = [
+        {
+            "feature": "int_mm",
+            "envs": {
+                "baseline": {"status": "fallback", "message": "ran on the CPU (no MPS kernel): aten::_int_mm"},
+                "candidate": {"status": "pass", "message": ""},
+            },
+        }
+    ]
+    rec = paired_record(1.0, count=2, smoke=smoke)
+    rec["workloads"][0]["envs"]["baseline"]["fallback_ops"] = ["aten::_int_mm"]
+    return rec
+
+
+def _text(details: bool) -> str:
+    out = io.StringIO()
+    render_run(_record(), Console(file=out, width=160, color_system=None), details=details)
+    return out.getvalue()
+
+
+def test_a_fallback_is_shown_never_as_a_pass() -> None:
+    main, details = _text(False), _text(True)
+    name = _record()["workloads"][0]["name"]
+    for text in (main, details):
+        assert "Timed partly on the CPU" in text and f"{name} (baseline): aten::_int_mm" in text
+    assert "fallback: ran on the CPU (no MPS kernel): aten::_int_mm" in details  # the smoke table's cell
+    assert "0 of 1 pass" in main and "int_mm (baseline): fallback: ran on the CPU" in main  # said why
+
+
+def test_the_report_says_an_op_moved_onto_the_device() -> None:
+    record = RunRecord.from_json(_record(), "x")
+    (change,) = _smoke_changes(record, "baseline", "candidate")
+    assert change["change"] == "now on the device"
