@@ -205,6 +205,7 @@ def _compile_variant(path: str) -> dict[str, Any]:
         library="transformers",
         path=path,
         source=path,
+        reason=f"cannot open {path}/tokenizer.json: gone",
         config={
             "_name_or_path": path,
             "_commit_hash": "0123abc",
@@ -228,6 +229,7 @@ def test_the_parameter_dump_holds_no_path_or_config_identity(monkeypatch: pytest
     params = json.loads(dump)
     assert params["config"] == {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64}
     assert params["phase"] == "prefill" and params["compile"] is True
+    assert params["reason"] == "cannot open <path>: gone"  # free text keeps its words, not its paths
     for secret in ("private-models", "alice", "_name_or_path", "_commit_hash", "tokenizer", '"path"'):
         assert secret not in md.lower(), secret
     kept = build_upstream(analyze(record), record, keep_paths=True).markdown
@@ -437,3 +439,15 @@ def test_a_census_matmul_whose_result_no_storage_holds_is_left_out_of_the_repro(
     record = as_record(rec)
     md = build_upstream(analyze(record), record).markdown
     assert "1 matmul(s) of its census left out" in md and "No standalone script" in md
+
+
+def test_a_workload_repro_no_storage_could_hold_is_not_written() -> None:
+    from mpsup.report.upstream import workload_repro
+
+    big = 2**31 - 1
+    assert workload_repro({"kind": "linear", "tokens": big, "in_features": 2, "out_features": big}, "cpu") is None
+    assert workload_repro({"kind": "matmul", "n": 2**25}, "cpu") is None
+    huge_conv = {"kind": "conv", "weight_shape": [2**24, 1, 1, 1], "input_shape": [1, 1, 2**24, 2**10]}
+    assert workload_repro(huge_conv, "cpu") is None  # each tensor fits; the 2^58-element output does not
+    small = workload_repro({"kind": "linear", "tokens": 2, "in_features": 16, "out_features": 8}, "cpu")
+    assert small is not None and "input 2x16, weight 8x16" in small.what

@@ -230,9 +230,12 @@ def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
         )
     if kind == "conv" and (ws := _int_list(w.get("weight_shape"))) and (xs := _int_list(w.get("input_shape"))):
         nd = len(ws) - 2
-        padding = w.get("padding") if type(w.get("padding")) is int and 0 <= w["padding"] <= MAX_CENSUS_DIM else 0
-        stride = w.get("stride") if type(w.get("stride")) is int and 1 <= w["stride"] <= MAX_CENSUS_DIM else 1
-        if nd in (1, 2, 3) and len(xs) == len(ws):
+        raw_padding, raw_stride = w.get("padding"), w.get("stride")
+        padding: int = raw_padding if type(raw_padding) is int and 0 <= raw_padding <= MAX_CENSUS_DIM else 0
+        stride: int = raw_stride if type(raw_stride) is int and 1 <= raw_stride <= MAX_CENSUS_DIM else 1
+        # The result too: a huge weight over a small input can make an output no storage holds.
+        spatial = [(x + 2 * padding - k) // stride + 1 for x, k in zip(xs[2:], ws[2:], strict=False)]
+        if nd in (1, 2, 3) and len(xs) == len(ws) and _fits([xs[0], ws[0], *(max(0, d) for d in spatial)]):
             return Repro(
                 f"torch.nn.functional.conv{nd}d, input {_dims(xs)}, weight {_dims(ws)}, {dtype}, "
                 f"padding {padding}, stride {stride}",
@@ -360,6 +363,9 @@ _TEXT_KEYS = frozenset(
 _CONFIG_TEXT_KEYS = frozenset({"_class_name", "model_type", "architectures", "torch_dtype", "hidden_act", "act_fn"})
 _IDENTITY_KEY = re.compile(r"path|dir|file|url|repo|name_or|commit|^source$|^config_name$", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
+# An absolute path inside free text (a reason: "cannot open /Volumes/ssd/models/x: ..."), as its own word.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])(?:~|[A-Za-z]:)?[/\\][^\s'\"),;:]+")
+_FREE_TEXT_KEYS = frozenset({"reason", "status"})
 
 
 def _config_text(key: str, value: Any) -> bool:
@@ -434,7 +440,7 @@ class _Fields:
                     if not _IDENTITY_KEY.search(ck) and (kept := self._value(cv, _config_text(ck, cv))) is not None
                 }
             elif not _IDENTITY_KEY.search(k) and (kept := self._value(v, k in _TEXT_KEYS)) is not None:
-                out[k] = kept
+                out[k] = _ABSOLUTE_PATH.sub("<path>", kept) if k in _FREE_TEXT_KEYS and isinstance(kept, str) else kept
         return out
 
     def _value(self, v: Any, text_ok: bool) -> Any:
