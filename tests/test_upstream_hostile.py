@@ -206,6 +206,8 @@ def _compile_variant(path: str) -> dict[str, Any]:
         path=path,
         source=path,
         reason=f"cannot open {path}/tokenizer.json: gone",
+        cwd="/Users/alice/private-work",  # an end-to-end forward's params: text under no known key is left out
+        target="private_pkg.models:build",
         config={
             "_name_or_path": path,
             "_commit_hash": "0123abc",
@@ -230,7 +232,7 @@ def test_the_parameter_dump_holds_no_path_or_config_identity(monkeypatch: pytest
     assert params["config"] == {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64}
     assert params["phase"] == "prefill" and params["compile"] is True
     assert params["reason"] == "cannot open <path>: gone"  # free text keeps its words, not its paths
-    for secret in ("private-models", "alice", "_name_or_path", "_commit_hash", "tokenizer", '"path"'):
+    for secret in ("private", "alice", "_name_or_path", "_commit_hash", "tokenizer", '"path"'):
         assert secret not in md.lower(), secret
     kept = build_upstream(analyze(record), record, keep_paths=True).markdown
     assert path in kept and "_name_or_path" in kept  # --with-paths: as the record has it
@@ -451,3 +453,12 @@ def test_a_workload_repro_no_storage_could_hold_is_not_written() -> None:
     assert workload_repro(huge_conv, "cpu") is None  # each tensor fits; the 2^58-element output does not
     small = workload_repro({"kind": "linear", "tokens": 2, "in_features": 16, "out_features": 8}, "cpu")
     assert small is not None and "input 2x16, weight 8x16" in small.what
+
+
+def test_a_bisect_s_figures_and_targets_of_the_wrong_type_are_passed_over() -> None:
+    record = as_record(_slow_record())
+    doc = _hostile_bisect("")
+    doc["steps"][0]["figures"] = 5
+    doc["targets"] = 7
+    md = build_upstream(analyze(record), record, doc).markdown
+    assert "#### Bisect" in md and "| 1 |" not in md

@@ -523,7 +523,8 @@ def _bisect_section(doc: dict[str, Any], f: _Fields) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for k, s in enumerate(steps, 1):
-        for fig in s.get("figures", []):
+        figures = s.get("figures")
+        for fig in figures if isinstance(figures, list) else []:
             if not isinstance(fig, dict):
                 continue
             lo, hi, sp = fig.get("low"), fig.get("high"), fig.get("speedup")
@@ -600,7 +601,8 @@ def build_upstream(
         raise UserError(
             f"run {record.id}: no workload was called slower ({analysis.verdict}); --upstream reports a regression"
         )
-    targets = [str(t) for t in (bisect or {}).get("targets", [])]
+    listed = (bisect or {}).get("targets")
+    targets = [str(t) for t in listed] if isinstance(listed, list) else []
     main = next((c for c in slower if c.name in targets), slower[0])
     assert main.speedup is not None
     repro = repro_for(rec, main.name)
