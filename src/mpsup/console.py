@@ -70,3 +70,43 @@ def warning_line(message: str, console: Console = stderr_console) -> None:
 
 def error_line(message: str) -> None:
     message_line(stderr_console, f"[bold red]mpsup:[/] {safe(message)}")
+
+
+# --- GitHub Markdown: text mpsup did not write, inert wherever it lands in an issue body ---
+
+# Plain words and version numbers stay bare: none of these characters starts a mention (@), a reference (#),
+# HTML (<), a link ([), emphasis (* _), code (`) or a URL (:); a `www.` inside one could still read as a link.
+_MD_BARE = re.compile(r"[0-9][0-9A-Za-z.+-]*|[A-Za-z]+")
+_LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029]+")
+
+
+def one_line(text: object, limit: int = 200) -> str:
+    """Record text on one line, controls shown as escapes, at most `limit` characters."""
+    return _LINE_BREAKS.sub(" ", printable(text))[:limit]
+
+
+def md_code(text: object, *, table: bool = False, limit: int = 200) -> str:
+    """Record text for a GitHub Markdown body: a plain word or version as it is, anything else as a code span,
+    where GitHub links no @mention or #123 and renders no HTML, link, image or emphasis. The span's backtick
+    fence is longer than any run of backticks inside, so nothing inside can close it; on one line, so nothing
+    can start a heading or a fence; in a table cell `|` is escaped, which GFM splits cells on even in a span."""
+    value = one_line(text, limit)
+    if _MD_BARE.fullmatch(value) and "www" not in value.lower():
+        return value
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", value)), default=0) + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") or not value.strip() else ""
+    if table:
+        value = value.replace("|", "\\|")
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def md_comment(text: str) -> str:
+    """Text for inside an HTML comment `<!-- ... -->`: without `<` and `>` nothing in it can end the comment
+    (`-->`, `--!>`) or open another; they become the look-alikes ‹ and ›."""
+    return one_line(text, 2000).replace("<", "\u2039").replace(">", "\u203a")
+
+
+def md_fence(text: str, info: str = "") -> list[str]:
+    """A fenced code block around `text`: its fence longer than any backtick run inside, so no line closes it."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return [f"{fence}{info}", *text.split("\n"), fence]

@@ -18,18 +18,32 @@ def phase_workloads(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [w for w in record.get("workloads", []) if w.get("part") == "phase" and phase_of(w)]
 
 
+def phase_info(env: Any) -> dict[str, Any]:
+    """What the worker said of a phase call (env.phase). A record read from disk has it checked
+    (runs.schema); bench's own record comes from the worker's answer, so anything else reads as nothing."""
+    info = env.get("phase") if isinstance(env, dict) else None
+    return info if isinstance(info, dict) else {}
+
+
+def fallback_ops(env: Any) -> tuple[str, ...]:
+    """The ops a phase ran on the CPU instead of the device."""
+    ops = phase_info(env).get("fallback_ops")
+    return tuple(op for op in ops if isinstance(op, str)) if isinstance(ops, list) else ()
+
+
 def scale_of(env: dict[str, Any]) -> float:
     """Whole model / what ran: layers over the blocks built (1 when every block ran)."""
-    info = env.get("phase") or {}
+    info = phase_info(env)
     layers, depth = info.get("layers"), info.get("depth")
-    if isinstance(layers, int) and isinstance(depth, int) and 0 < depth < layers:
+    # Bounded as the record reader bounds them: an int past a float's range would overflow the division.
+    if type(layers) is int and type(depth) is int and 0 < depth < layers <= 10**9:
         return layers / depth
     return 1.0
 
 
 def scaled_from(env: dict[str, Any]) -> str | None:
     """The blocks run, as "8 of 32", where only a prefix of them ran; else None (said beside every scaled figure)."""
-    info = env.get("phase") or {}
+    info = phase_info(env)
     return f"{info.get('depth')} of {info.get('layers')}" if scale_of(env) != 1.0 else None
 
 
@@ -43,7 +57,7 @@ def _layers_of(record: dict[str, Any], phase_w: dict[str, Any]) -> list[dict[str
         tokens = 1 if phase == "decode" else phase_w.get("tokens")
         # generate() asks for the last position's logits only: the head then runs on one token.
         envs = phase_w.get("envs", {}).values()
-        kept = any((e.get("phase") or {}).get("logits_kept") == 1 for e in envs)
+        kept = any(phase_info(e).get("logits_kept") == 1 for e in envs)
         return [w for w in layers if w.get("tokens") == (1 if kept and w.get("role") == "output-head" else tokens)]
     if phase == "step" and phase_w.get("component"):
         return [w for w in layers if phase_w["component"] in w.get("tags", ())]
@@ -75,7 +89,6 @@ def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any
         phase = phase_of(w)
         assert phase is not None
         env = w.get("envs", {}).get(label, {})
-        info = env.get("phase") or {}
         scale = scale_of(env)
         med = env.get("median")
         low, high = env.get("ci_low"), env.get("ci_high")
@@ -102,8 +115,8 @@ def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any
             doc["depth_forced"] = bool(w.get("depth"))  # --depth, or the model did not fit whole
         if memory.get("driver_allocated_max"):
             doc["driver_memory_max_bytes"] = memory["driver_allocated_max"]
-        if info.get("fallback_ops"):
-            doc["fallback_ops"] = list(info["fallback_ops"])
+        if ops := fallback_ops(env):
+            doc["fallback_ops"] = list(ops)
         doc["layer_coverage"] = coverage(record, w, label)
         out[phase] = doc
     return out
@@ -113,9 +126,9 @@ def census(record: dict[str, Any], label: str) -> dict[str, Any]:
     """Each phase's op census as the worker counted it (one call, before timing)."""
     out: dict[str, Any] = {}
     for w in phase_workloads(record):
-        info = w.get("envs", {}).get(label, {}).get("phase") or {}
-        if info.get("census"):
-            out[str(phase_of(w))] = info["census"]
+        census = phase_info(w.get("envs", {}).get(label)).get("census")
+        if isinstance(census, dict) and census:
+            out[str(phase_of(w))] = census
     return out
 
 
