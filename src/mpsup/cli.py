@@ -130,7 +130,8 @@ def bench(
         str | None, typer.Option("--baseline", help="Baseline interpreter or venv (default: --python).")
     ] = None,
     candidate: Annotated[
-        str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")
+        str | None,
+        typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version; mlx:PYTHON runs MLX."),
     ] = None,
     aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
     details: Annotated[
@@ -168,6 +169,9 @@ def bench(
         int | None,
         typer.Option("--frames", help="A video VAE: frames to decode and encode (phases and layers), e.g. 81."),
     ] = None,
+    mlx_bits: Annotated[
+        int | None, typer.Option("--mlx-bits", help="The MLX side's weights quantised to 4 or 8 bits (group 64).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -195,6 +199,7 @@ def bench(
         depth=depth,
         real_weights=real_weights,
         frames=frames,
+        mlx_bits=mlx_bits,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)
