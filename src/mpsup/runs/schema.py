@@ -18,7 +18,7 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.stats import usable_ratio
 
-SCHEMA = "mpsup.run/1"
+SCHEMA = "mpsup.run/1.1"  # 1.1: environments[i].stack ("torch" or "mlx")
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
@@ -148,10 +148,18 @@ class Environment:
     device_name: str | None = None
     python: str | None = None
     event_timing: str | None = None  # what its device samples measure; see report.analysis.device_time_semantics
+    stack: str | None = None  # "torch" (absent in older records) or "mlx": which worker measured it
     extra: Mapping[str, Any] = field(default_factory=dict)
     layout: Layout = field(default=Layout(), compare=False, repr=False)
 
-    KEYS = ("label", "torch_version", "device_name", "python", "event_timing")
+    KEYS = ("label", "torch_version", "device_name", "python", "event_timing", "stack")
+
+    @property
+    def side(self) -> str:
+        """What ran, as a reader names it: `torch 2.13.0`, or `MLX 0.32.4` for an MLX environment."""
+        if self.stack == "mlx":
+            return f"MLX {self.extra.get('mlx_version') or '?'}"
+        return f"torch {self.torch_version}"
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Environment:
@@ -162,6 +170,7 @@ class Environment:
             device_name=_text(d.get("device_name"), f"{where}.device_name"),
             python=_text(d.get("python"), f"{where}.python"),
             event_timing=_text(d.get("event_timing"), f"{where}.event_timing"),
+            stack=_text(d.get("stack"), f"{where}.stack"),
             extra=_extra(d, cls.KEYS),
             layout=Layout.of(d),
         )
