@@ -733,16 +733,14 @@ def analyze(
         main = _aggregate([c for c in changes if c.ratios], seed)
         what = "the geometric mean of the measured workloads"
     envs = record.environments
+    torches = (_version(envs[0]), _version(envs[1]))
     verdict, sentence = (
-        _unpaired_verdict(main, what, str(envs[0].torch_version), str(envs[1].torch_version))
+        _unpaired_verdict(main, what, *torches)
         if unpaired
         else phase_verdict(phases, noise, f"{envs[1].side} vs {envs[0].side}", threshold)
-        or _verdict(main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version))
+        or _verdict(main, changes, noise, threshold, mem, what, *torches)
     )
-    torches = (str(envs[0].torch_version), str(envs[1].torch_version))
     mlx_sides = [e.stack == "mlx" for e in envs[:2]]
-    if any(mlx_sides):
-        torches = (_version(envs[0]), _version(envs[1]))
     if phases and not unpaired and mlx_sides[0] != mlx_sides[1]:
         sentence = _stack_sentence(record, phases, a, b, mlx_is_candidate=mlx_sides[1])
     elif record.mode == "aa" and torches[0] == torches[1]:

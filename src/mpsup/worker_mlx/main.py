@@ -166,6 +166,16 @@ class LastOnly(nn.Module):
         return self.inner(*args, **kwargs)[:, -1:, :]
 
 
+def _construct(model_cls: Any, args_cls: Any, config: dict[str, Any]) -> Any:
+    try:
+        return model_cls(args_cls.from_dict(config))
+    except (TypeError, KeyError, ValueError) as exc:  # a key mlx_lm requires and transformers would default
+        raise Unsupported(
+            f"mlx_lm {mlx_lm_version()} cannot build model type {config.get('model_type')!r} from this config.json: "
+            f"{' '.join(str(exc).split())[:300]}"
+        ) from None
+
+
 def _quantize(model: Any, config: dict[str, Any], bits: int) -> None:
     try:
         from mlx_lm.utils import quantize_model
@@ -214,7 +224,7 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
         raise Unsupported("the config names no vocab_size")
     # MLX is lazy: building the model allocates nothing until mx.eval, so its size is read first, as the torch
     # worker reads it on the meta device, and a model too large is cut to the blocks that fit.
-    model = model_cls(args_cls.from_dict(config))
+    model = _construct(model_cls, args_cls, config)
     model.set_dtype(dtype)
     total = _bytes_of(model.parameters())
     blocks = getattr(model, "layers", None)
@@ -239,7 +249,7 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
         model.set_dtype(dtype)
         weights = "real"
     elif depth < layers:
-        model = model_cls(args_cls.from_dict(config))
+        model = _construct(model_cls, args_cls, config)
         model.set_dtype(dtype)
     if bits:
         _quantize(model, config, bits)
