@@ -251,3 +251,48 @@ def test_an_mlx_aa_is_the_floor_of_a_torch_against_mlx_run() -> None:
     sentence = analyze(mlx_aa).sentence
     assert sentence.startswith("A/A run (MLX 0.32.4 against itself, the noise floor)")
     assert "None" not in sentence
+
+
+# --- install-rc --mlx: the parts that need no index ---
+
+
+def test_mlx_packages_follow_the_platform() -> None:
+    from mpsup.envs.mlx_env import packages
+
+    assert packages("darwin") == ["mlx", "mlx-lm"]
+    assert packages("linux") == ["mlx[cpu]", "mlx-lm"]
+
+
+def test_a_recorded_mlx_environment_is_found_by_name(mpsup_home: Path) -> None:
+    folder = mpsup_home / "envs" / "mlx"
+    folder.mkdir(parents=True)
+    record = {"name": "mlx", "python": sys.executable, "stack": "mlx", "mlx_version": "0.32.4", "schema": 1}
+    (folder / "mpsup-env.json").write_text(json.dumps(record))
+    assert resolve_side("mlx", "--candidate") == (Path(sys.executable), "mlx")
+    listed = run_cli("install-rc", "--list")
+    assert listed.returncode == 0 and "(MLX 0.32.4)" in listed.stdout
+
+
+def test_install_mlx_never_replaces_an_existing_folder(mpsup_home: Path) -> None:
+    from mpsup.envs.mlx_env import install_mlx
+
+    (mpsup_home / "envs" / "mlx").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"exists already: `mpsup install-rc --remove mlx` first"):
+        install_mlx(Path(sys.executable))
+
+
+def test_verify_says_in_one_line_when_mlx_cannot_run() -> None:
+    from mpsup.envs.mlx_env import verify
+    from mpsup.errors import OperationFailed
+
+    with pytest.raises(OperationFailed, match="mlx_lm could not build and run a tiny model") as info:
+        verify(Path(sys.executable))  # this environment has no mlx
+    assert "\n" not in str(info.value)
+
+
+def test_install_rc_mlx_refuses_torch_options_and_shows_a_dry_run(mpsup_home: Path) -> None:
+    proc = run_cli("install-rc", "--mlx", "--version", "2.13.0")
+    _one_line(proc, "--mlx makes an MLX environment: --version and --with choose torch")
+    dry = run_cli("install-rc", "--mlx", "--dry-run")
+    assert dry.returncode == 0 and "Would make a venv from" in dry.stdout and "mlx-lm" in dry.stdout
+    assert not (mpsup_home / "envs").exists()

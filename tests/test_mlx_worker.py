@@ -134,6 +134,7 @@ def test_four_bit_weights_take_less_memory_and_say_so(worker: WorkerProcess) -> 
     assert sizes[4] < sizes[None] / 2
 
 
+@pytest.mark.slow
 def test_a_paired_torch_against_mlx_run_and_its_sentence(tmp_path: Path, mpsup_home: Path) -> None:
     folder = tmp_path / "llama"
     folder.mkdir()
@@ -154,3 +155,11 @@ def test_a_paired_torch_against_mlx_run_and_its_sentence(tmp_path: Path, mpsup_h
     out = json.loads(rep.stdout)
     sentence = out["sentence"] if "sentence" in out else out["analyses"][0]["sentence"]
     assert sentence.startswith("On this machine, MLX ") and "as fast as torch " in sentence
+
+
+def test_install_rc_mlx_verification_builds_a_tiny_model() -> None:
+    from mpsup.envs.mlx_env import verify
+
+    assert MLX_PYTHON is not None
+    facts = verify(MLX_PYTHON)
+    assert facts["mlx_version"] and facts["mlx_lm_version"] and isinstance(facts["metal"], bool)
