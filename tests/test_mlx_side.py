@@ -296,3 +296,32 @@ def test_install_rc_mlx_refuses_torch_options_and_shows_a_dry_run(mpsup_home: Pa
     dry = run_cli("install-rc", "--mlx", "--dry-run")
     assert dry.returncode == 0 and "Would make a venv from" in dry.stdout and "mlx-lm" in dry.stdout
     assert not (mpsup_home / "envs").exists()
+
+
+# --- doctor: MLX in the target Python ---
+
+
+@pytest.mark.parametrize(
+    ("mlx", "macos", "status", "words"),
+    [
+        (None, True, "ok", "MLX is not installed in this Python"),
+        ({"version": "0.32.4", "mlx_lm": True, "metal": True}, True, "ok", "MLX 0.32.4 imports and sees the GPU"),
+        ({"version": "0.32.4", "mlx_lm": True, "metal": False}, True, "warn", "sees no GPU (Metal)"),
+        ({"version": "0.32.4", "mlx_lm": False, "metal": False}, False, "ok", "without mlx-lm"),
+        ({"error": "ImportError: libmlx.so"}, True, "warn", "does not import (ImportError: libmlx.so)"),
+    ],
+)
+def test_doctor_says_whether_mlx_imports_and_sees_metal(
+    mlx: dict[str, Any] | None, macos: bool, status: str, words: str
+) -> None:
+    from mpsup.doctor.run import diagnose
+    from mpsup.host.snapshot import snapshot_from_json
+    from tests import snapshots
+
+    s = snapshots.healthy()
+    s["interpreter"]["mlx"] = mlx
+    if not macos:  # what a Linux machine's capture holds: no macOS commands, a Linux Python
+        s["commands"] = {}
+        s["interpreter"]["platform"] = "linux"
+    found = {f.name: f for f in diagnose(snapshot_from_json(s, Path("snap.json"))).findings}["mlx"]
+    assert found.status.value == status and words in found.summary, found.summary
