@@ -460,6 +460,7 @@ def _aa_verdict(
     is inconclusive there, and the sentence says which. Only for one torch on both sides: the caller reads a
     record marked A/A with two torches as the paired run it is."""
     side = side or f"torch {torches[0]}"
+    stack = side.split()[0]
     lead = f"A/A run ({side} against itself, the noise floor)"
     if not phases and main is None:
         return "inconclusive", f"{lead}: inconclusive, no workload was measured on both sides."
@@ -483,9 +484,9 @@ def _aa_verdict(
             why = f"too noisy to tell ({', '.join(noise)})" if noise else "the interval is too wide to tell"
         return verdict, f"{lead}: inconclusive, {why}; {figure}{calls}."
     return "inconclusive", (
-        f"{lead}: the two sides differ ({figure}{calls}) although both run the same {side.split()[0]}: that is this "
-        f"machine's noise or the workers' setup (placement, warm-up, load), not a {side.split()[0]} change; an A/A "
-        "run calls none."
+        f"{lead}: the two sides differ ({figure}{calls}) although both run the same {stack}: that is this "
+        f"machine's noise or the workers' setup (placement, warm-up, load), not {'an' if stack == 'MLX' else 'a'} "
+        f"{stack} change; an A/A run calls none."
     )
 
 
