@@ -163,3 +163,18 @@ def test_install_rc_mlx_verification_builds_a_tiny_model() -> None:
     assert MLX_PYTHON is not None
     facts = verify(MLX_PYTHON)
     assert facts["mlx_version"] and facts["mlx_lm_version"] and isinstance(facts["metal"], bool)
+
+
+def test_real_weights_are_read_from_a_transformers_folder(worker: WorkerProcess, tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
+    hf = {k: v for k, v in LLAMA.items() if k not in ("architectures", "torch_dtype")}
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**hf))
+    model.save_pretrained(tmp_path / "llama")
+    spec = _spec("prefill", LLAMA, weights="real", path=str(tmp_path / "llama"))
+    ready = worker.request({"op": "setup", "workload": spec, "calls": 1})
+    assert ready["type"] == "ready", ready
+    assert ready["phase"]["weights"] == "real" and ready["phase"]["logits_kept"] == 1
+    worker.request({"op": "teardown"})
+    # A folder without the weights is an error of that load, never random weights in their place.
+    (tmp_path / "llama" / "model.safetensors").unlink()
+    assert worker.request({"op": "setup", "workload": spec, "calls": 1})["type"] == "error"
