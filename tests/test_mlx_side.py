@@ -325,3 +325,10 @@ def test_doctor_says_whether_mlx_imports_and_sees_metal(
         s["interpreter"]["platform"] = "linux"
     found = {f.name: f for f in diagnose(snapshot_from_json(s, Path("snap.json"))).findings}["mlx"]
     assert found.status.value == status and words in found.summary, found.summary
+
+
+def test_a_run_names_its_mlx_side_in_lists() -> None:
+    rec = RunRecord.from_json(_record(), "r")
+    assert "torch 2.13.0 vs MLX 0.32.4" in rec.describe()
+    assert [e.stack for e in rec.environments] == ["torch", "mlx"]
+    assert RunRecord.from_json(rec.to_json(), "again") == rec  # the stack survives a round trip

@@ -576,7 +576,7 @@ class RunRecord:
 
     def describe(self) -> str:
         """One line naming the run: id, mode, device, torches and what it measured."""
-        torch = " vs ".join(str(e.torch_version) for e in self.environments)
+        torch = " vs ".join(e.side if e.stack == "mlx" else str(e.torch_version) for e in self.environments)
         n = len(self.workloads)
         what = (self.model.path if self.model else None) or f"{n} workload{'' if n == 1 else 's'}"
         return f"{self.id} ({self.mode}, {self.device}, torch {torch}, {what})"
