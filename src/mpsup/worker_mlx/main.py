@@ -88,6 +88,14 @@ def _capacity() -> int | None:
         return None
 
 
+def _memory_fn(name: str) -> Any:
+    """mx.<name>, or mx.metal.<name> where an older MLX kept its memory counters there."""
+    fn = getattr(mx, name, None) or getattr(getattr(mx, "metal", None), name, None)
+    if fn is None:
+        raise RuntimeError(f"this MLX ({mx.__version__}) has no {name}")
+    return fn
+
+
 def _bytes_of(tree: Any) -> int:
     return sum(int(v.size) * int(v.dtype.size) for _, v in tree_flatten(tree))
 
@@ -222,6 +230,7 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
     vocab = int(config.get("vocab_size") or 0)
     if vocab <= 0:
         raise Unsupported("the config names no vocab_size")
+    mx.random.seed(0)  # the same random weights in every process, as the torch worker's torch.manual_seed(0)
     # MLX is lazy: building the model allocates nothing until mx.eval, so its size is read first, as the torch
     # worker reads it on the meta device, and a model too large is cut to the blocks that fit.
     model = _construct(model_cls, args_cls, config)
@@ -270,7 +279,6 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
     }
     if bits:
         info["quantized"] = {"bits": bits, "group_size": GROUP_SIZE, "mode": "affine"}
-    mx.random.seed(0)
 
     def ids(n: int) -> Any:
         return mx.random.randint(0, vocab, (1, n))
@@ -385,7 +393,7 @@ class Worker:
 
     def setup(self, req: dict[str, Any]) -> dict[str, Any]:
         self.teardown_quietly()
-        mx.reset_peak_memory()
+        _memory_fn("reset_peak_memory")()
         fn, items, info, model = build(req["workload"], self.bits)
         first_s = time_calls(fn, 1)  # the first call: lazy graph building, kernel compilation (Metal)
         forced = req.get("calls")
@@ -425,14 +433,14 @@ class Worker:
         memory: dict[str, Any] = {}
         if self.fn is not None:
             memory = {
-                "peak_allocated": int(mx.get_peak_memory()),
-                "current_allocated": int(mx.get_active_memory()),
-                "cache_memory": int(mx.get_cache_memory()),
+                "peak_allocated": int(_memory_fn("get_peak_memory")()),
+                "current_allocated": int(_memory_fn("get_active_memory")()),
+                "cache_memory": int(_memory_fn("get_cache_memory")()),
                 "peak_source": "mx.get_peak_memory, reset at setup",
             }
         self.fn = self.model = None
         gc.collect()
-        mx.clear_cache()
+        _memory_fn("clear_cache")()
         return memory
 
     def teardown(self, _req: dict[str, Any]) -> dict[str, Any]:
