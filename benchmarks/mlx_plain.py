@@ -5,7 +5,10 @@ MLX environment's own interpreter, and set its medians beside `mpsup bench --can
 
     /path/to/mlx-env/bin/python benchmarks/mlx_plain.py MODEL_FOLDER --tokens 64 --cache 64 --calls 20
 
-Prints one JSON line per phase: the median seconds per call, the lowest and highest, and MLX's peak memory."""
+Prints one JSON line per phase: the median seconds per call, the lowest and highest, and MLX's peak memory.
+
+`--save-random OUT` instead writes the random weights (safetensors) and a word-level tokenizer beside a copy of the
+config, so that `python -m mlx_lm benchmark --model OUT` (which loads weights and a tokenizer) runs the same model."""
 
 from __future__ import annotations
 
@@ -74,8 +77,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: the config's torch_dtype")
     ap.add_argument("--phase", choices=("prefill", "decode", "both"), default="both")
+    ap.add_argument("--save-random", type=Path, default=None, metavar="OUT", help="write weights + a tokenizer; stop")
     args = ap.parse_args()
     model, config = build(args.folder, args.dtype)
+    if args.save_random is not None:
+        save_random(model, config, args.save_random)
+        return
     vocab = int(config["vocab_size"])
     mx.random.seed(0)
     cache_len = args.cache or args.tokens
@@ -101,6 +108,23 @@ def main() -> None:
             mx.eval(model(prompt, cache=cache), [c.state for c in cache])
 
         report("prefill", timed(prefill, args.calls, args.warmup), tokens=args.tokens)
+
+
+def save_random(model: nn.Module, config: dict, out: Path) -> None:
+    """The model's random weights and a tokenizer of vocab_size made-up words: what mlx_lm's loader needs."""
+    from mlx.utils import tree_flatten
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    out.mkdir(parents=True, exist_ok=False)
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    vocab = {f"w{i}": i for i in range(int(config["vocab_size"]))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "w0", "eos_token": "w1"})
+    )
 
 
 def report(phase: str, times: list[float], **what: int) -> None:
