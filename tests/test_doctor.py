@@ -88,7 +88,7 @@ def test_empty_snapshot_all_unknown(tmp_path: Path):
     assert set(statuses.values()) <= {"unknown", "ok"}
     assert statuses["apple-silicon"] == "unknown"
     assert statuses["mps-env"] == "ok"
-    assert len(statuses) == 10
+    assert len(statuses) == 11  # ten readiness checks and the optional MLX one
 
 
 def test_checks_of_the_target_python_say_once_that_it_could_not_be_run(tmp_path: Path):

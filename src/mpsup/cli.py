@@ -142,7 +142,8 @@ def bench(
         str | None, typer.Option("--baseline", help="Baseline interpreter or venv (default: --python).")
     ] = None,
     candidate: Annotated[
-        str | None, typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version.")
+        str | None,
+        typer.Option("--candidate", help="Candidate interpreter, venv, or recorded version; mlx:PYTHON runs MLX."),
     ] = None,
     aa: Annotated[bool, typer.Option("--aa", help="Pair the baseline with itself: the noise floor.")] = False,
     details: Annotated[
@@ -181,6 +182,9 @@ def bench(
         typer.Option("--frames", help="A video VAE: frames to decode and encode (phases and layers), e.g. 81."),
     ] = None,
     allow_cpu_fallback: AllowCpuFallbackOpt = False,
+    mlx_bits: Annotated[
+        int | None, typer.Option("--mlx-bits", help="The MLX side's weights quantised to 4 or 8 bits (group 64).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -209,6 +213,7 @@ def bench(
         real_weights=real_weights,
         frames=frames,
         allow_cpu_fallback=allow_cpu_fallback,
+        mlx_bits=mlx_bits,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)
@@ -332,9 +337,15 @@ def install_rc(
             help="Accept a wheel the index gives no sha256 for (its hash is computed from the download and recorded).",
         ),
     ] = False,
+    mlx: Annotated[
+        bool, typer.Option("--mlx", help="Make an MLX environment (mlx, mlx-lm) instead, for bench --candidate mlx.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Install the PyTorch release candidate (or nightly, or newest stable) beside your environment, safely."""
+    if mlx:
+        _install_mlx(python, index_url, yes=yes, dry_run=dry_run, as_json=as_json, torch_options=(version, with_))
+        return
     from mpsup.envs import command
     from mpsup.envs.plan import InstallRequest
     from mpsup.envs.render import render_result, terminal_hooks
@@ -358,6 +369,43 @@ def install_rc(
     result = command.run(req, terminal_hooks(as_json))
     render_result(result, as_json=as_json)
     raise typer.Exit(result.exit_code)
+
+
+def _install_mlx(
+    python: Path | None,
+    index_url: str | None,
+    *,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+    torch_options: tuple[str | None, str | None],
+) -> None:
+    from mpsup.console import emit_json
+    from mpsup.envs import mlx_env
+    from mpsup.errors import UserError
+
+    if any(torch_options):
+        raise UserError("--mlx makes an MLX environment: --version and --with choose torch, so leave them out")
+    base = python or Path(sys.executable)
+    what = f"a venv from {base} with {' and '.join(mlx_env.packages())}, as {mlx_env.NAME} under mpsup's envs"
+    if dry_run:
+        stdout_console.print(safe(f"Would make {what}."), highlight=False)
+        return
+    if not yes and not (sys.stdin.isatty() and typer.confirm(f"Make {what}?")):
+        raise UserError("--mlx: not confirmed (pass --yes to make it without a question)")
+    with stderr_console.status("installing mlx and mlx-lm, then building a tiny model with them"):
+        result = mlx_env.install_mlx(base, index_url=index_url)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        facts = result.facts
+        stdout_console.print(
+            safe(
+                f"MLX {facts.get('mlx_version')} and mlx-lm {facts.get('mlx_lm_version')} are installed and verified "
+                f"in {result.prefix} ({facts.get('device')}); bench with `--candidate {result.name}`"
+            ),
+            highlight=False,
+        )
 
 
 @app.command(cls=_Command)

@@ -55,6 +55,7 @@ class BenchRequest:
     real_weights: bool = False
     frames: int | None = None  # a video VAE's frames, decoded and encoded whole
     allow_cpu_fallback: bool = False  # ops without an MPS kernel run on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)
+    mlx_bits: int | None = None  # an MLX side's weights quantised (4 or 8 bits, group size 64)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ def prepare(req: BenchRequest) -> BenchPlan:
         raise UserError(f"--threads {req.threads}: expected 1 to {cpus}, the CPUs this machine has")
     device = req.device or default_device()
     affinity = choose(req.affinity, device)
-    _environments(req)  # here, so `--list` refuses the environments a run would refuse (both exit 2)
+    envs, _ = _environments(req)  # here, so `--list` refuses the environments a run would refuse (both exit 2)
+    mlx = any(e.stack == "mlx" for e in envs)
+    _check_mlx(req, mlx)
     if req.dtype is not None and req.dtype not in DTYPES:
         raise UserError(f"--dtype {req.dtype!r}: expected bf16, fp16 or fp32")
     from mpsup.bench.suite import build_suite, default_tokens
@@ -150,10 +153,46 @@ def prepare(req: BenchRequest) -> BenchPlan:
         )
         # A whole model is one workload (or two, with --compile): --only selects among layers only.
         chosen = select(list(model.workloads), req.only) if req.only and not model.end_to_end else model.workloads
+        if mlx:
+            chosen = mlx_phases(req.model, model.doc, list(chosen))
         return BenchPlan(req, device, tuple(chosen), model.doc, model.not_measured, affinity)
 
     suite = select(build_suite(device, parse_tokens(req.tokens)), req.only)
     return BenchPlan(req, device, tuple(suite), None, affinity=affinity)
+
+
+MLX_BITS = (4, 8)
+
+
+def _check_mlx(req: BenchRequest, mlx: bool) -> None:
+    """What an MLX side can be asked for: a model run whole (the bundled suite is torch ops), no torch.compile."""
+    if req.mlx_bits is not None and not mlx:
+        raise UserError(f"--mlx-bits {req.mlx_bits}: neither side is MLX (name one as --candidate mlx:PYTHON)")
+    if req.mlx_bits is not None and req.mlx_bits not in MLX_BITS:
+        raise UserError(f"--mlx-bits {req.mlx_bits}: expected 4 or 8 (MLX's affine quantisation, group size 64)")
+    if not mlx:
+        return
+    if req.model is None:
+        raise UserError("an MLX side runs your model whole: give --model PATH (the bundled suite is torch ops)")
+    if req.compile_too:
+        raise UserError("--compile: torch.compile has no MLX counterpart; leave it out when a side is MLX")
+
+
+def mlx_phases(path: Path, doc: dict[str, Any] | None, workloads: list[Workload]) -> list[Workload]:
+    """The workloads both stacks can run: a Transformers model's phases. A model MLX cannot build from a
+    config.json (a Diffusers pipeline, a file without one) is refused in one line before anything runs."""
+    phases = [w for w in workloads if w.kind == "model_phase" and w.params.get("library") == "transformers"]
+    if phases:
+        return phases
+    fmt = str((doc or {}).get("format") or "")
+    if fmt == "diffusers" or any(w.params.get("library") == "diffusers" for w in workloads):
+        raise UserError(
+            f"--model {path}: a Diffusers pipeline; MLX has no equivalent here (mlx_lm runs language models)"
+        )
+    raise UserError(
+        f"--model {path}: no config.json with a model_type beside the weights, so MLX cannot build it "
+        "(mlx_lm builds a language model from its config.json)"
+    )
 
 
 @dataclass(frozen=True)
@@ -191,6 +230,11 @@ def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) 
         python = _baseline_python(plan.request)
     except UserError as exc:
         return {**out, **{w.name: PhaseCensus(None, str(exc)) for w in eager}}
+    if (plan.request.baseline or "").startswith("mlx:"):
+        return {
+            **out,
+            **{w.name: PhaseCensus(None, "the baseline is MLX: the census counts torch's ops") for w in eager},
+        }
     if progress is not None:
         progress(f"op census of {len(eager)} phase(s) on the {CENSUS_DEVICE} device, in {python}")
     worker: WorkerProcess | None = None
@@ -252,7 +296,7 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         device=plan.device,
         policy=SamplingPolicy.for_environments(len(envs), req.budget),
         threads=req.threads,
-        smoke=req.smoke,
+        smoke=req.smoke and all(e.stack == "torch" for e in envs),  # the smoke tests are torch features
         cpus=plan.affinity.cpus,
         thread_cpus=plan.affinity.threads_on,
         allow_cpu_fallback=req.allow_cpu_fallback,
@@ -267,23 +311,27 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
 
 def _environments(req: BenchRequest) -> tuple[list[Any], str]:
     from mpsup.bench.runner import EnvSpec
-    from mpsup.envs.resolve import resolve_environment
+    from mpsup.envs.resolve import resolve_side
 
     if req.aa and req.candidate:
         raise UserError("--aa pairs the baseline with itself; it cannot be combined with --candidate")
     base_py = _baseline_python(req)
-    envs = [EnvSpec("baseline", base_py)]
+    base_stack = "mlx" if (req.baseline or "").startswith("mlx:") else "torch"
+    if req.baseline and base_stack == "torch":
+        base_stack = resolve_side(req.baseline, "--baseline")[1]  # a recorded MLX environment, by name
+    bits = req.mlx_bits
+    envs = [EnvSpec("baseline", base_py, base_stack, bits if base_stack == "mlx" else None)]
     if req.candidate:
-        cand_py = resolve_environment(req.candidate, "--candidate")
-        if same_environment(base_py, cand_py):
+        cand_py, cand_stack = resolve_side(req.candidate, "--candidate")
+        if cand_stack == base_stack and same_environment(base_py, cand_py):
             raise UserError(
                 f"--candidate {req.candidate}: the baseline's own environment ({base_py}), so the run would "
                 "measure only noise; for that, the noise floor, run `mpsup bench --aa`"
             )
-        envs.append(EnvSpec("candidate", cand_py))
+        envs.append(EnvSpec("candidate", cand_py, cand_stack, bits if cand_stack == "mlx" else None))
         return envs, "paired"
     if req.aa:
-        envs.append(EnvSpec("baseline-2", base_py))
+        envs.append(EnvSpec("baseline-2", base_py, base_stack, envs[0].mlx_bits))
         return envs, "aa"
     return envs, "single"
 
@@ -301,13 +349,15 @@ def same_environment(a: Path, b: Path) -> bool:
 
 
 def _baseline_python(req: BenchRequest) -> Path:
-    from mpsup.envs.resolve import resolve_environment
+    from mpsup.envs.resolve import resolve_environment, resolve_side
 
     python = req.python
     if python is not None:
         from mpsup.bench.workerproc import check_interpreter
 
         python = check_interpreter(python, "--python")
+    if req.baseline and req.baseline.startswith("mlx:"):
+        return resolve_side(req.baseline, "--baseline")[0]
     return resolve_environment(req.baseline, "--baseline") if req.baseline else (python or Path(sys.executable))
 
 

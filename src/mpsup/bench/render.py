@@ -251,7 +251,9 @@ def render_run(record: dict[str, Any], console: Console, details: bool = False, 
 def _header(record: dict[str, Any], console: Console) -> None:
     """Which torch ran, paired as `A -> B`: the candidate's torch is what the run is about."""
     envs = record["environments"]
-    torch = " -> ".join(safe(e.get("torch_version")) for e in envs) + (" (A/A)" if record.get("mode") == "aa" else "")
+    # An MLX environment has no torch: it is named by its stack (`torch 2.13.0 -> MLX 0.32.4`).
+    sides = [f"MLX {e.get('mlx_version')}" if e.get("stack") == "mlx" else e.get("torch_version") for e in envs]
+    torch = " -> ".join(safe(v) for v in sides) + (" (A/A)" if record.get("mode") == "aa" else "")
     counts = [e.get("threads") for e in envs]
     threads = (
         ""

@@ -12,7 +12,7 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -133,7 +133,7 @@ def run_bench(
 ) -> tuple[dict[str, Any], Path | None]:
     """Measure, journal as it goes, save the record. `exiting`: the caller's process ends with the run
     (see StopSignals)."""
-    envs = [EnvSpec(e.label, check_interpreter(e.python, "--" + e.label.split("-")[0])) for e in envs]
+    envs = [replace(e, python=check_interpreter(e.python, "--" + e.label.split("-")[0])) for e in envs]
     journal = None
     if save:
         recover_journals(warn)

@@ -34,6 +34,8 @@ def _no_progress(_event: str, _info: dict[str, Any]) -> None:
 class EnvSpec:
     label: str  # "baseline", "candidate", or "baseline-2" for an A/A run
     python: Path
+    stack: str = "torch"  # or "mlx": the worker that runs in it (bench/workerproc.py STACKS)
+    mlx_bits: int | None = None  # an MLX side's weights quantised to this many bits (None: the checkpoint dtype)
 
 
 # Runner.measure: a first call this long is no one-time cost (kernel selection, a shader's compilation) but
@@ -79,6 +81,7 @@ class EnvSession:
         self.worker = WorkerProcess(
             self.env.python,
             env=worker_env(threads, self.options.thread_cpus, cpu_fallback=self.options.allow_cpu_fallback),
+            stack=self.env.stack,
         )
         try:
             hello = self.worker.request(
@@ -87,11 +90,17 @@ class EnvSession:
                     "device": self.options.device,
                     "threads": threads,
                     "cpus": list(cpus) if cpus else None,
+                    **({"mlx_bits": self.env.mlx_bits} if self.env.stack == "mlx" else {}),
                 },
                 timeout=300,
             )
         except NoTorch as exc:
             self.close(force=True)
+            if exc.package == "mlx":
+                raise UserError(
+                    f"mlx:{self.env.python}: mlx and mlx-lm cannot be imported there ({last_line(str(exc))}); "
+                    "install them with `pip install mlx mlx-lm` in that environment"
+                ) from None
             if exc.missing:
                 raise UserError(
                     f"no torch in {self.env.python} (install torch there, or pick another interpreter)"
@@ -113,7 +122,13 @@ class EnvSession:
             )
         # "python" is the interpreter's path in a record; the worker's version of it would be lost under that key.
         version = hello.get("python")
-        self.facts = {**hello, "python_version": version, "python": str(self.env.python), "label": self.env.label}
+        self.facts = {
+            **hello,
+            "python_version": version,
+            "python": str(self.env.python),
+            "label": self.env.label,
+            "stack": self.env.stack,
+        }
         self.facts.pop("type", None)
         return self.facts
 

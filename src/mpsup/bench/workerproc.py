@@ -28,6 +28,8 @@ from mpsup.syscmd import clean_env
 from mpsup.waits import announced
 
 WORKER_DIR = Path(__file__).resolve().parent.parent / "worker"
+MLX_WORKER = Path(__file__).resolve().parent.parent / "worker_mlx" / "main.py"
+STACKS = ("torch", "mlx")
 
 # One answer line: a sample batch is a few tens of KiB; anything near this is not our worker talking.
 MAX_ANSWER_BYTES = 16 << 20
@@ -58,6 +60,26 @@ BOOT = (
 BOOT_CALL = "main(int(sys.argv[2]), answers)\n"
 BOOT += BOOT_CALL
 
+# The MLX worker: one file, loaded by location the same way, after mlx and mlx_lm are found importable.
+MLX_BOOT = (
+    "import os, sys\n"
+    "os.dup2(2, 1)\n"
+    "answers = int(sys.argv[3])\n"
+    "try:\n"
+    "    import mlx.core, mlx_lm\n"
+    "except Exception as exc:\n"
+    "    import json\n"
+    "    missing = isinstance(exc, ModuleNotFoundError) and (exc.name or '').split('.')[0] in ('mlx', 'mlx_lm')\n"
+    "    msg = {'type': 'no-torch', 'package': 'mlx', 'missing': missing, "
+    "'message': (type(exc).__name__ + ': ' + str(exc))[:500]}\n"
+    "    os.write(answers, (json.dumps(msg) + '\\n').encode())\n"
+    "    sys.exit(3)\n"
+    "import importlib.util\n"
+    "spec = importlib.util.spec_from_file_location('mpsup_mlx_worker', sys.argv[1])\n"
+    "mod = importlib.util.module_from_spec(spec); sys.modules['mpsup_mlx_worker'] = mod; spec.loader.exec_module(mod)\n"
+    "mod.main(int(sys.argv[2]), answers)\n"
+)
+
 
 class WorkerDied(Exception):
     def __init__(self, message: str, stderr_tail: str = "") -> None:
@@ -70,9 +92,12 @@ class ProtocolError(WorkerDied):
 
 
 class NoTorch(Exception):
-    def __init__(self, missing: bool, message: str) -> None:
+    """The stack's package (torch, or mlx and mlx_lm) cannot be imported in the target interpreter."""
+
+    def __init__(self, missing: bool, message: str, package: str = "torch") -> None:
         super().__init__(message)
         self.missing = missing
+        self.package = package
 
 
 def check_interpreter(path: Path, flag: str = "--python") -> Path:
@@ -147,14 +172,15 @@ ANSWERS = {
 
 
 class WorkerProcess:
-    def __init__(self, python: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(self, python: Path, *, env: dict[str, str] | None = None, stack: str = "torch") -> None:
         self.python = python
+        boot, where = (MLX_BOOT, MLX_WORKER) if stack == "mlx" else (BOOT, WORKER_DIR)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; closed in close()
         req_r, req_w = os.pipe()
         ans_r, ans_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [str(python), "-u", "-c", BOOT, str(WORKER_DIR), str(req_r), str(ans_w)],
+                [str(python), "-u", "-c", boot, str(where), str(req_r), str(ans_w)],
                 stdin=subprocess.DEVNULL,
                 stdout=self._stderr,  # stray prints of measured code land in the log, never in the protocol
                 stderr=self._stderr,
@@ -211,7 +237,8 @@ class WorkerProcess:
             raise self._died()
         ans = self._parse(line)
         if ans.get("type") == "no-torch":
-            raise NoTorch(bool(ans.get("missing")), str(ans.get("message", "")))
+            package = "mlx" if ans.get("package") == "mlx" else "torch"
+            raise NoTorch(bool(ans.get("missing")), str(ans.get("message", "")), package)
         expect = ANSWERS.get(str(doc.get("op")), "")
         if not _valid(ans, expect):
             raise self._malformed(f"a {ans.get('type')!r} answer that does not fit a {doc.get('op')!r} request")

@@ -631,6 +631,25 @@ def check_mps_env(f: HostFacts) -> Finding:
     return _f(n, Status.OK, summary, variables=active)
 
 
+@python_check("mlx", "MLX (optional: bench --candidate mlx:PYTHON)")
+def check_mlx(f: HostFacts, i: dict[str, Any]) -> Finding:
+    n = "mlx"
+    if "mlx" not in i:  # a snapshot from before this check: MLX is optional, so nothing is missing for torch
+        return _f(n, Status.OK, "not recorded in this snapshot (optional; capture again to see it)")
+    m = i.get("mlx")
+    make = "`mpsup install-rc --mlx` makes an MLX environment beside this one"
+    if not isinstance(m, dict):
+        return _f(n, Status.OK, f"MLX is not installed in this Python (optional: {make})")
+    if m.get("error"):
+        return _f(n, Status.WARN, f"MLX is installed but does not import ({m['error']})", make, **m)
+    ver = f"MLX {m.get('version')}" + ("" if m.get("mlx_lm") else " (without mlx-lm, which bench needs)")
+    if f.is_macos is False:
+        return _f(n, Status.OK, f"{ver} imports; not a Mac, so it runs on the CPU (no Metal)", **m)
+    if not m.get("metal"):
+        return _f(n, Status.WARN, f"{ver} imports but sees no GPU (Metal)", "install MLX's macOS arm64 wheel", **m)
+    return _f(n, Status.OK, f"{ver} imports and sees the GPU (Metal)", **m)
+
+
 def run_checks(facts: HostFacts) -> list[Finding]:
     findings = []
     for name, title, fn in CHECKS:

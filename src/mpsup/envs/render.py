@@ -126,7 +126,8 @@ def _cells(d: dict[str, Any]) -> dict[str, str]:
     wheel = d.get("wheel")
     cells = {
         "name": d.get("name"),
-        "torch": d.get("torch_version"),
+        # An MLX environment (install-rc --mlx) has no torch: its column names the MLX it holds.
+        "torch": f"(MLX {d.get('mlx_version')})" if d.get("stack") == "mlx" else d.get("torch_version"),
         "python": d.get("python_version", ""),
         "channel": d.get("channel", ""),
         "sha256": _sha_short(wheel),

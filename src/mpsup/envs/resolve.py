@@ -1,4 +1,4 @@
-"""Turn what the user typed for --baseline/--candidate into an interpreter path."""
+"""Turn what the user typed for --baseline/--candidate into an interpreter path (and the stack it runs)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,19 @@ def resolve_environment(value: str, flag: str) -> Path:
     if by_version:
         return Path(by_version[0]["python"])
     raise UserError(f"{flag} {value}: neither an interpreter, a venv, nor a recorded candidate version")
+
+
+MLX_PREFIX = "mlx:"
+
+
+def resolve_side(value: str, flag: str) -> tuple[Path, str]:
+    """(interpreter, stack): `mlx:PYTHON` (an interpreter, a venv or a recorded name) runs the MLX worker there;
+    a recorded environment made for MLX does too; anything else is a torch environment."""
+    if value.startswith(MLX_PREFIX):
+        rest = value[len(MLX_PREFIX) :]
+        if not rest:
+            raise UserError(f"{flag} {value}: expected mlx:PYTHON, an interpreter or venv with mlx and mlx-lm")
+        return resolve_environment(rest, flag), "mlx"
+    python = resolve_environment(value, flag)
+    recorded = next((d for d in recorded_environments() if value == d.get("name")), None)
+    return python, "mlx" if recorded is not None and recorded.get("stack") == "mlx" else "torch"

@@ -135,6 +135,25 @@ def _libc():
     return ("%s %s" % (name, version)) if name and version else None
 
 
+def _mlx_facts():
+    """MLX in this Python, for `bench --candidate mlx:PYTHON`: None when not installed (looked up before importing)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlx") is None:
+        return None
+    try:
+        import mlx.core as mx
+    except Exception as exc:
+        return {"error": "%s: %s" % (type(exc).__name__, exc)}
+    metal = getattr(mx, "metal", None)
+    facts = {"version": str(getattr(mx, "__version__", "?")), "mlx_lm": importlib.util.find_spec("mlx_lm") is not None}
+    try:
+        facts["metal"] = bool(metal and metal.is_available())
+    except Exception:
+        facts["metal"] = False
+    return facts
+
+
 def main():
     torch_facts, torch_error = _torch_facts()
     try:
@@ -160,6 +179,7 @@ def main():
         "loadavg": load,
         "cpu_count": os.cpu_count(),
         "torch": torch_facts,
+        "mlx": _mlx_facts(),
     }
     if torch_error:
         doc["torch_error"] = torch_error

@@ -18,6 +18,7 @@ from mpsup.report.phases import (
     PhaseChange,
     phase_changes,
     phase_verdict,
+    stack_sentence,
     with_width,
 )
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
@@ -38,6 +39,7 @@ from mpsup.stats import (
     suite_geomean_ci,
     usable_ratio,
 )
+from mpsup.units import fmt_bytes
 from mpsup.workloads import END_TO_END
 
 PUBLISHED_SUITE_CLAIM = 1.23  # geometric mean over 96 BF16 layer shapes, torch 2.15 release notes
@@ -149,6 +151,7 @@ class Analysis:
     model_phases: list[PhaseChange] = field(default_factory=list)
     layer_estimate: Interval | None = None  # beside phases: what the layers alone would have said
     census: dict[str, Any] = field(default_factory=dict)  # each phase's op census (baseline), for the HTML
+    stacks: dict[str, str] = field(default_factory=dict)  # each side's stack and version, where one is MLX
 
     def to_json(self) -> dict[str, Any]:
         def iv(i: Interval | None) -> dict[str, float | None] | None:
@@ -187,6 +190,7 @@ class Analysis:
             "smoke_changes": self.smoke_changes,
             "conditions": self.noise,
             "workloads": [w.to_json() for w in self.workloads],
+            **({"stacks": self.stacks} if self.stacks else {}),
         }
 
 
@@ -453,12 +457,15 @@ def _aa_verdict(
     changes: list[WorkloadChange],
     noise: list[str],
     torches: tuple[str, str],
+    side: str | None = None,
 ) -> tuple[str, str]:
     """An A/A run measures one torch against itself: what it shows is this machine's noise floor, never an
     upgrade's benefit or regression. A difference it calls is noise or the workers' setup, so the verdict
     is inconclusive there, and the sentence says which. Only for one torch on both sides: the caller reads a
     record marked A/A with two torches as the paired run it is."""
-    lead = f"A/A run (torch {torches[0]} against itself, the noise floor)"
+    side = side or f"torch {torches[0]}"
+    stack = side.split()[0]
+    lead = f"A/A run ({side} against itself, the noise floor)"
     if not phases and main is None:
         return "inconclusive", f"{lead}: inconclusive, no workload was measured on both sides."
     if phases:
@@ -481,14 +488,48 @@ def _aa_verdict(
             why = f"too noisy to tell ({', '.join(noise)})" if noise else "the interval is too wide to tell"
         return verdict, f"{lead}: inconclusive, {why}; {figure}{calls}."
     return "inconclusive", (
-        f"{lead}: the two sides differ ({figure}{calls}) although both run the same torch: that is this "
-        "machine's noise or the workers' setup (placement, warm-up, load), not a torch change; an A/A run calls none."
+        f"{lead}: the two sides differ ({figure}{calls}) although both run the same {stack}: that is this "
+        f"machine's noise or the workers' setup (placement, warm-up, load), not {'an' if stack == 'MLX' else 'a'} "
+        f"{stack} change; an A/A run calls none."
+    )
+
+
+def _version(env: Environment) -> str:
+    """The torch version, or an MLX environment's `MLX 0.32.4` (its torch_version is none)."""
+    return env.side if env.stack == "mlx" else str(env.torch_version)
+
+
+def _stack_sentence(record: RunRecord, phases: list[PhaseChange], a: str, b: str, *, mlx_is_candidate: bool) -> str:
+    """torch against MLX: each phase as MLX's speed over torch's, then each side's highest phase peak (MLX first)."""
+    envs = record.environments
+    mlx_env, torch_env = (envs[1], envs[0]) if mlx_is_candidate else (envs[0], envs[1])
+    mlx_label, torch_label = (b, a) if mlx_is_candidate else (a, b)
+
+    def peak(label: str) -> str:
+        peaks = [p for w in record.workloads if w.part == "phase" and (p := _peak(w.env(label))) is not None]
+        return fmt_bytes(max(peaks)) if peaks else "-"
+
+    bits = mlx_env.extra.get("mlx_bits")
+    quantized = (
+        f" The MLX side ran {bits}-bit weights (group size 64), torch the checkpoint's dtype: different numerics and "
+        "different memory, as most Mac users run MLX."
+        if isinstance(bits, int) and not isinstance(bits, bool)
+        else ""
+    )
+    return stack_sentence(
+        phases,
+        device=str(record.device),
+        mlx_side=mlx_env.side,
+        torch_side=torch_env.side,
+        mlx_is_candidate=mlx_is_candidate,
+        peaks=(peak(mlx_label), peak(torch_label)),
+        quantized=quantized,
     )
 
 
 def _fingerprint(record: RunRecord) -> tuple[str, str, str, str]:
     envs = record.environments or (Environment(label=""),)
-    return (str(record.device), str(envs[0].device_name), str(envs[0].torch_version), str(envs[-1].torch_version))
+    return (str(record.device), str(envs[0].device_name), _version(envs[0]), _version(envs[-1]))
 
 
 def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
@@ -498,14 +539,19 @@ def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
     # model now measured in bf16, or its step at another resolution has the same names and says nothing about
     # this run's noise.
     names = {w.identity for w in record.workloads if w.ratios}
-    want = (*_fingerprint(record)[:3], record.model.fingerprint if record.model else None)
-    for cand in reversed(stored):
-        model = cand.model.fingerprint if cand.model else None
-        if cand.mode != "aa" or cand.id == record.id or (*_fingerprint(cand)[:3], model) != want:
-            continue
-        have = {w.identity for w in cand.workloads if w.ratios}
-        if names and names <= have:
-            return cand
+    model = record.model.fingerprint if record.model else None
+    envs = record.environments or (Environment(label=""),)
+    # torch against MLX: MLX's own A/A first (its noise is the one no torch A/A shows), else torch's.
+    sides = sorted(envs[:2], key=lambda e: e.stack != "mlx") if envs[0].stack != envs[-1].stack else envs[:1]
+    for env in sides:
+        want = (str(record.device), str(env.device_name), _version(env), model)
+        for cand in reversed(stored):
+            theirs = (*_fingerprint(cand)[:3], cand.model.fingerprint if cand.model else None)
+            if cand.mode != "aa" or cand.id == record.id or theirs != want:
+                continue
+            have = {w.identity for w in cand.workloads if w.ratios}
+            if names and names <= have:
+                return cand
     return None
 
 
@@ -692,15 +738,18 @@ def analyze(
         main = _aggregate([c for c in changes if c.ratios], seed)
         what = "the geometric mean of the measured workloads"
     envs = record.environments
+    torches = (_version(envs[0]), _version(envs[1]))
     verdict, sentence = (
-        _unpaired_verdict(main, what, str(envs[0].torch_version), str(envs[1].torch_version))
+        _unpaired_verdict(main, what, *torches)
         if unpaired
-        else phase_verdict(phases, noise, f"torch {envs[1].torch_version} vs {envs[0].torch_version}", threshold)
-        or _verdict(main, changes, noise, threshold, mem, what, str(envs[0].torch_version), str(envs[1].torch_version))
+        else phase_verdict(phases, noise, f"{envs[1].side} vs {envs[0].side}", threshold)
+        or _verdict(main, changes, noise, threshold, mem, what, *torches)
     )
-    torches = (str(envs[0].torch_version), str(envs[1].torch_version))
-    if record.mode == "aa" and torches[0] == torches[1]:
-        verdict, sentence = _aa_verdict(verdict, main, what, phases, changes, noise, torches)
+    mlx_sides = [e.stack == "mlx" for e in envs[:2]]
+    if phases and not unpaired and mlx_sides[0] != mlx_sides[1]:
+        sentence = _stack_sentence(record, phases, a, b, mlx_is_candidate=mlx_sides[1])
+    elif record.mode == "aa" and torches[0] == torches[1]:
+        verdict, sentence = _aa_verdict(verdict, main, what, phases, changes, noise, torches, envs[0].side)
     elif record.mode == "aa":
         # Two torches are no A/A, whatever the record says (edited by hand, or damaged): read as the paired
         # run it is, so a real regression between them is still called one.
@@ -746,8 +795,9 @@ def analyze(
     return Analysis(
         run_ids=[record.id],
         machine=str(envs[0].device_name or record.device),
-        baseline_torch=str(envs[0].torch_version),
-        candidate_torch=str(envs[1].torch_version),
+        baseline_torch=torches[0],
+        candidate_torch=torches[1],
+        stacks={"baseline": envs[0].side, "candidate": envs[1].side} if any(mlx_sides) else {},
         device=record.device,
         mode=record.mode or "",
         workloads=changes,

@@ -151,3 +151,54 @@ def phase_verdict(
     if only == "slower":
         return "regression", f"Regression: your model run whole is slower with {vs}: {said}.{native}"
     return "no-change", f"No measurable change in your model run whole with {vs}: {said}.{native}"
+
+
+# --- torch against MLX: the same phases, said from MLX's side ---
+
+MLX_CHANGE_WORDS = {"faster": "faster", "slower": "slower", "same": "no measurable difference"}
+
+
+def _from_mlx(p: PhaseChange, mlx_is_candidate: bool) -> tuple[Interval, str] | None:
+    """The phase's speedup as MLX's over torch (the record's is the candidate's over the baseline), and its word."""
+    iv = p.speedup
+    if iv is None or p.change == "n/a" or not iv.bounded or iv.estimate <= 0 or iv.low <= 0:
+        return None
+    change = p.change
+    if not mlx_is_candidate:
+        iv = Interval(1 / iv.estimate, 1 / iv.high, 1 / iv.low, iv.n)
+        change = {"faster": "slower", "slower": "faster"}.get(change, change)
+    word = "too wide to tell" if p.too_wide else MLX_CHANGE_WORDS.get(change, change)
+    return iv, word
+
+
+def stack_sentence(
+    phases: list[PhaseChange],
+    *,
+    device: str,
+    mlx_side: str,
+    torch_side: str,
+    mlx_is_candidate: bool,
+    peaks: tuple[str, str],
+    quantized: str = "",
+) -> str:
+    """One sentence for a torch-against-MLX run, in MLX's terms: how fast MLX runs each phase as a multiple of
+    torch's speed (its interval and call), then each side's peak memory (MLX first)."""
+    place = "this Mac" if device == "mps" else "this machine"
+    parts: list[str] = []
+    named = False
+    for p in phases:
+        got = _from_mlx(p, mlx_is_candidate)
+        if got is None:
+            parts.append(f"{p.phase} n/a ({p.reason or p.status})")
+            continue
+        iv, word = got
+        than = "" if named else f" as fast as {torch_side}"
+        named = True
+        parts.append(f"{p.phase} {iv.estimate:.2f}x{than} (95% CI {iv.low:.2f}-{iv.high:.2f}x, {word})")
+    said = ", ".join(parts) if parts else "no phase measured"
+    if named:
+        head = f"On {place}, {mlx_side} runs your model's {said}"
+    else:
+        head = f"On {place}, {mlx_side} against {torch_side}, no phase could be bounded: {said}"
+    mem = f"; peak memory {peaks[0]} vs {peaks[1]}" if any(x != "-" for x in peaks) else ""
+    return f"{head}{mem}.{quantized}"

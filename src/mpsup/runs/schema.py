@@ -18,7 +18,7 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.stats import usable_ratio
 
-SCHEMA = "mpsup.run/1"
+SCHEMA = "mpsup.run/1.1"  # 1.1: environments[i].stack ("torch" or "mlx")
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
@@ -239,10 +239,18 @@ class Environment:
     event_timing: str | None = None  # what its device samples measure; see report.analysis.device_time_semantics
     # The MPS variables its worker saw (PYTORCH_ENABLE_MPS_FALLBACK...); None: a record from before they were kept.
     mps_env: Mapping[str, str] | None = None
+    stack: str | None = None  # "torch" (absent in older records) or "mlx": which worker measured it
     extra: Mapping[str, Any] = field(default_factory=dict)
     layout: Layout = field(default=Layout(), compare=False, repr=False)
 
-    KEYS = ("label", "torch_version", "device_name", "python", "event_timing", "mps_env")
+    KEYS = ("label", "torch_version", "device_name", "python", "event_timing", "mps_env", "stack")
+
+    @property
+    def side(self) -> str:
+        """What ran, as a reader names it: `torch 2.13.0`, or `MLX 0.32.4` for an MLX environment."""
+        if self.stack == "mlx":
+            return f"MLX {self.extra.get('mlx_version') or '?'}"
+        return f"torch {self.torch_version}"
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Environment:
@@ -257,6 +265,7 @@ class Environment:
             mps_env=None
             if env is None
             else {k: _required_text(v, f"{where}.mps_env.{k}") for k, v in _obj(env, f"{where}.mps_env").items()},
+            stack=_text(d.get("stack"), f"{where}.stack"),
             extra=_extra(d, cls.KEYS),
             layout=Layout.of(d),
         )
@@ -665,7 +674,7 @@ class RunRecord:
 
     def describe(self) -> str:
         """One line naming the run: id, mode, device, torches and what it measured."""
-        torch = " vs ".join(str(e.torch_version) for e in self.environments)
+        torch = " vs ".join(e.side if e.stack == "mlx" else str(e.torch_version) for e in self.environments)
         n = len(self.workloads)
         what = (self.model.path if self.model else None) or f"{n} workload{'' if n == 1 else 's'}"
         return f"{self.id} ({self.mode}, {self.device}, torch {torch}, {what})"

@@ -176,7 +176,7 @@ def stored_runs(warn: Warn) -> list[StoredRun]:
                 created_at=rec.created_at,
                 mode=rec.mode,
                 device=rec.device,
-                torch=[e.torch_version for e in rec.environments],
+                torch=[e.side if e.stack == "mlx" else e.torch_version for e in rec.environments],
                 workloads=len(rec.workloads),
                 partial=rec.partial,
                 model=rec.model.path if rec.model else None,
