@@ -88,7 +88,7 @@ def test_pinned_workers_get_as_many_threads_as_cpus(monkeypatch: pytest.MonkeyPa
     seen: list[dict[str, str]] = []
 
     class FakeWorker:
-        def __init__(self, _python: object, *, env: dict[str, str]) -> None:
+        def __init__(self, _python: object, *, env: dict[str, str], stack: str = "torch") -> None:
             seen.append(env)
 
         def request(self, doc: dict[str, object], timeout: float = 0) -> dict[str, object]:
