@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
 from mpsup.bench.workerproc import worker_env
-from mpsup.doctor.checks import mps_fallback_on
+from mpsup.doctor.mps_env import mps_fallback_on
 from mpsup.runs.schema import Environment
 
 
@@ -95,6 +95,13 @@ def test_allow_cpu_fallback_reaches_the_request(monkeypatch: pytest.MonkeyPatch,
         ("-1", True, True),
         ("1x", True, True),
         ("99999999999", True, None),
+        ("2147483647", True, True),
+        ("-2147483648", True, True),
+        ("2147483648", True, None),
+        ("0" * 30 + "1", True, True),
+        (" -" + "0" * 30, True, False),
+        ("1" + "0" * 5000, True, None),
+        ("-" + "9" * 400, True, None),
     ],
 )
 def test_the_fallback_variable_is_read_as_each_torch_reads_it(value: str | None, on_215: bool, on_26: bool | None):
@@ -103,3 +110,22 @@ def test_the_fallback_variable_is_read_as_each_torch_reads_it(value: str | None,
     assert mps_fallback_on(value, "2.6.0") is on_26
     between = mps_fallback_on(value, "2.10.0")
     assert between is (on_215 if on_215 == on_26 else None)
+
+
+def test_doctor_reads_a_fallback_variable_of_thousands_of_digits_as_out_of_std_stoi_s_range(tmp_path: Path) -> None:
+    """More digits than int() takes: std::stoi throws out_of_range, so torch 2.6 fails at import; the doctor warns
+    rather than crashing its check."""
+    import json
+
+    from tests import snapshots
+    from tests.conftest import run_cli
+
+    doc = snapshots.healthy()
+    doc["interpreter"]["torch"]["version"] = "2.6.0"
+    doc["env"] = {"PYTORCH_ENABLE_MPS_FALLBACK": "1" * 5000}
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(doc))
+    res = run_cli("doctor", "--from-snapshot", str(path), "--json")
+    finding = next(f for f in json.loads(res.stdout)["findings"] if f["name"] == "mps-env")
+    assert finding["status"] == "warn", finding
+    assert "import error for torch 2.6" in finding["summary"]
