@@ -23,6 +23,7 @@ def test_a_worker_runs_with_the_cpu_fallback_off_whatever_the_shell_exports(monk
     monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
     monkeypatch.setenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "0.8")
     monkeypatch.setenv("PYTORCH_MPS_PREFER_METAL", "1")
+    monkeypatch.setenv("MTL_SHADER_VALIDATION", "1")
     runner = Runner([EnvSpec("baseline", Path(sys.executable))], BenchOptions(device="cpu", smoke=False))
     try:
         (facts,) = runner.start()
@@ -32,6 +33,7 @@ def test_a_worker_runs_with_the_cpu_fallback_off_whatever_the_shell_exports(monk
         "PYTORCH_ENABLE_MPS_FALLBACK": "0",
         "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.8",
         "PYTORCH_MPS_PREFER_METAL": "1",
+        "MTL_SHADER_VALIDATION": "1",
     }
     # The record's environment entry is the hello's facts: the variables are read back, typed.
     env = Environment.from_json({"label": "baseline", **facts}, "environments[0]")
@@ -129,3 +131,32 @@ def test_doctor_reads_a_fallback_variable_of_thousands_of_digits_as_out_of_std_s
     finding = next(f for f in json.loads(res.stdout)["findings"] if f["name"] == "mps-env")
     assert finding["status"] == "warn", finding
     assert "import error for torch 2.6" in finding["summary"]
+
+
+def test_the_worker_records_the_variables_the_doctor_reads() -> None:
+    """The worker imports nothing of mpsup, so its tuple is a copy: read from its source, it must be the doctor's."""
+    import ast
+
+    from mpsup.host import snapshot
+
+    source = Path(snapshot.__file__).parent.parent / "worker" / "main.py"
+    tree = ast.parse(source.read_text())
+    (value,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["MPS_ENV_PREFIXES"]
+    ]
+    worker_prefixes = ast.literal_eval(value)
+    assert worker_prefixes == snapshot.MPS_ENV_PREFIXES
+    for name in ("MTL_SHADER_VALIDATION", "MTL_DEBUG_LAYER", "METAL_DEVICE_WRAPPER_TYPE", "PYTORCH_METAL_X"):
+        assert name.startswith(worker_prefixes) and snapshot.mps_env({name: "1"}) == {name: "1"}
+
+
+def test_doctor_warns_of_metal_s_validation_layers() -> None:
+    from mpsup.doctor.mps_env import active_variables, describe
+
+    active = active_variables({"MTL_SHADER_VALIDATION": "1", "MTL_DEBUG_LAYER": "0", "HOME": "/x"})
+    assert set(active) == {"MTL_SHADER_VALIDATION", "MTL_DEBUG_LAYER"}
+    summary, risky = describe(active, "2.15.0")
+    assert risky == ["MTL_SHADER_VALIDATION"]
+    assert "MTL_SHADER_VALIDATION=1: Metal validates every shader" in summary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from mpsup.host.facts import _version_tuple
+from mpsup.host.snapshot import MPS_ENV_PREFIXES
 
 # How torch reads PYTORCH_ENABLE_MPS_FALLBACK, from the machine code of the real macOS wheels' MPSFallback
 # registration: 2.15 compares the text with "0" (set to anything else, "" included, is on); 2.6 parses it with
@@ -59,17 +60,25 @@ MPS_ENV_EFFECTS: dict[str, str] = {
     "PYTORCH_MPS_LOG_PROFILE_INFO": "profiling logs, which add overhead",
     "PYTORCH_MPS_TRACE_SIGNPOSTS": "OS signposts for Instruments, which add overhead",
     "OMP_NUM_THREADS": "limits CPU threads (the CPU reference and CPU-side work)",
+    "MTL_SHADER_VALIDATION": "Metal validates every shader call, which slows kernels many times over",
+    "MTL_DEBUG_LAYER": "Metal's API validation layer, which slows every command",
 }
+# Metal's own debugging variables, on unless "0": what they slow is what bench measures.
+METAL_DEBUG = ("MTL_SHADER_VALIDATION", "MTL_DEBUG_LAYER")
 
 
 def active_variables(env: dict[str, str]) -> dict[str, str]:
     """The variables of `env` that change how torch's MPS backend runs."""
-    return {k: v for k, v in env.items() if k in MPS_ENV_EFFECTS or k.startswith("PYTORCH_MPS_")}
+    return {k: v for k, v in env.items() if k in MPS_ENV_EFFECTS or k.startswith(MPS_ENV_PREFIXES)}
 
 
 def describe(active: dict[str, str], torch_version: str | None) -> tuple[str, list[str]]:
     """One summary of what each set variable does for this torch, and the variables to unset while benchmarking."""
-    effects = {k: f"{k}={v}: {MPS_ENV_EFFECTS.get(k, 'read by torch MPS')}" for k, v in sorted(active.items())}
+
+    def effect(k: str) -> str:
+        return MPS_ENV_EFFECTS.get(k, "read by Metal" if k.startswith(("MTL_", "METAL_")) else "read by torch MPS")
+
+    effects = {k: f"{k}={v}: {effect(k)}" for k, v in sorted(active.items())}
     risky = []
     fallback = mps_fallback_on(active.get("PYTORCH_ENABLE_MPS_FALLBACK"), torch_version)
     if "PYTORCH_ENABLE_MPS_FALLBACK" in active:
@@ -83,6 +92,7 @@ def describe(active: dict[str, str], torch_version: str | None) -> tuple[str, li
         )
     if fallback is not False:
         risky.append("PYTORCH_ENABLE_MPS_FALLBACK")
+    risky += [k for k in METAL_DEBUG if k in active and active[k].strip() != "0"]
     ratio = active.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
     if ratio is not None:
         try:
