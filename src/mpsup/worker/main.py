@@ -122,7 +122,8 @@ class Worker:
         }
         if first_only:
             answer["first_call_only"] = True
-        if watch.ops:
+        # A whole-model phase watched its own first call (its `phase` info lists those ops): said once, not twice.
+        if watch.ops and built.info is None:
             answer["fallback_ops"] = watch.ops
         if built.info is not None:
             answer["phase"] = built.info
