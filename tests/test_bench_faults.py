@@ -450,6 +450,28 @@ def test_one_exit_code_rule_for_every_status_of_a_phase_or_a_layer(status: str, 
 
 
 @pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        ("pass", 0),
+        ("unsupported", 0),
+        ("skipped", 0),
+        ("skip", 0),
+        ("fallback", 0),
+        ("fail", 1),
+        ("crash", 1),
+        ("gpu_hang", 1),
+    ],
+)
+def test_one_exit_code_rule_for_every_smoke_status(status: str, code: int) -> None:
+    """SMOKE_NOT_FAILED decides, as NOT_FAILED does for workloads: a status no mpsup knows is a failure too."""
+    from mpsup.bench.command import SMOKE_NOT_FAILED, exit_code
+
+    smoke = [{"feature": "f", "envs": {"baseline": {"status": "pass"}, "candidate": {"status": status}}}]
+    assert exit_code({"workloads": [], "smoke": smoke}) == code
+    assert (status in SMOKE_NOT_FAILED) is (code == 0)
+
+
+@pytest.mark.parametrize(
     ("raised", "status", "code"),
     [
         ("RuntimeError('CPU out of memory: tried to allocate 64 GiB')", "oom", 1),
