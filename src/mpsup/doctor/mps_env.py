@@ -83,11 +83,16 @@ def describe(active: dict[str, str], torch_version: str | None) -> tuple[str, li
     fallback = mps_fallback_on(active.get("PYTORCH_ENABLE_MPS_FALLBACK"), torch_version)
     if "PYTORCH_ENABLE_MPS_FALLBACK" in active:
         value = active["PYTORCH_ENABLE_MPS_FALLBACK"]
-        effects["PYTORCH_ENABLE_MPS_FALLBACK"] = f"PYTORCH_ENABLE_MPS_FALLBACK={value!r}: " + (
+        shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+        release = _version_tuple(torch_version or "")[:2]
+        effects["PYTORCH_ENABLE_MPS_FALLBACK"] = f"PYTORCH_ENABLE_MPS_FALLBACK={shown}: " + (
             "off"
             if fallback is False
             else f"on, {MPS_ENV_EFFECTS['PYTORCH_ENABLE_MPS_FALLBACK']} (mpsup bench sets 0 in its workers)"
             if fallback
+            else "torch 2.6 cannot read it (std::stoi throws on no number or one beyond a 32-bit int), so "
+            "importing torch fails"
+            if release and release <= FALLBACK_STOI_RULE_UNTIL
             else "on for torch 2.15 (anything but '0' is on), off or an import error for torch 2.6 (std::stoi)"
         )
     if fallback is not False:
