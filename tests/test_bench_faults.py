@@ -292,6 +292,35 @@ def notices(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     waits.set_notice(None)
 
 
+def test_a_wait_around_each_request_starts_no_thread(monkeypatch: pytest.MonkeyPatch, notices: list[str]) -> None:
+    """The wait is armed around every request, timed ones included: after the first, arming starts no thread,
+    and a wait that lasts is still said (by the one notifier thread of the process)."""
+    import threading
+
+    from mpsup import waits
+
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    with waits.announced("a first wait", 10.0):
+        pass
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    for i in range(500):
+        with waits.announced(f"request {i}", 10.0):
+            pass
+    with waits.announced("a slow answer", 10.0):
+        time.sleep(0.45)
+    n = len(notices)
+    time.sleep(0.6)
+    assert started == []
+    assert notices == ["waiting for a slow answer: 0 s so far, giving up at 10 s"]
+    assert len(notices) == n  # disarmed: nothing more is said
+
+
 def _hanging_python(tmp_path: Path) -> Path:
     """An interpreter that never answers: it sleeps whatever it is asked to run."""
     p = tmp_path / "hanging-python"
@@ -418,6 +447,28 @@ def test_one_exit_code_rule_for_every_status_of_a_phase_or_a_layer(status: str, 
     # the workload's own status and each environment's are read alike: either one failing is a failure
     if status not in ("skipped", "too_slow"):
         assert exit_code({"workloads": [ok, workload("w/x", "ok", env_status=status)], "smoke": []}) == code
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        ("pass", 0),
+        ("unsupported", 0),
+        ("skipped", 0),
+        ("skip", 0),
+        ("fallback", 0),
+        ("fail", 1),
+        ("crash", 1),
+        ("gpu_hang", 1),
+    ],
+)
+def test_one_exit_code_rule_for_every_smoke_status(status: str, code: int) -> None:
+    """SMOKE_NOT_FAILED decides, as NOT_FAILED does for workloads: a status no mpsup knows is a failure too."""
+    from mpsup.bench.command import SMOKE_NOT_FAILED, exit_code
+
+    smoke = [{"feature": "f", "envs": {"baseline": {"status": "pass"}, "candidate": {"status": status}}}]
+    assert exit_code({"workloads": [], "smoke": smoke}) == code
+    assert (status in SMOKE_NOT_FAILED) is (code == 0)
 
 
 @pytest.mark.parametrize(

@@ -141,6 +141,24 @@ def test_journal_values_that_pass_the_types_are_checked_as_if_typed(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
+    ("field", "value"),
+    [("tokens", "1,x"), ("dtype", "../../x"), ("affinity", "9999"), ("threads", 10**30)],
+)
+def test_cli_resume_refuses_journal_values_bench_refuses_as_the_journal_s_fields(
+    tmp_path: Path, mpsup_home: Path, field: str, value: Any
+) -> None:
+    """Values of the right type that bench's own checks refuse: the line names the journal file and the field,
+    not an option the user never typed."""
+    path, doc, _ = _interrupted(tmp_path, mpsup_home)
+    path.write_text(json.dumps({**doc, "args": {**doc["args"], field: value}}))
+    res = run_cli("bisect", "--resume")
+    line = _one_line(res.stderr)
+    assert res.returncode == 2, res.stderr
+    assert line.startswith(f"mpsup: {path}: args.{field} "), line
+    assert f"--{field}" not in line and line.endswith("rerun with --fresh to start over"), line
+
+
+@pytest.mark.parametrize(
     ("field", "value", "says"),
     [
         ("elapsed_s", "soon", "elapsed_s must be a number of seconds"),
@@ -148,6 +166,7 @@ def test_journal_values_that_pass_the_types_are_checked_as_if_typed(tmp_path: Pa
         ("status", "paused", "status must be 'running' or 'done'"),
         ("facts", {"0": {"torch": 2}}, "each environment's facts must be strings or null"),
         ("steps", [{"index": 3, "verdict": "bad", "seconds": "x"}], "step 1: seconds must be a number"),
+        ("steps", [{"index": 3, "verdict": "weird"}], "step 1: verdict 'weird' is not good, bad or inconclusive"),
         (
             "steps",
             [{"index": 3, "verdict": "bad", "figures": [{"name": "w", "change": "slower", "low": "0.5"}]}],

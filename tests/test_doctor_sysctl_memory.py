@@ -4,13 +4,17 @@ of public captures, since shared/data/real-mac holds none of these commands)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from mpsup.host import parsers
 from mpsup.host.facts import facts_from_snapshot
 from mpsup.host.hygiene import conditions_changed, hygiene_from, noisy_conditions
 from mpsup.host.snapshot import COMMANDS, SYSCTL, SYSCTL_TRANSLATED, snapshot_from_json
 from tests import snapshots
+from tests.conftest import run_cli
 
 
 def _facts(doc: dict) -> object:
@@ -92,3 +96,44 @@ def test_the_doctor_warns_of_memory_pressure_and_says_the_swap_in_use() -> None:
     tight = snapshots.with_memory(snapshots.healthy(), snapshots.SWAPUSAGE_1G_USED, snapshots.PRESSURE_WARN)
     f = {x.name: x for x in diagnose(snapshot_from_json(tight, Path("x"))).findings}["hygiene"]
     assert f.status is Status.WARN and "memory pressure warn" in f.summary
+
+
+HUGE = "9" * 400
+OVER_INT_LIMIT = "9" * 5000
+
+
+def test_numbers_too_long_to_be_facts_read_as_unknown() -> None:
+    assert parsers.parse_swapusage(f"vm.swapusage: total = {HUGE}.00M  used = 1.00M  free = 0.00M") is None
+    assert parsers.parse_swapusage(f"vm.swapusage: total = 2.00M  used = 1.{HUGE}M  free = 0.00M") == parsers.Swap(
+        2 << 20, int(1.999999 * 2**20)
+    )
+    assert parsers.memory_pressure(f"kern.memorystatus_vm_pressure_level: {OVER_INT_LIMIT}") is None
+    assert parsers.sysctl_int({"hw.memsize": HUGE}, "hw.memsize") is None
+    assert parsers.sysctl_int({"x": "-3"}, "x") == -3
+    assert parsers.parse_pmset_therm(f"CPU_Speed_Limit = {OVER_INT_LIMIT}").cpu_speed_limit is None
+    gpu = parsers.parse_system_profiler_text(
+        f"Chipset Model: x\n  Type: GPU\n  Total Number of Cores: {OVER_INT_LIMIT}"
+    )
+    assert gpu.gpu_cores is None
+    assert parsers._memory_gb("1.2.3 GB") is None and parsers._memory_gb(f"{HUGE} GB") is None
+    assert parsers._memory_gb("16 GB") == 16.0
+
+
+@pytest.mark.parametrize(
+    "swap, pressure",
+    [
+        (f"vm.swapusage: total = {HUGE}.00M  used = 1.00M  free = 0.00M", "kern.memorystatus_vm_pressure_level: 1"),
+        (snapshots.SWAPUSAGE_NONE, f"kern.memorystatus_vm_pressure_level: {OVER_INT_LIMIT}"),
+    ],
+)
+def test_doctor_from_a_snapshot_with_endless_numbers_ends_without_a_traceback(
+    tmp_path: Path, swap: str, pressure: str
+) -> None:
+    doc = snapshots.with_memory(snapshots.healthy(), swap, pressure)
+    doc["commands"]["sw_vers"] = snapshots._ok(f"ProductName: macOS\nProductVersion: 15.{OVER_INT_LIMIT}\n")
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(doc))
+    res = run_cli("doctor", "--from-snapshot", str(path), "--json")
+    assert "Traceback" not in res.stderr and "Error" not in res.stderr, res.stderr[-2000:]
+    assert res.returncode in (0, 1)
+    assert json.loads(res.stdout)["findings"]

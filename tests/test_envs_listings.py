@@ -447,3 +447,41 @@ def test_an_index_page_trickled_a_byte_at_a_time_hits_the_pages_deadline(monkeyp
         waits.set_notice(None)
     assert 2.0 <= took < 4.5
     assert said[0] == f"waiting for the index page {url}/simple/torch/: 0 s so far, giving up at 2 s"
+
+
+@pytest.mark.parametrize("stage", ["status line", "headers"])
+def test_an_index_server_trickling_its_status_line_or_headers_hits_the_pages_deadline(
+    monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    """Connecting and the response head have only the per-read timeout (5 s here): a server sending one byte of
+    its status line or headers every 0.2 s must still be given up at the page's deadline (2 s here)."""
+    import http.server
+    import time
+
+    from mpsup.envs.index import IndexUnreachable, default_fetcher, list_project_files
+    from tests.pkgindex import _serving
+
+    head = b"HTTP/1.0 200 OK\r\n" if stage == "headers" else b""
+
+    class TrickleHead(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            try:
+                self.wfile.write(head)
+                self.wfile.flush()
+                filler = b"HTTP/1.0 200 OK" if stage == "status line" else b"X-Slow: " + b"a" * 200
+                for byte in filler[:40]:  # 8 s at most: the client is long gone by then
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    with _serving(TrickleHead) as url:
+        t0 = time.monotonic()
+        with pytest.raises(IndexUnreachable, match=r"the page was not read in 2 s \(the server had not finished"):
+            list_project_files(f"{url}/simple", "torch", default_fetcher(timeout=5, deadline_s=2.0))
+        took = time.monotonic() - t0
+    assert 2.0 <= took < 4.0

@@ -534,6 +534,21 @@ def test_a_layer_s_first_call_that_ran_on_the_cpu_says_so_in_the_record(monkeypa
     assert EnvMeasurement.ready(ready).to_json()["fallback_ops"] == ["torch.cross"]
 
 
+def test_a_phase_s_cpu_ops_come_back_once_in_its_phase_info_not_as_a_layer_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_phase watches its own first call; the worker's layer watch around it must not repeat the ops."""
+    from mpsup.worker import core, main
+    from mpsup.worker.core import Built
+
+    monkeypatch.setattr(core, "FALLBACK", WARN_ONCE_TEXT)
+    info = {"phase": "prefill", "fallback_ops": ["torch.cross"]}
+    monkeypatch.setattr(main, "build", lambda spec, device: Built(_cross_without_dim, info=info))
+    worker = Worker(io.StringIO())
+    worker.hello({"device": "cpu"})
+    ready = worker.setup({"workload": {"kind": "model_phase", "params": {}}, "calls": 1})
+    assert ready["phase"]["fallback_ops"] == ["torch.cross"]
+    assert "fallback_ops" not in ready
+
+
 def test_real_weights_are_loaded_when_asked(tmp_path: Path) -> None:
     folder = write_llama_folder(tmp_path / "llama")
     saved = transformers.AutoModelForCausalLM.from_pretrained(folder)

@@ -47,3 +47,18 @@ def test_the_report_says_an_op_moved_onto_the_device() -> None:
     record = RunRecord.from_json(_record(), "x")
     (change,) = _smoke_changes(record, "baseline", "candidate")
     assert change["change"] == "now on the device"
+
+
+def test_a_phase_s_cpu_ops_are_not_listed_as_a_layer_timed_partly_on_the_cpu() -> None:
+    """A record written with the ops both in the phase's info and the environment's own list: the phase table
+    says them; the layers' lines do not list the phase again."""
+    from mpsup.bench.render import _on_the_cpu
+
+    rec = _record()
+    layer = rec["workloads"][0]
+    phase = {**layer, "name": "model/prefill", "kind": "model_phase"}
+    rec["workloads"].append(phase)
+    out = io.StringIO()
+    _on_the_cpu(rec, Console(file=out, width=160, color_system=None))
+    assert f"{layer['name']} (baseline): aten::_int_mm" in out.getvalue()
+    assert "model/prefill" not in out.getvalue()

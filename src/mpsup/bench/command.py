@@ -366,7 +366,9 @@ def _baseline_python(req: BenchRequest) -> Path:
 # for the budget). Every other status (crash, error, oom, and any the worker may add) is a failure: one rule for
 # every kind, layer or whole-model phase, bundled or the user's.
 NOT_FAILED = frozenset({"ok", "unsupported", "skipped", "too_slow"})
-SMOKE_NOT_FAILED = frozenset({"pass", "unsupported", "skipped"})
+# The same rule for smoke tests: `fallback` ran on the CPU (shown, never as a pass) but did not fail; `fail`,
+# `crash` and any status this mpsup does not know are failures.
+SMOKE_NOT_FAILED = frozenset({"pass", "unsupported", "skipped", "skip", "fallback"})  # skip: the MLX worker's
 
 
 def exit_code(record: dict[str, Any]) -> int:
@@ -381,5 +383,5 @@ def exit_code(record: dict[str, Any]) -> int:
         w.get("status") not in NOT_FAILED
         or any(isinstance(e, dict) and e.get("status", "ok") not in NOT_FAILED for e in w.get("envs", {}).values())
         for w in workloads
-    ) or any(e.get("status") in ("fail", "crash") for s in record.get("smoke", []) for e in s["envs"].values())
+    ) or any(e.get("status") not in SMOKE_NOT_FAILED for s in record.get("smoke", []) for e in s["envs"].values())
     return 1 if failed else 0

@@ -647,9 +647,12 @@ def _phases(record: dict[str, Any], console: Console) -> None:
 
 
 def _on_the_cpu(record: dict[str, Any], console: Console) -> None:
-    """Layers whose build or first call ran an op on the CPU (no MPS kernel): their time is partly the CPU's."""
+    """Layers whose build or first call ran an op on the CPU (no MPS kernel): their time is partly the CPU's.
+    A whole model's phases say theirs in the phase table."""
     lines = []
     for w in record["workloads"]:
+        if w.get("kind") == "model_phase":
+            continue
         for label, env in w.get("envs", {}).items():
             ops = env.get("fallback_ops")
             if isinstance(ops, list) and ops:

@@ -79,6 +79,7 @@ class BisectRequest:
     python: Path | None = None
     keep_envs: bool = False  # leave the throwaway environments installed at the end
     allow_cpu_fallback: bool = False  # as bench takes it
+    journal: Path | None = None  # `--resume` alone: the journal these arguments were read from
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ def _request_from_journal(doc: dict[str, Any], path: Path) -> BisectRequest:
     """The request a journal was made by. Its interpreters as resolved then (absolute paths), so that
     `--resume` works from any folder and finds the same journal."""
     try:
-        return _from_args(doc)
+        return replace(_from_args(doc), journal=path)
     except (KeyError, TypeError, ValueError):
         raise UserError(f"{path}: a bisect journal with damaged arguments; rerun with --fresh to start over") from None
 
@@ -460,9 +461,29 @@ def _warn_leftovers(key: str, warn: Callable[[str], None]) -> None:
         warn(f"{folder}: {what}, not the bisect being resumed; remove it with: rm -rf {shlex.quote(str(folder))}")
 
 
+# The journal field behind each option bench names in its refusals.
+_JOURNAL_FIELDS = ("only", "model", "device", "budget", "threads", "tokens", "affinity", "dtype", "resolution")
+
+
 def _prepare(req: BisectRequest, good: Path) -> BenchPlan:
     """--only, --device, --threads... checked once; each step takes this plan with its own pair of interpreters.
-    Planned as the good build's A/A: two environments' worth of memory, before any other build is known."""
+    Planned as the good build's A/A: two environments' worth of memory, before any other build is known.
+    Arguments read from a journal are refused as the journal's fields, not as options the user never typed."""
+    try:
+        return _prepare_plan(req, good)
+    except UserError as exc:
+        if req.journal is None:
+            raise
+        message = str(exc)
+        for field in _JOURNAL_FIELDS:
+            option = f"--{field} "
+            if message.startswith(option):
+                message = f"args.{field} {message.removeprefix(option)}"
+                break
+        raise UserError(f"{req.journal}: {message}; rerun with --fresh to start over") from None
+
+
+def _prepare_plan(req: BisectRequest, good: Path) -> BenchPlan:
     return prepare(
         BenchRequest(
             device=req.device,
@@ -601,10 +622,18 @@ class _Session:
             self.elapsed0 = float(doc.get("elapsed_s") or 0.0)
         except (KeyError, TypeError, ValueError):
             raise UserError(f"{path}: a bisect journal with damaged steps; rerun with --fresh to start over") from None
-        # A step the logic would misread (an environment out of range, a verdict it does not know) is refused,
-        # not bisected on.
-        if any(not 0 < s.index < self.n or s.verdict not in VERDICTS or s.attempt < 1 for s in self.steps):
-            raise UserError(f"{path}: a step names no environment of this bisect; rerun with --fresh to start over")
+        # A step the logic would misread is refused, not bisected on (load_journal checks each step's own fields;
+        # which environments exist is this bisect's to say).
+        for i, s in enumerate(self.steps, 1):
+            if not 0 < s.index < self.n:
+                why = f"index {s.index} names no environment of this bisect (1 to {self.n - 1})"
+            elif s.verdict not in VERDICTS:
+                why = f"verdict {s.verdict[:40]!r} is not {', '.join(VERDICTS[:-1])} or {VERDICTS[-1]}"
+            elif s.attempt < 1:
+                why = f"attempt {s.attempt} is not a number from 1"
+            else:
+                continue
+            raise UserError(f"{path}: step {i}: {why}; rerun with --fresh to start over")
         self.resumed = len(self.steps)
         self.t0 = time.monotonic()
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mpsup.bisect.logic import BAD, GOOD, INCONCLUSIVE
 from mpsup.errors import OperationFailed, UserError
 from mpsup.paths import bisect_dir
 from mpsup.safe_files import atomic_write_json, finite_json, read_json_object
@@ -92,6 +93,8 @@ def _step_problem(s: Any) -> str | None:
         return "run_id must be a string or null"
     if not isinstance(s.get("verdict"), str):
         return "verdict must be a string"
+    if s["verdict"] not in (GOOD, BAD, INCONCLUSIVE):
+        return f"verdict {s['verdict'][:40]!r} is not {GOOD}, {BAD} or {INCONCLUSIVE}"
     figures = s.get("figures", [])
     if not isinstance(figures, list):
         return "figures must be a list"

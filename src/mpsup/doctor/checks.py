@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from mpsup.doctor import wheels
+from mpsup.doctor import mps_env, wheels
 from mpsup.host.facts import HostFacts, _version_tuple
 
 
@@ -548,84 +548,13 @@ def check_hygiene(f: HostFacts) -> Finding:
     return _f(n, Status.OK, ", ".join(known), **details)
 
 
-# How torch reads PYTORCH_ENABLE_MPS_FALLBACK, from the machine code of the real macOS wheels' MPSFallback
-# registration: 2.15 compares the text with "0" (set to anything else, "" included, is on); 2.6 parses it with
-# std::stoi (leading spaces, a sign, digits: "00" and " 0" are off, and text with no number throws at import).
-# Releases between those two are not read here: where the rules disagree, both are said.
-FALLBACK_TEXT_RULE_FROM = (2, 15)
-FALLBACK_STOI_RULE_UNTIL = (2, 6)
-_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
-
-
-def _fallback_by_text(value: str) -> bool:
-    return value != "0"
-
-
-def _fallback_by_stoi(value: str) -> bool | None:
-    """std::stoi's reading; None where it throws (no number, or beyond a 32-bit int)."""
-    m = _STOI.match(value)
-    if not m or not -(2**31) <= int(m.group(1)) < 2**31:
-        return None
-    return int(m.group(1)) != 0
-
-
-def mps_fallback_on(value: str | None, torch_version: str | None) -> bool | None:
-    """Whether this torch runs ops without an MPS kernel on the CPU; None: it depends on a build between the two
-    rules read, or torch 2.6 cannot parse the value (it throws while importing)."""
-    if value is None:
-        return False
-    release = _version_tuple(torch_version or "")[:2]
-    if release and release >= FALLBACK_TEXT_RULE_FROM:
-        return _fallback_by_text(value)
-    if release and release <= FALLBACK_STOI_RULE_UNTIL:
-        return _fallback_by_stoi(value)
-    by_text, by_stoi = _fallback_by_text(value), _fallback_by_stoi(value)
-    return by_text if by_text == by_stoi else None
-
-
-MPS_ENV_EFFECTS: dict[str, str] = {
-    "PYTORCH_ENABLE_MPS_FALLBACK": "unsupported ops silently run on the CPU, so timings mix CPU and GPU",
-    "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "caps MPS memory as a share of the recommended size; 0.0 removes the cap "
-    "and can freeze the Mac",
-    "PYTORCH_MPS_LOW_WATERMARK_RATIO": "sets when the allocator starts freeing cached memory",
-    "PYTORCH_MPS_FAST_MATH": "enables Metal fast math: faster, less precise results",
-    "PYTORCH_MPS_PREFER_METAL": "prefers Metal kernels over MPSGraph for matmul",
-    "PYTORCH_DEBUG_MPS_ALLOCATOR": "allocator debugging output, which slows allocation",
-    "PYTORCH_MPS_LOG_PROFILE_INFO": "profiling logs, which add overhead",
-    "PYTORCH_MPS_TRACE_SIGNPOSTS": "OS signposts for Instruments, which add overhead",
-    "OMP_NUM_THREADS": "limits CPU threads (the CPU reference and CPU-side work)",
-}
-
-
 @check("mps-env", "MPS environment variables")
 def check_mps_env(f: HostFacts) -> Finding:
     n = "mps-env"
-    active = {k: v for k, v in f.env.items() if k in MPS_ENV_EFFECTS or k.startswith("PYTORCH_MPS_")}
+    active = mps_env.active_variables(f.env)
     if not active:
         return _f(n, Status.OK, "none set: torch's defaults apply")
-    effects = {k: f"{k}={v}: {MPS_ENV_EFFECTS.get(k, 'read by torch MPS')}" for k, v in sorted(active.items())}
-    risky = []
-    torch_version = (f.torch or {}).get("version")
-    fallback = mps_fallback_on(active.get("PYTORCH_ENABLE_MPS_FALLBACK"), torch_version)
-    if "PYTORCH_ENABLE_MPS_FALLBACK" in active:
-        value = active["PYTORCH_ENABLE_MPS_FALLBACK"]
-        effects["PYTORCH_ENABLE_MPS_FALLBACK"] = f"PYTORCH_ENABLE_MPS_FALLBACK={value!r}: " + (
-            "off"
-            if fallback is False
-            else f"on, {MPS_ENV_EFFECTS['PYTORCH_ENABLE_MPS_FALLBACK']} (mpsup bench sets 0 in its workers)"
-            if fallback
-            else "on for torch 2.15 (anything but '0' is on), off or an import error for torch 2.6 (std::stoi)"
-        )
-    if fallback is not False:
-        risky.append("PYTORCH_ENABLE_MPS_FALLBACK")
-    ratio = active.get("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
-    if ratio is not None:
-        try:
-            if float(ratio) == 0.0:
-                risky.append("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
-        except ValueError:
-            risky.append("PYTORCH_MPS_HIGH_WATERMARK_RATIO")
-    summary = "; ".join(effects.values())
+    summary, risky = mps_env.describe(active, (f.torch or {}).get("version"))
     if risky:
         return _f(n, Status.WARN, summary, f"unset {' and '.join(risky)} while benchmarking", variables=active)
     return _f(n, Status.OK, summary, variables=active)

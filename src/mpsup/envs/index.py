@@ -14,6 +14,7 @@ import codecs
 import ipaddress
 import re
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -277,6 +278,36 @@ def read_capped(
     return b"".join(chunks)
 
 
+# The reader's own deadline check comes first when both are due, since it can say how much arrived.
+_DEADLINE_GRACE_S = 0.5
+
+
+def within_deadline(work: Callable[[], Fetched], url: str, deadline_s: float) -> Fetched:
+    """`work()` in a daemon thread, given up `deadline_s` after now: connecting and the status line and headers
+    have only the per-read timeout, which a server sending a byte now and then never trips. A thread given up
+    on ends at its next read timeout or when the server closes."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, work()))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="mpsup-index-page", daemon=True)
+    thread.start()
+    thread.join(deadline_s + _DEADLINE_GRACE_S)
+    if not box:
+        raise IndexUnreachable(
+            f"{url}: the page was not read in {deadline_s:.0f} s (the server had not finished its answer); "
+            "is the index this slow?"
+        )
+    done, value = box[0]
+    if done:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
 def default_fetcher(
     cafile: str | None = None,
     timeout: float = 30.0,
@@ -299,9 +330,12 @@ def default_fetcher(
             return Fetched(
                 read_bytes_bounded(path, "index page", max_bytes).decode("utf-8", errors="replace"), url, "text/html"
             )
+        return within_deadline(lambda: _fetch_network(url, time.monotonic()), url, deadline_s)
+
+    def _fetch_network(url: str, started: float) -> Fetched:
         try:
             # One read may not outlast the page's own deadline either.
-            started, per_read = time.monotonic(), min(timeout, deadline_s)
+            per_read = min(timeout, deadline_s)
             with open_url(url, cafile=cafile, timeout=per_read, what="the index page") as resp:
                 body = read_capped(resp, url, max_bytes, deadline_s, started)
                 text = body.decode(_charset(resp.headers.get_content_charset()), errors="replace")

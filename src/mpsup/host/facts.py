@@ -55,9 +55,10 @@ class HostFacts:
 def _version_tuple(v: str) -> tuple[int, ...]:
     out = []
     for part in v.split("."):
-        if not part.isdigit():
+        number = parsers.bounded_int(part)
+        if number is None:
             break
-        out.append(int(part))
+        out.append(number)
     return tuple(out)
 
 

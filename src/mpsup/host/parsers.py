@@ -13,6 +13,17 @@ from dataclasses import dataclass
 
 _KEY_VALUE = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?):\s+(\S.*?)\s*$")
 
+# No fact these commands print needs more digits; a longer number is damage, read as unknown rather than
+# letting int() refuse it or float() make it infinite.
+MAX_DIGITS = 20
+
+
+def bounded_int(digits: str) -> int | None:
+    """A decimal integer of at most MAX_DIGITS digits, else None."""
+    if not digits.isascii() or not digits.isdigit() or len(digits) > MAX_DIGITS:
+        return None
+    return int(digits)
+
 
 @dataclass(frozen=True)
 class OsVersion:
@@ -62,10 +73,12 @@ def sysctl_int(values: dict[str, str], name: str) -> int | None:
     raw = values.get(name)
     if raw is None:
         return None
-    try:
-        return int(raw.split()[0])
-    except (ValueError, IndexError):
+    words = raw.split()
+    if not words:
         return None
+    sign, digits = ("-", words[0][1:]) if words[0].startswith("-") else ("", words[0])
+    value = bounded_int(digits)
+    return None if value is None else int(f"{sign}{value}")
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,7 @@ class Swap:
     used_bytes: int
 
 
-_SWAP_FIELD = re.compile(r"\b(total|used|free)\s*=\s*([0-9]+(?:[.,][0-9]+)?)\s*([KMGTP]?)", re.IGNORECASE)
+_SWAP_FIELD = re.compile(r"\b(total|used|free)\s*=\s*([0-9]+)(?:[.,]([0-9]+))?\s*([KMGTP]?)", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 
@@ -83,13 +96,18 @@ def parse_swapusage(text: str) -> Swap | None:
     line = parse_sysctl(text).get("vm.swapusage")
     if line is None:
         return None
-    sizes = {
-        m.group(1).lower(): int(float(m.group(2).replace(",", ".")) * _UNITS[m.group(3).upper()])
-        for m in _SWAP_FIELD.finditer(line)
-    }
-    if "total" not in sizes or "used" not in sizes:
+    sizes: dict[str, int | None] = {}
+    for m in _SWAP_FIELD.finditer(line):
+        whole = bounded_int(m.group(2))
+        # Digits past the sixth after the point are below a byte at any of these units.
+        fraction = (m.group(3) or "")[:6]
+        sizes[m.group(1).lower()] = (
+            None if whole is None else int(float(f"{whole}.{fraction or 0}") * _UNITS[m.group(4).upper()])
+        )
+    total, used = sizes.get("total"), sizes.get("used")
+    if total is None or used is None:
         return None
-    return Swap(sizes["total"], sizes["used"])
+    return Swap(total, used)
 
 
 # kern.memorystatus_vm_pressure_level reports xnu's NOTE_MEMORYSTATUS_PRESSURE_* flags (sys/event.h).
@@ -190,7 +208,7 @@ def parse_pmset_therm(text: str) -> Thermal:
             if "no performance warning" not in low:
                 perf = s
     m = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
-    limit = int(m.group(1)) if m else None
+    limit = bounded_int(m.group(1)) if m else None
     return Thermal(thermal, perf, limit, known=known or limit is not None)
 
 
@@ -215,7 +233,7 @@ def _indented_fields(text: str) -> dict[str, str]:
 def _memory_gb(raw: str | None) -> float | None:
     if not raw:
         return None
-    m = re.match(r"([\d.]+)\s*(GB|TB|MB)", raw)
+    m = re.match(r"([0-9]{1,20}(?:\.[0-9]{1,6})?)\s*(GB|TB|MB)", raw)
     if not m:
         return None
     value = float(m.group(1))
@@ -232,8 +250,8 @@ def parse_system_profiler_text(text: str) -> GpuInfo:
         # Hardware and Displays sections both say "Total Number of Cores"; take the GPU's.
         for block in re.split(r"\n(?=\s*Chipset Model:)", text)[1:]:
             cores_raw = _indented_fields(block).get("Total Number of Cores")
-    if cores_raw and cores_raw.split()[0].isdigit():
-        cores = int(cores_raw.split()[0])
+    if cores_raw and cores_raw.split():
+        cores = bounded_int(cores_raw.split()[0])
     return GpuInfo(
         chip=fields.get("Chip") or fields.get("Chipset Model"),
         gpu_cores=cores,
@@ -258,7 +276,7 @@ def parse_system_profiler_json(text: str) -> GpuInfo:
     metal = metal_raw.replace("spdisplays_", "").replace("metal", "Metal ") if metal_raw else None
     return GpuInfo(
         chip=hw.get("chip_type") or gpu.get("sppci_model"),
-        gpu_cores=int(cores_raw) if isinstance(cores_raw, str) and cores_raw.isdigit() else None,
+        gpu_cores=bounded_int(cores_raw) if isinstance(cores_raw, str) else None,
         metal=metal.strip() if metal else None,
         memory_gb=_memory_gb(hw.get("physical_memory")),
         model=hw.get("machine_name"),

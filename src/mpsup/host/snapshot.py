@@ -49,8 +49,9 @@ COMMANDS: dict[str, tuple[list[str], float]] = {
     SYSTEM_PROFILER: (["system_profiler", "-json", "SPHardwareDataType", "SPDisplaysDataType"], 60),
 }
 
-# The variables that change what MPS does; names only, so a snapshot never carries secrets.
-MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "MTL_", "METAL_")
+# The variables that change what MPS does; names only, so a snapshot never carries secrets. The same tuple as
+# worker/main.py's, which records them in each run.
+MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "PYTORCH_METAL_", "MTL_", "METAL_")
 MPS_ENV_NAMES = ("PYTORCH_ENABLE_MPS_FALLBACK", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 # A snapshot is command text and a few small documents: far below this, whatever the Mac.

@@ -9,13 +9,30 @@ value's `extra`, so reading and saving a record never strips what a newer writer
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.runs.fields import (
+    MAX_COUNT,
+    MAX_QUANTITY,
+    MAX_SECONDS,
+    Corrupt,
+    _check,
+    _list,
+    _number,
+    _obj,
+    _required_text,
+    _text,
+)
+from mpsup.runs.phase_fields import (  # the census bounds: the report's readers take them from here
+    MAX_CENSUS_DIM,  # noqa: F401
+    MAX_CENSUS_ELEMENTS,  # noqa: F401
+    check_env_phase,
+    check_phase_workload,
+)
 from mpsup.stats import usable_ratio
 
 SCHEMA = "mpsup.run/1.1"  # 1.1: environments[i].stack ("torch" or "mlx")
@@ -34,157 +51,6 @@ MAX_ROUNDS = 20_000
 MAX_VALUES = 2_000_000
 MAX_SMOKE = 1_000
 MAX_TAGS = 64
-MAX_COUNT = 10**9  # calls of one layer in one forward
-MAX_SECONDS = 1e9
-MAX_QUANTITY = 1e30  # FLOP, bytes: only compared and logged, never summed
-
-
-class Corrupt(Exception):
-    """Where in the record a field is wrong; becomes one UserError naming the file."""
-
-
-# --- checks: each returns the value it accepted, so a loader reads and checks in one expression ---
-
-
-def _kind(value: Any) -> str:
-    return (
-        "null"
-        if value is None
-        else {bool: "a boolean", str: "text", list: "a list", dict: "an object"}.get(
-            type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
-        )
-    )
-
-
-def _check(ok: bool, where: str, expected: str, value: Any) -> None:
-    if not ok:
-        raise Corrupt(f"{where}: expected {expected}, found {_kind(value)}")
-
-
-def _obj(doc: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
-    if doc is None and optional:
-        return {}
-    _check(isinstance(doc, dict), where, "an object", doc)
-    return doc  # type: ignore[no-any-return]
-
-
-def _list(doc: Any, where: str, limit: int, *, optional: bool = False) -> list[Any]:
-    if doc is None and optional:
-        return []
-    _check(isinstance(doc, list), where, "a list", doc)
-    if len(doc) > limit:
-        raise Corrupt(f"{where}: {len(doc)} entries, more than the {limit} any run can have")
-    return doc  # type: ignore[no-any-return]
-
-
-def _text(doc: Any, where: str, *, optional: bool = True) -> str | None:
-    _check(isinstance(doc, str) or (optional and doc is None), where, "text", doc)
-    return doc  # type: ignore[no-any-return]
-
-
-def _required_text(doc: Any, where: str) -> str:
-    _text(doc, where, optional=False)
-    return str(doc)
-
-
-def _number(doc: Any, where: str, *, low: float = 0.0, high: float = MAX_QUANTITY, optional: bool = True) -> Any:
-    if doc is None and optional:
-        return None
-    # bool is an int in Python, but `true` is no measurement.
-    _check(isinstance(doc, (int, float)) and not isinstance(doc, bool), where, "a number", doc)
-    # Compared as they are: math.isfinite(10**400) would itself raise OverflowError.
-    if (isinstance(doc, float) and not math.isfinite(doc)) or not low <= doc <= high:
-        raise Corrupt(f"{where}: {doc!r} is out of range")
-    return doc
-
-
-# --- a whole-model phase's fields: what coverage, the report's phases, the HTML census and --upstream read ---
-
-MAX_FALLBACK_OPS = 1_000
-MAX_CENSUS_ENTRIES = 10_000  # a worker keeps 400 (op, shapes, dtypes) entries per phase
-MAX_CENSUS_DIM = 2**31 - 1
-# A census shape beyond this many elements (per tensor) no storage holds: a repro of it would fail with
-# "Storage size calculation overflowed" (2^48 elements of 8 bytes is still under 2^63 bytes).
-MAX_CENSUS_ELEMENTS = 2**48
-_PHASE_COUNTS = ("tokens", "cache", "depth", "frames")
-_PHASE_TEXTS = ("phase", "library", "component", "weights", "path")
-_INFO_COUNTS = ("layers", "depth", "tokens", "cache", "logits_kept", "factor", "frames")
-_INFO_TEXTS = ("library", "library_version", "architecture", "attention", "latent")
-
-
-def _whole(doc: Any, where: str, *, high: int = MAX_COUNT, optional: bool = True) -> Any:
-    if doc is None and optional:
-        return None
-    _check(isinstance(doc, int) and not isinstance(doc, bool), where, "a whole number", doc)
-    if not 0 <= doc <= high:
-        raise Corrupt(f"{where}: {doc} is out of range")
-    return doc
-
-
-def _census_shapes(text: str, where: str) -> None:
-    """A census entry's shapes, as the worker writes them: `AxB` per tensor (`scalar` for none), space-separated."""
-    for token in text.split():
-        if token == "scalar":
-            continue
-        dims = token.split("x")
-        if not all(d.isascii() and d.isdigit() and len(d) <= 10 for d in dims):
-            raise Corrupt(f"{where}: {token[:40]!r} is not a shape")
-        if any(int(d) > MAX_CENSUS_DIM for d in dims) or math.prod(int(d) for d in dims) > MAX_CENSUS_ELEMENTS:
-            raise Corrupt(f"{where}: {token[:40]} is larger than any tensor (at most 2^31-1 a dimension, 2^48 in all)")
-
-
-def _census(doc: Any, where: str) -> None:
-    d = _obj(doc, where)
-    ops = _obj(d.get("ops"), f"{where}.ops", optional=True)
-    if len(ops) > MAX_CENSUS_ENTRIES:
-        raise Corrupt(f"{where}.ops: {len(ops)} entries, more than the {MAX_CENSUS_ENTRIES} any run can have")
-    for op, n in ops.items():
-        _whole(n, f"{where}.ops[{op[:40]!r}]", high=MAX_COUNT**2, optional=False)
-    _whole(d.get("calls"), f"{where}.calls", high=MAX_COUNT**2)
-    for i, e in enumerate(_list(d.get("entries"), f"{where}.entries", MAX_CENSUS_ENTRIES, optional=True)):
-        at = f"{where}.entries[{i}]"
-        entry = _obj(e, at)
-        _required_text(entry.get("op"), f"{at}.op")
-        _census_shapes(_text(entry.get("shapes"), f"{at}.shapes") or "", f"{at}.shapes")
-        _text(entry.get("dtypes"), f"{at}.dtypes")
-        _whole(entry.get("count"), f"{at}.count", high=MAX_COUNT**2)
-
-
-def _phase_info(doc: Any, where: str) -> None:
-    """What the worker said of one phase call (env.phase): the blocks run, the ops that fell back, the census."""
-    d = _obj(doc, where)
-    for k in _INFO_COUNTS:
-        _whole(d.get(k), f"{where}.{k}")
-    for k in _INFO_TEXTS:
-        _text(d.get(k), f"{where}.{k}")
-    compiled = d.get("compiled")
-    _check(compiled is None or isinstance(compiled, bool), f"{where}.compiled", "true or false", compiled)
-    for i, op in enumerate(_list(d.get("fallback_ops"), f"{where}.fallback_ops", MAX_FALLBACK_OPS, optional=True)):
-        _text(op, f"{where}.fallback_ops[{i}]", optional=False)
-    if d.get("census") is not None:
-        _census(d["census"], f"{where}.census")
-
-
-def _check_env_phase(d: Mapping[str, Any], where: str) -> None:
-    """An environment's figures beside its samples: a phase's info, its interval and items per call."""
-    if d.get("phase") is not None:
-        _phase_info(d["phase"], f"{where}.phase")
-    for k in ("ci_low", "ci_high"):
-        _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
-    _number(d.get("items_per_call"), f"{where}.items_per_call")
-
-
-def _check_phase_workload(d: Mapping[str, Any], where: str) -> None:
-    """A whole-model phase's parameters (workloads[i] with part "phase"), as model.phases writes them."""
-    for k in _PHASE_COUNTS:
-        _whole(d.get(k), f"{where}.{k}")
-    for k in _PHASE_TEXTS:
-        _text(d.get(k), f"{where}.{k}")
-    compile_ = d.get("compile")
-    _check(compile_ is None or isinstance(compile_, bool), f"{where}.compile", "true or false", compile_)
-    for i, v in enumerate(_list(d.get("resolution"), f"{where}.resolution", 3, optional=True)):
-        _whole(v, f"{where}.resolution[{i}]", optional=False)
-    _obj(d.get("config"), f"{where}.config", optional=True)
 
 
 # --- the exact shape of the document, kept beside the typed values ---
@@ -331,7 +197,7 @@ class EnvRun:
         samples = _list(d.get("samples"), f"{where}.samples", MAX_SAMPLES, optional=True)
         for i, sample in enumerate(samples):
             _number(sample, f"{where}.samples[{i}]", high=MAX_SECONDS, optional=False)
-        _check_env_phase(d, where)
+        check_env_phase(d, where)
         return cls(
             status=_text(d.get("status"), f"{where}.status"),
             reason=_text(d.get("reason"), f"{where}.reason"),
@@ -402,7 +268,7 @@ class WorkloadRun:
         for i, r in enumerate(ratios):
             _number(r, f"{where}.ratios[{i}]", low=-MAX_QUANTITY)  # a ratio <= 0 is skipped, not fatal
         if texts["part"] == "phase":
-            _check_phase_workload(d, where)
+            check_phase_workload(d, where)
         envs = {
             label: EnvRun.from_json(env, f"{where}.envs.{label}")
             # A workload skipped before any environment ran it may carry no (or null) envs.

@@ -122,7 +122,8 @@ class Worker:
         }
         if first_only:
             answer["first_call_only"] = True
-        if watch.ops:
+        # A whole-model phase watched its own first call (its `phase` info lists those ops): said once, not twice.
+        if watch.ops and built.info is None:
             answer["fallback_ops"] = watch.ops
         if built.info is not None:
             answer["phase"] = built.info
@@ -180,9 +181,10 @@ class Worker:
         return {"type": "census", "census": doc, **({"reason": reason} if doc is None else {})}
 
 
-# What changes how torch runs on MPS, as the measured process sees it (names read from the macOS wheels'
-# libtorch_cpu, 2.6 to 2.15); values are short settings, never secrets.
-MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "PYTORCH_METAL_")
+# What changes how torch runs on MPS, as the measured process sees it (torch's names read from the macOS wheels'
+# libtorch_cpu, 2.6 to 2.15; Metal's own, such as MTL_SHADER_VALIDATION, slow every kernel); values are short
+# settings, never secrets. The same tuple as host/snapshot.py's, which the doctor reads.
+MPS_ENV_PREFIXES = ("PYTORCH_MPS_", "PYTORCH_ENABLE_MPS", "PYTORCH_DEBUG_MPS", "PYTORCH_METAL_", "MTL_", "METAL_")
 MPS_ENV_VALUE_CHARS = 200
 
 

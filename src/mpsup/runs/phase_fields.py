@@ -1,0 +1,106 @@
+"""A whole-model phase's fields in a run record: what coverage, the report's phases, the HTML census and --upstream
+read, checked when the record is read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mpsup.runs.fields import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    Corrupt,
+    _check,
+    _list,
+    _number,
+    _obj,
+    _required_text,
+    _text,
+)
+
+MAX_FALLBACK_OPS = 1_000
+MAX_CENSUS_ENTRIES = 10_000  # a worker keeps 400 (op, shapes, dtypes) entries per phase
+MAX_CENSUS_DIM = 2**31 - 1
+# A census shape beyond this many elements (per tensor) no storage holds: a repro of it would fail with
+# "Storage size calculation overflowed" (2^48 elements of 8 bytes is still under 2^63 bytes).
+MAX_CENSUS_ELEMENTS = 2**48
+_PHASE_COUNTS = ("tokens", "cache", "depth", "frames")
+_PHASE_TEXTS = ("phase", "library", "component", "weights", "path")
+_INFO_COUNTS = ("layers", "depth", "tokens", "cache", "logits_kept", "factor", "frames")
+_INFO_TEXTS = ("library", "library_version", "architecture", "attention", "latent")
+
+
+def _whole(doc: Any, where: str, *, high: int = MAX_COUNT, optional: bool = True) -> Any:
+    if doc is None and optional:
+        return None
+    _check(isinstance(doc, int) and not isinstance(doc, bool), where, "a whole number", doc)
+    if not 0 <= doc <= high:
+        raise Corrupt(f"{where}: {doc} is out of range")
+    return doc
+
+
+def _census_shapes(text: str, where: str) -> None:
+    """A census entry's shapes, as the worker writes them: `AxB` per tensor (`scalar` for none), space-separated."""
+    for token in text.split():
+        if token == "scalar":
+            continue
+        dims = token.split("x")
+        if not all(d.isascii() and d.isdigit() and len(d) <= 10 for d in dims):
+            raise Corrupt(f"{where}: {token[:40]!r} is not a shape")
+        if any(int(d) > MAX_CENSUS_DIM for d in dims) or math.prod(int(d) for d in dims) > MAX_CENSUS_ELEMENTS:
+            raise Corrupt(f"{where}: {token[:40]} is larger than any tensor (at most 2^31-1 a dimension, 2^48 in all)")
+
+
+def _census(doc: Any, where: str) -> None:
+    d = _obj(doc, where)
+    ops = _obj(d.get("ops"), f"{where}.ops", optional=True)
+    if len(ops) > MAX_CENSUS_ENTRIES:
+        raise Corrupt(f"{where}.ops: {len(ops)} entries, more than the {MAX_CENSUS_ENTRIES} any run can have")
+    for op, n in ops.items():
+        _whole(n, f"{where}.ops[{op[:40]!r}]", high=MAX_COUNT**2, optional=False)
+    _whole(d.get("calls"), f"{where}.calls", high=MAX_COUNT**2)
+    for i, e in enumerate(_list(d.get("entries"), f"{where}.entries", MAX_CENSUS_ENTRIES, optional=True)):
+        at = f"{where}.entries[{i}]"
+        entry = _obj(e, at)
+        _required_text(entry.get("op"), f"{at}.op")
+        _census_shapes(_text(entry.get("shapes"), f"{at}.shapes") or "", f"{at}.shapes")
+        _text(entry.get("dtypes"), f"{at}.dtypes")
+        _whole(entry.get("count"), f"{at}.count", high=MAX_COUNT**2)
+
+
+def _phase_info(doc: Any, where: str) -> None:
+    """What the worker said of one phase call (env.phase): the blocks run, the ops that fell back, the census."""
+    d = _obj(doc, where)
+    for k in _INFO_COUNTS:
+        _whole(d.get(k), f"{where}.{k}")
+    for k in _INFO_TEXTS:
+        _text(d.get(k), f"{where}.{k}")
+    compiled = d.get("compiled")
+    _check(compiled is None or isinstance(compiled, bool), f"{where}.compiled", "true or false", compiled)
+    for i, op in enumerate(_list(d.get("fallback_ops"), f"{where}.fallback_ops", MAX_FALLBACK_OPS, optional=True)):
+        _text(op, f"{where}.fallback_ops[{i}]", optional=False)
+    if d.get("census") is not None:
+        _census(d["census"], f"{where}.census")
+
+
+def check_env_phase(d: Mapping[str, Any], where: str) -> None:
+    """An environment's figures beside its samples: a phase's info, its interval and items per call."""
+    if d.get("phase") is not None:
+        _phase_info(d["phase"], f"{where}.phase")
+    for k in ("ci_low", "ci_high"):
+        _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
+    _number(d.get("items_per_call"), f"{where}.items_per_call")
+
+
+def check_phase_workload(d: Mapping[str, Any], where: str) -> None:
+    """A whole-model phase's parameters (workloads[i] with part "phase"), as model.phases writes them."""
+    for k in _PHASE_COUNTS:
+        _whole(d.get(k), f"{where}.{k}")
+    for k in _PHASE_TEXTS:
+        _text(d.get(k), f"{where}.{k}")
+    compile_ = d.get("compile")
+    _check(compile_ is None or isinstance(compile_, bool), f"{where}.compile", "true or false", compile_)
+    for i, v in enumerate(_list(d.get("resolution"), f"{where}.resolution", 3, optional=True)):
+        _whole(v, f"{where}.resolution[{i}]", optional=False)
+    _obj(d.get("config"), f"{where}.config", optional=True)
