@@ -100,3 +100,58 @@ def test_every_extracted_kind_is_priced_from_its_tensors():
     assert {"linear", "embedding", "conv", "pad", "scaled_mm", "fp8_cast"} <= kinds
     for w in ex.workloads:
         assert w.memory_bytes == priced_bytes(w.kind, w.dtype, w.params), w.name
+
+
+def test_the_1_mib_conv_at_an_assumed_size_is_refused_by_what_its_input_justifies(tmp_path: Path):
+    """Issue 39 item 4: no config and no --resolution, so its 64 px is mpsup's assumption; 4 GiB of activations
+    for 1 MiB of weights is refused in one line naming the option that states the size, on any machine."""
+    from mpsup.model.sources import open_model
+
+    bomb = _bomb(tmp_path / "bomb.safetensors")
+    (conv,) = open_model(bomb, tokens=(1,)).workloads
+    assert conv.sized_by == "--resolution" and conv.justified == 1 << 30
+    huge = SimpleNamespace(facts={"memory_limit": 1 << 50, "device": "cpu"})
+    reason = _guard(conv, [huge], 0.5, "cpu")  # type: ignore[list-item]
+    assert reason is not None and "\n" not in reason
+    assert reason.startswith("needs 4.00 GiB at sizes no option stated, over the 1.00 GiB its input justifies")
+    assert reason.endswith("(state the size with --resolution to measure it)")
+    # Stated, the size is the user's: only the machine bounds it, at the CPU's float32 working size of bf16.
+    (stated,) = open_model(bomb, tokens=(1,), resolution=64).workloads
+    assert not stated.sized_by and stated.memory_bytes == conv.memory_bytes
+    assert _guard(stated, [huge], 0.5, "cpu") is None  # type: ignore[list-item]
+    box = SimpleNamespace(facts={"memory_limit": 20 * GiB, "device": "cpu"})
+    why = _guard(stated, [box], 0.5, "cpu")  # type: ignore[list-item]
+    assert why is not None and why.startswith("needs 14.00 GiB (bf16 working size on cpu), over 50% of the 20.0 GiB")
+    # --resolution now sizes a bare file's convolutions: 16 px is a sixteenth of 64 px.
+    (small,) = open_model(bomb, tokens=(1,), resolution=16).workloads
+    assert small.name.endswith("/16px") and small.memory_bytes < conv.memory_bytes // 15
+
+
+def test_a_paired_run_divides_the_layer_guard_between_its_environments():
+    """Issue 40 item 3: both workers hold a layer's tensors at once, as both hold a whole model's."""
+    w = Workload("w", "linear", "model", "bf16", {"tokens": 512, "in_features": 8192, "out_features": 128256})
+    assert 2.0 * GiB < w.memory_bytes < 2.2 * GiB
+    mac = {"memory_limit": int(5.3e9), "device": "mps"}  # an 8 GB Mac's recommended_max_memory
+    one = [SimpleNamespace(facts=mac)]
+    two = [SimpleNamespace(facts=mac), SimpleNamespace(facts=mac)]
+    assert _guard(w, one, 0.5, "mps") is None  # type: ignore[arg-type]
+    reason = _guard(w, two, 0.5, "mps")  # type: ignore[arg-type]
+    assert reason is not None and "divided between 2 environments" in reason
+
+
+@pytest.mark.parametrize(("dtype", "factor"), [("bf16", 3.5), ("fp32", 2.5)])
+def test_a_cpu_convolutions_working_size_covers_what_it_really_takes(dtype: str, factor: int):
+    """The guard's working size of a CPU conv (float32 copies, oneDNN's reorders) is at least its measured peak."""
+    from mpsup.worker.device import _proc_status, _reset_rss_peak
+    from mpsup.workloads import working_bytes
+
+    params = {"weight_shape": [32, 32, 3, 3], "input_shape": [1, 32, 512, 512], "padding": 1}
+    w = Workload("w", "conv", "model", dtype, params)
+    before = _proc_status().get("VmRSS")
+    if before is None or not _reset_rss_peak():
+        pytest.skip("no per-process peak RSS here (/proc/self/clear_refs)")
+    built = build({"name": "w", "kind": "conv", "dtype": dtype, "params": params}, Device("cpu"))
+    built.fn()
+    peak = _proc_status()["VmHWM"] - before
+    assert working_bytes(w, "cpu") == int(factor * w.memory_bytes)
+    assert peak <= working_bytes(w, "cpu"), (peak, w.memory_bytes)
