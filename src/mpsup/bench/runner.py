@@ -151,6 +151,7 @@ def _guard(w: Workload, sessions: list[EnvSession], share: float, device: str = 
             return (
                 f"needs {need / gib:.2f} GiB{working}, over {share:.0%} of the {limit / gib:.1f} GiB this device can "
                 f"safely give{each}; skipped (overcommitting unified memory can freeze a Mac)"
+                + (f"; {s.facts['memory_limit_note']}" if isinstance(s.facts.get("memory_limit_note"), str) else "")
             )
     return None
 
