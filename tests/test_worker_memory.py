@@ -197,7 +197,7 @@ def test_mps_memory_names_the_allocator_peak_and_the_driver_maximum(monkeypatch:
     assert memory["driver_kind"].startswith("driver maximum")
 
 
-def test_the_mps_rules_are_those_of_the_real_wheels_headers(wheel: Any):
+def test_the_mps_rules_are_those_of_the_real_wheels_headers(wheel: Any):  # noqa: F811  (the fixture)
     """The constants mps_limits uses, read from MPSAllocator.h of the real 2.6.0 and 2.15.0 macOS wheels."""
     import re
 
