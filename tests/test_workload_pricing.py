@@ -155,3 +155,83 @@ def test_a_cpu_convolutions_working_size_covers_what_it_really_takes(dtype: str,
     peak = _proc_status()["VmHWM"] - before
     assert working_bytes(w, "cpu") == int(factor * w.memory_bytes)
     assert peak <= working_bytes(w, "cpu"), (peak, w.memory_bytes)
+
+
+VAE = {
+    "_class_name": "AutoencoderKL",
+    "in_channels": 3,
+    "out_channels": 3,
+    "latent_channels": 4,
+    "block_out_channels": [32, 64],
+    "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
+    "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"],
+    "layers_per_block": 1,
+    "norm_num_groups": 8,
+}
+
+
+def _vae_pipeline(root: Path, config: dict) -> Path:
+    """A Diffusers folder with one VAE: its config and a one-tensor weights file (phases read no weights)."""
+    (root / "vae").mkdir(parents=True)
+    (root / "vae" / "config.json").write_text(json.dumps(config))
+    header = json.dumps({"encoder.conv_in.weight": {"dtype": "F32", "shape": [32, 3, 3, 3], "data_offsets": [0, 3456]}})
+    raw = header.encode()
+    (root / "vae" / "diffusion_pytorch_model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(3456))
+    index = {"_class_name": "StableDiffusionPipeline", "vae": ["diffusers", config["_class_name"]]}
+    (root / "model_index.json").write_text(json.dumps(index))
+    return root
+
+
+def test_vae_phases_carry_their_activations_and_4096_px_is_refused_before_anything_is_built(tmp_path: Path):
+    """Issue 39 item 5: a 2 MB VAE's phases were priced at 0 bytes, and --resolution 4096 took 4 GiB and more."""
+    from mpsup.model.sources import open_model
+
+    folder = _vae_pipeline(tmp_path / "pipe", VAE)
+    phases = {w.name: w for w in open_model(folder, tokens=(1,), resolution=4096).workloads if w.part == "phase"}
+    decode = phases["model/vae/vae_decode"]
+    # At least the decoded image and the top level's 32 channels x 4096^2 (float32): every call makes them.
+    assert decode.memory_bytes > (3 + 32) * 4096 * 4096 * 4 and not decode.sized_by  # stated: the machine decides
+    box = SimpleNamespace(facts={"memory_limit": 24 * GiB, "device": "cpu"})
+    reason = _guard(decode, [box], 0.5, "cpu")  # type: ignore[list-item]
+    assert reason is not None and reason.startswith("needs ") and "\n" not in reason
+    # MPS materialises the mid-block attention over 2048^2 latent pixels; the CPU's attention does not.
+    from mpsup.workloads import working_bytes
+
+    assert decode.attention_bytes > 10**12 and working_bytes(decode, "mps") > working_bytes(decode, "cpu") > 0
+    small = {w.name: w for w in open_model(folder, tokens=(1,), resolution=256).workloads if w.part == "phase"}
+    assert _guard(small["model/vae/vae_decode"], [box], 0.5, "cpu") is None  # type: ignore[list-item]
+
+
+def test_a_unet_config_with_a_million_channels_is_refused_in_one_line(tmp_path: Path):
+    from mpsup.errors import UserError
+
+    unet = {"_class_name": "UNet2DConditionModel", "in_channels": 10**6, "cross_attention_dim": 10**6}
+    folder = _vae_pipeline(tmp_path / "pipe", {**unet, "_class_name": "AutoencoderKL"})
+    with pytest.raises(UserError) as exc:
+        load_model(folder)
+    assert str(exc.value) == (
+        f"{folder / 'vae' / 'config.json'}: 'in_channels' must be a whole number from 0 to 131,072, found 1000000"
+    )
+
+
+def test_the_vae_estimate_covers_what_a_decode_really_takes_on_the_cpu():
+    """The phase estimate against the worker's own build and call, peak RSS from the kernel's high-water mark."""
+    diffusers = pytest.importorskip("diffusers", reason="diffusers is in the test extra")
+    from mpsup.model.phases import vae_activation_bytes
+    from mpsup.worker.device import _proc_status, _reset_rss_peak
+    from mpsup.worker.whole_model import build_phase
+    from mpsup.workloads import working_bytes
+
+    assert diffusers.AutoencoderKL is not None  # imported before the peak is reset: its modules are not the call's
+    params = {"library": "diffusers", "config": VAE, "phase": "vae_decode", "resolution": [512, 512]}
+    before = _proc_status().get("VmRSS")
+    if before is None or not _reset_rss_peak():
+        pytest.skip("no per-process peak RSS here (/proc/self/clear_refs)")
+    built = build_phase({"name": "v", "kind": "model_phase", "dtype": "fp32", "params": params}, Device("cpu"))
+    built.fn()
+    peak = _proc_status()["VmHWM"] - before
+    estimate = vae_activation_bytes(VAE, 512, 512, None, 4, "vae_decode")
+    w = Workload(
+        "v", "model_phase", "phase", "fp32", params, memory_bytes=estimate.bytes, attention_bytes=estimate.attention
+    )
+    assert peak <= working_bytes(w, "cpu"), (peak, working_bytes(w, "cpu"))

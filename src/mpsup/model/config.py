@@ -200,9 +200,8 @@ def _lm_head(doc: Mapping[str, Any], source: str) -> bool | None:
 def _size_fields(doc: Mapping[str, Any], source: str) -> None:
     """Every size field the worker or the estimates read, bounded: a number (or, where configs give one per
     level, a list of numbers) from 0 to its maximum. Absent and null stay as they are (the library's default)."""
-    for key in SIZE_FIELDS.keys() | LIST_SIZE_FIELDS.keys():
-        value = doc.get(key)
-        if value is None:
+    for key, value in doc.items():  # in the file's order, so the first bad field is the one named
+        if value is None or (key not in SIZE_FIELDS and key not in LIST_SIZE_FIELDS):
             continue
         most = max(SIZE_FIELDS.get(key, 0), LIST_SIZE_FIELDS.get(key, 0))
         listed = key in LIST_SIZE_FIELDS and isinstance(value, list)

@@ -18,7 +18,7 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.stats import usable_ratio
 
-SCHEMA = "mpsup.run/1"
+SCHEMA = "mpsup.run/1.1"  # 1.1: a phase keeps its config's names and sha256, not the whole config
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
