@@ -214,3 +214,47 @@ def test_the_mps_rules_are_those_of_the_real_wheels_headers(wheel: Any):  # noqa
     assert "high watermark ratio is a hard limit" in header
     assert "0. : disables high watermark limit" in header
     assert "implicit allocations from MPS/MPSGraph" in header  # the driver's figure, outside the allocator
+
+
+def _phase_record(device: str, versions: tuple[str, str]) -> dict[str, Any]:
+    def env(peak: int, driver: int) -> dict[str, Any]:
+        memory = {"peak_allocated": peak, "peak_kind": "allocator", "driver_allocated_max": driver}
+        return {"status": "ok", "median": 0.5, "ci_low": 0.49, "ci_high": 0.51, "memory": memory}
+
+    workload = {
+        "name": "model/vae/vae_decode",
+        "part": "phase",
+        "phase": "vae_decode",
+        "status": "ok",
+        "envs": {"baseline": env(2 * GIB, 9 * GIB), "candidate": env(2 * GIB, 3 * GIB)},
+    }
+    environments = [
+        {"label": "baseline", "torch_version": versions[0]},
+        {"label": "candidate", "torch_version": versions[1]},
+    ]
+    return {"device": device, "environments": environments, "workloads": [workload]}
+
+
+@pytest.mark.parametrize(
+    ("device", "versions", "beside"),
+    [
+        ("mps", ("2.14.0", "2.15.0"), True),
+        ("mps", ("2.15.0", "2.15.1"), False),
+        ("mps", ("2.15.0", "weird"), True),
+        ("cuda", ("2.14.0", "2.15.0"), False),
+    ],
+)
+def test_the_phase_table_labels_the_allocator_peak_and_puts_the_driver_maximum_beside_it(
+    device: str, versions: tuple[str, str], beside: bool
+):
+    """Issue 40 item 4: the allocator's peak reads 2 GiB on both sides where the driver saw 9 GiB and 3 GiB."""
+    from rich.console import Console
+
+    from mpsup.bench.phase_table import render_phases
+
+    out = io.StringIO()
+    render_phases(_phase_record(device, versions), Console(file=out, width=200, color_system=None))
+    text = out.getvalue()
+    assert "allocator peak" in text and "2.00 GiB" in text
+    assert ("driver max" in text and "9.00 GiB / 3.00 GiB" in text) == beside
+    assert ("currentAllocatedSize" in text) == beside

@@ -223,14 +223,14 @@ def test_the_vae_estimate_covers_what_a_decode_really_takes_on_the_cpu():
     from mpsup.workloads import working_bytes
 
     assert diffusers.AutoencoderKL is not None  # imported before the peak is reset: its modules are not the call's
-    params = {"library": "diffusers", "config": VAE, "phase": "vae_decode", "resolution": [512, 512]}
+    params = {"library": "diffusers", "config": VAE, "phase": "vae_decode", "resolution": [256, 256]}
     before = _proc_status().get("VmRSS")
     if before is None or not _reset_rss_peak():
         pytest.skip("no per-process peak RSS here (/proc/self/clear_refs)")
     built = build_phase({"name": "v", "kind": "model_phase", "dtype": "fp32", "params": params}, Device("cpu"))
     built.fn()
     peak = _proc_status()["VmHWM"] - before
-    estimate = vae_activation_bytes(VAE, 512, 512, None, 4, "vae_decode")
+    estimate = vae_activation_bytes(VAE, 256, 256, None, 4, "vae_decode")
     w = Workload(
         "v", "model_phase", "phase", "fp32", params, memory_bytes=estimate.bytes, attention_bytes=estimate.attention
     )
