@@ -366,7 +366,6 @@ class Device:
         if self._rss_at_setup is not None and hwm is not None:
             out["workload_peak"] = max(0, hwm - self._rss_at_setup)
             out["peak_source"] = "VmHWM reset at setup (clear_refs) minus VmRSS before setup"
-            out["peak_kind"] = "rss"
         return out
 
     def release(self) -> None:
