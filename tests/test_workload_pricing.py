@@ -198,6 +198,7 @@ def test_vae_phases_carry_their_activations_and_4096_px_is_refused_before_anythi
     from mpsup.workloads import working_bytes
 
     assert decode.attention_bytes > 10**12 and working_bytes(decode, "mps") > working_bytes(decode, "cpu") > 0
+    assert decode.to_json()["attention_bytes"] == decode.attention_bytes  # the record says which part it is
     small = {w.name: w for w in open_model(folder, tokens=(1,), resolution=256).workloads if w.part == "phase"}
     assert _guard(small["model/vae/vae_decode"], [box], 0.5, "cpu") is None  # type: ignore[list-item]
 

@@ -238,6 +238,8 @@ class Workload:
         if self.sized_by:
             doc["sized_by"] = self.sized_by
             doc["justified_bytes"] = self.justified
+        if self.attention_bytes:
+            doc["attention_bytes"] = self.attention_bytes  # of memory_bytes: held on MPS only
         if self.kind == "metal":
             doc["kernel"] = self.params["kernel"]["name"]
         return doc
