@@ -258,3 +258,19 @@ def test_the_phase_table_labels_the_allocator_peak_and_puts_the_driver_maximum_b
     assert "allocator peak" in text and "2.00 GiB" in text
     assert ("driver max" in text and "9.00 GiB / 3.00 GiB" in text) == beside
     assert ("currentAllocatedSize" in text) == beside
+
+
+def test_a_skip_on_a_conservatively_bounded_mac_says_why_the_bound_is_low():
+    from types import SimpleNamespace
+
+    from mpsup.bench.runner import _guard
+    from mpsup.workloads import Workload
+
+    limits = device_mod.mps_limits(None, {}, 16 * GIB)
+    facts = {"memory_limit": limits.safe, "memory_limit_note": limits.note, "device": "mps"}
+    w = Workload("w", "linear", "model", "bf16", {"tokens": 512, "in_features": 8192, "out_features": 128256})
+    reason = _guard(w, [SimpleNamespace(facts=facts), SimpleNamespace(facts=facts)], 0.5, "mps")  # type: ignore[list-item]
+    assert reason is not None and "\n" not in reason
+    assert reason.endswith(
+        "; this torch has no torch.mps.recommended_max_memory: memory bounded at half the RAM (8.0 GiB)"
+    )
