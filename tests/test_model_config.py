@@ -122,3 +122,28 @@ def test_the_shared_real_configs_pass(tmp_path: Path):
     assert configs
     for path in configs:
         model_config(json.loads(path.read_text()), str(path))  # raises on any field it would refuse
+
+
+def test_a_phase_record_keeps_its_configs_names_and_digest_not_the_config():
+    """Issue 39 item 9: a 15 MiB config was written whole into every phase of the record. The worker still gets
+    it whole (the live workload's spec); the record keeps what names the model and the config's sha256."""
+    from mpsup.model.phases import PhaseOptions, model_phases, phase_shape
+    from mpsup.runs.schema import WorkloadRun
+    from mpsup.workloads import config_digest
+
+    cfg = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "_name_or_path": "/Volumes/someone_ssd/private-models/x",
+        "padding": list(range(20_000)),
+    }
+    phases = model_phases("transformers-config", cfg, None, "/m", PhaseOptions(tokens=8))
+    assert [w.name for w in phases.workloads] == ["model/prefill", "model/decode"]
+    for w in phases.workloads:
+        assert w.spec()["params"]["config"] == cfg
+        doc = w.to_json()
+        assert doc["config"] == {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+        assert doc["config_sha256"] == config_digest(cfg) == config_digest(dict(reversed(cfg.items())))
+        assert len(json.dumps(doc)) < 2000 and "someone_ssd" not in json.dumps(doc)
+        assert phase_shape(doc).startswith("llama ")
+        assert WorkloadRun.from_json(doc, "w").identity == WorkloadRun.from_json({**doc, "config": cfg}, "w").identity

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +109,55 @@ def priced_bytes(kind: str, dtype: str, params: dict[str, Any]) -> int | None:
     return None
 
 
+# What a model's input can justify: a workload whose activation sizes no option stated (mpsup's default
+# resolution or token count, or a size read from the model's own config) may take at most this floor or this
+# multiple of the input's stored bytes, whichever is more. A real VAE at its config's size stays under it (an
+# SDXL VAE at 1024 px: 0.6 GiB of a 16x 160 MB allowance); one 1 MiB conv weight at an assumed 64 px (4 GiB)
+# does not, and is measured only once the size is stated (--resolution, --tokens, --frames).
+ASSUMED_FLOOR = 1 << 30
+ASSUMED_MULTIPLE = 16
+
+
+def justified_bytes(input_bytes: int) -> int:
+    """The most a workload sized by assumption may take, for an input of this many stored bytes."""
+    return max(ASSUMED_FLOOR, ASSUMED_MULTIPLE * max(0, input_bytes))
+
+
+HALF = ("bf16", "fp16")
+# A convolution on the CPU reorders its operands and output into oneDNN's blocked layout, and a half-precision
+# one computes in float32 besides: measured up to 2.0x (float32) and 3.0x (bf16, fp16) its priced tensors on
+# this project's x86 machine (docs/models.md), counted with a margin. Other CPU kinds stay within 10%.
+CPU_CONV_FACTOR = 2.5
+CPU_HALF_CONV_FACTOR = 3.5
+CPU_SLACK = 8  # one eighth on top of the priced tensors, for the library's scratch
+
+
+def working_bytes(w: Workload, device: str) -> int:
+    """What this workload takes while it runs on `device`: its priced tensors in the dtype's real working size
+    there (a CPU bf16 convolution holds float32 copies of its operands and output), less the attention scores
+    that only a device without memory-efficient attention (MPS) materialises."""
+    if device == "mps":
+        return w.memory_bytes
+    own = w.memory_bytes - w.attention_bytes
+    if device != "cpu":
+        return own
+    convolves = w.kind == "conv" or (w.kind == "model_phase" and w.params.get("library") == "diffusers")
+    if convolves:
+        return int((CPU_HALF_CONV_FACTOR if w.dtype in HALF else CPU_CONV_FACTOR) * own)
+    return own + own // CPU_SLACK
+
+
+# The config keys a record keeps of a whole-model phase's config: what names the model (`bench --list`, the
+# report's phase shape). The worker gets the whole config from the live workload; the record keeps its digest.
+CONFIG_NAME_KEYS = ("_class_name", "model_type", "architectures")
+
+
+def config_digest(config: Any) -> str:
+    """sha256 of a config's canonical JSON: the same config, the same digest, whatever its key order."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def priced_flops(kind: str, params: dict[str, Any]) -> float | None:
     """Arithmetic of one call (a multiply-add is two), as worker/ops.py counts it; None for a kind whose work
     the params do not describe. With the rate a similar workload reached, it predicts a call's time before
@@ -137,6 +188,12 @@ class Workload:
     memory_bytes: int = 0  # what its tensors take on the device, for the memory guard
     count: int = 1  # how many times one forward of a model runs it
     role: str = ""
+    # Where no option stated its activation sizes: the option that would ("--resolution"), and the most its
+    # tensors may take until then (justified_bytes of the model's input); "" and 0 where sizes were stated.
+    sized_by: str = ""
+    justified: int = 0
+    # Of memory_bytes, the attention scores only a device without memory-efficient attention (MPS) holds.
+    attention_bytes: int = 0
 
     def __post_init__(self) -> None:
         # Priced from its tensors wherever the kind allows, whatever its maker wrote: a maker may count more
@@ -159,12 +216,18 @@ class Workload:
         return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "params": self.params}
 
     def to_json(self) -> dict[str, Any]:
+        params = {k: v for k, v in self.params.items() if k != "kernel"}
+        config = params.get("config")
+        if isinstance(config, dict):
+            # Once per phase, a config of megabytes made a record of a hundred: the names and a digest stand in.
+            params["config"] = {k: config[k] for k in CONFIG_NAME_KEYS if isinstance(config.get(k), (str, list))}
+            params["config_sha256"] = config_digest(config)
         doc: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind,
             "part": self.part,
             "dtype": self.dtype,
-            **{k: v for k, v in self.params.items() if k != "kernel"},
+            **params,
             "tags": list(self.tags),
             "source": self.source,
             "memory_bytes": self.memory_bytes,
@@ -172,6 +235,11 @@ class Workload:
         }
         if self.role:
             doc["role"] = self.role
+        if self.sized_by:
+            doc["sized_by"] = self.sized_by
+            doc["justified_bytes"] = self.justified
+        if self.attention_bytes:
+            doc["attention_bytes"] = self.attention_bytes  # of memory_bytes: held on MPS only
         if self.kind == "metal":
             doc["kernel"] = self.params["kernel"]["name"]
         return doc

@@ -150,6 +150,7 @@ def prepare(req: BenchRequest) -> BenchPlan:
                 environments=2 if (req.candidate or req.aa) else 1,
                 frames=req.frames,
             ),
+            tokens_stated=req.tokens is not None,
         )
         # A whole model is one workload (or two, with --compile): --only selects among layers only.
         chosen = select(list(model.workloads), req.only) if req.only and not model.end_to_end else model.workloads

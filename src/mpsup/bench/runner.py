@@ -21,7 +21,7 @@ from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 from mpsup.errors import UserError
 from mpsup.units import fmt_time
-from mpsup.workloads import Workload
+from mpsup.workloads import Workload, working_bytes
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -150,13 +150,27 @@ class EnvSession:
             self.worker = None
 
 
-def _guard(w: Workload, sessions: list[EnvSession], share: float) -> str | None:
+def _guard(w: Workload, sessions: list[EnvSession], share: float, device: str = "") -> str | None:
+    """Why this workload must not be built, or None. Two bounds: what the model's input justifies where no option
+    stated its sizes (Workload.justified), and what the machine can give, in the dtype's working size on the
+    device, shared by every environment (paired workers hold their tensors at once)."""
+    gib = 2**30
+    if w.sized_by and w.justified and w.memory_bytes > w.justified:
+        return (
+            f"needs {w.memory_bytes / gib:.2f} GiB at sizes no option stated, over the {w.justified / gib:.2f} GiB "
+            f"its input justifies; skipped (state the size with {w.sized_by} to measure it)"
+        )
+    need = working_bytes(w, device or next((str(s.facts.get("device") or "") for s in sessions), ""))
+    envs = max(1, len(sessions))
     for s in sessions:
         limit = s.facts.get("memory_limit")
-        if limit and w.memory_bytes > share * limit:
+        if limit and need > share * limit / envs:
+            each = f", divided between {envs} environments" if envs > 1 else ""
+            working = f" ({w.dtype} working size on {device or s.facts.get('device')})" if need > w.memory_bytes else ""
             return (
-                f"needs {w.memory_bytes / 2**30:.2f} GiB, over {share:.0%} of the {limit / 2**30:.1f} GiB "
-                f"this device can safely give; skipped (overcommitting unified memory can freeze a Mac)"
+                f"needs {need / gib:.2f} GiB{working}, over {share:.0%} of the {limit / gib:.1f} GiB this device can "
+                f"safely give{each}; skipped (overcommitting unified memory can freeze a Mac)"
+                + (f"; {s.facts['memory_limit_note']}" if isinstance(s.facts.get("memory_limit_note"), str) else "")
             )
     return None
 
@@ -243,7 +257,7 @@ class Runner:
         t0 = self.options.clock()
         share = self.options.policy.budget_s if share_s is None else share_s
         m = WorkloadMeasurement(w)
-        skip = _guard(w, self.sessions, self.options.memory_share)
+        skip = _guard(w, self.sessions, self.options.memory_share, self.options.device)
         if skip:
             m.status, m.reason = "skipped", skip
             return m

@@ -17,6 +17,54 @@ MAX_TOP_K = 4096
 MAX_RESOLUTION = 16384  # latent pixels; activations are allocated at this size, so it is bounded
 MAX_LEVELS = 64
 MAX_FRAMES = 4096
+# Sizes a config states, each bounded far above any real model's (Llama 3 405B: hidden 16384, FFN 53248;
+# Gemma 3: a 262144 vocabulary; SDXL: 2048 cross-attention features): activations are sized from them, and a
+# 0.3 MB config asking for a million channels would otherwise allocate gigabytes before anything checks it.
+MAX_WIDTH = 1 << 17
+MAX_VOCAB = 1 << 22
+MAX_HEADS = 1 << 12
+MAX_BLOCKS = 10_000
+MAX_EXPERTS = 1 << 14
+SIZE_FIELDS: dict[str, int] = {
+    **dict.fromkeys(
+        (
+            "hidden_size",
+            "intermediate_size",
+            "moe_intermediate_size",
+            "head_dim",
+            "d_model",
+            "d_ff",
+            "d_kv",
+            "n_embd",
+            "in_channels",
+            "out_channels",
+            "latent_channels",
+            "cross_attention_dim",
+            "base_dim",
+            "z_dim",
+            "addition_time_embed_dim",
+            "projection_class_embeddings_input_dim",
+            "encoder_hid_dim",
+            "caption_channels",
+            "joint_attention_dim",
+            "pooled_projection_dim",
+        ),
+        MAX_WIDTH,
+    ),
+    **dict.fromkeys(("vocab_size",), MAX_VOCAB),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "n_head", "num_heads"), MAX_HEADS),
+    **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "layers_per_block", "num_res_blocks"), MAX_BLOCKS),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), MAX_EXPERTS),
+}
+# Fields that may also be a list of sizes, one per level (SD 2.x's attention_head_dim: [5, 10, 20, 20]).
+LIST_SIZE_FIELDS: dict[str, int] = {
+    "attention_head_dim": MAX_WIDTH,
+    "num_attention_heads": MAX_HEADS,
+    "block_out_channels": MAX_WIDTH,
+    "dim_mult": MAX_WIDTH,
+    "transformer_layers_per_block": MAX_BLOCKS,
+    "layers_per_block": MAX_BLOCKS,
+}
 
 
 @dataclass(frozen=True)
@@ -149,13 +197,30 @@ def _lm_head(doc: Mapping[str, Any], source: str) -> bool | None:
     return False if model_type in ENCODER_TYPES else None
 
 
+def _size_fields(doc: Mapping[str, Any], source: str) -> None:
+    """Every size field the worker or the estimates read, bounded: a number (or, where configs give one per
+    level, a list of numbers) from 0 to its maximum. Absent and null stay as they are (the library's default)."""
+    for key, value in doc.items():  # in the file's order, so the first bad field is the one named
+        if value is None or (key not in SIZE_FIELDS and key not in LIST_SIZE_FIELDS):
+            continue
+        most = max(SIZE_FIELDS.get(key, 0), LIST_SIZE_FIELDS.get(key, 0))
+        listed = key in LIST_SIZE_FIELDS and isinstance(value, list)
+        items = value if listed else [value]
+        if (listed and len(items) > MAX_LEVELS) or not all(
+            (n := _integer(v)) is not None and 0 <= n <= most for v in items
+        ):
+            what = f"a whole number from 0 to {most:,}" + (" (or a list of them)" if key in LIST_SIZE_FIELDS else "")
+            raise _bad(source, key, value, what)
+
+
 def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
-    """The fields of a config.json (already parsed) that extraction uses, each checked."""
+    """The fields of a config.json (already parsed) that extraction uses, each checked, and every size field
+    bounded (SIZE_FIELDS)."""
     if doc is None:
         return ModelConfig()
     if not isinstance(doc, Mapping):
         raise ModelFormatError(f"{source}: a model config must be a JSON object, found {shown(doc)}")
-    return ModelConfig(
+    cfg = ModelConfig(
         top_k=_top_k(doc, source),
         tie_word_embeddings=_tie(doc, source),
         sample_size=_sample_size(doc, source),
@@ -163,6 +228,8 @@ def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
         frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES),
         lm_head=_lm_head(doc, source),
     )
+    _size_fields(doc, source)  # after the typed fields, whose own wording names what each must be
+    return cfg
 
 
 DEFAULT_VAE_FACTOR = 8  # a latent-diffusion UNet's, where its pipeline holds no VAE to say

@@ -533,7 +533,13 @@ def extract_model(
     architecture's usual size, stated in the result's notes. frames: a Diffusers video VAE's (bench --frames)."""
     size = check_resolution(resolution)
     if components is None:
-        return extract(tensors, config, tokens=tokens, dtype=dtype)
+        # A bare checkpoint's convolutions run at --resolution and --frames where stated, else the defaults.
+        bare = model_config(config, "the model config")
+        if size:
+            bare = replace(bare, sample_size=min(size))
+        if frames:
+            bare = replace(bare, frames=frames)
+        return extract(tensors, bare, tokens=tokens, dtype=dtype)
     total = Extraction([])
     factor = pipeline_vae_factor(components)
     image = size or pipeline_resolution(components)

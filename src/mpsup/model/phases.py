@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpsup.model.config import pipeline_resolution, pipeline_vae_factor
-from mpsup.workloads import Workload
+from mpsup.model.config import MAX_LEVELS, pipeline_resolution, pipeline_vae_factor
+from mpsup.model.geometry import WAN_TIME_FACTOR
+from mpsup.workloads import ITEMSIZE, Workload
 
 PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -33,6 +34,7 @@ class PhaseOptions:
     real_weights: bool = False
     environments: int = 1
     frames: int | None = None  # a video VAE's frames (None: one image)
+    weights: dict[str, int] | None = None  # a Diffusers component's weight bytes in the phase dtype, where known
 
 
 @dataclass
@@ -69,8 +71,153 @@ def phase_shape(p: dict[str, Any]) -> str:
     return f"{what} {text}{depth}{weights}".strip()
 
 
+# --- activation estimates: what one call holds beyond the weights, from the config and the stated sizes ---
+
+# Tensors of the largest level alive at once in a VAE or UNet block (its input, the norm's output, the conv's
+# output, the residual sum, and the library's temporaries: 4 undercounted a VAE's decode by 1.6x on the CPU),
+# and the score matrices of one attention (scores and their softmax).
+LIVE_TENSORS = 6
+LIVE_SCORES = 2
+# A Wan VAE's decode measured 5.90 GiB (allocator peak, bf16, 832x480, 81 frames, CUDA): six live tensors
+# of its largest level and its conv cache came to 4.1 GiB of activations; ten cover it with its weights.
+LIVE_TENSORS_VIDEO = 10
+CACHED_FRAMES = 2  # a causal video VAE's conv cache: the last frames of each conv's input
+DEFAULT_VAE_CHANNELS = (128, 256, 512, 512)  # SD's VAE: a class whose config lists none is taken as this
+DEFAULT_UNET_CHANNELS = (320, 640, 1280, 1280)  # diffusers' UNet2DConditionModel default
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One call's activation bytes, and the part of them that is attention scores: a device whose attention is
+    memory-efficient (the CPU's and CUDA's scaled_dot_product_attention) never holds those; MPS's does."""
+
+    bytes: int
+    attention: int = 0
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _ints(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        return []
+    return [v for v in value[:MAX_LEVELS] if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+
+
+def _channels(cfg: dict[str, Any], default: tuple[int, ...]) -> list[int]:
+    """Channels per level, top level first: block_out_channels, or a Wan VAE's base_dim x dim_mult."""
+    listed = _ints(cfg.get("block_out_channels"))
+    if listed:
+        return listed
+    mult = _ints(cfg.get("dim_mult"))
+    if mult:
+        base = _int(cfg.get("base_dim"), 96)
+        return [base * m for m in mult]
+    return list(default)
+
+
+def vae_activation_bytes(
+    cfg: dict[str, Any], width: int, height: int, frames: int | None, itemsize: int, phase: str
+) -> Estimate:
+    """A VAE decode or encode at this size: the images (and a video's frames) in and out, its largest level's
+    live tensors (an upsampler's conv at the level above counts the channels of the level below), and its
+    mid-block attention over every latent pixel. A causal Wan VAE decodes a few frames at a time, so only
+    the images and latents scale with all frames."""
+    channels = _channels(cfg, DEFAULT_VAE_CHANNELS)
+    levels = len(channels)
+    total_frames = max(1, frames or 1)
+    video = str(cfg.get("_class_name", "")).startswith("AutoencoderKLWan")
+    work_frames = min(total_frames, WAN_TIME_FACTOR + 1) if video else total_frames
+    patch = _int(cfg.get("patch_size"), 1)
+    pixels = width * height // (patch * patch)  # Wan 2.2 folds 2x2 pixels into channels before its first conv
+    largest = 0
+    for i, c in enumerate(channels):
+        wider = max(c, channels[i + 1]) if i + 1 < len(channels) else c
+        largest = max(largest, wider * (pixels >> (2 * i)) * work_frames)
+    image_ch = _int(cfg.get("in_channels"), 3) + _int(cfg.get("out_channels"), 3)
+    latent_ch = _int(cfg.get("latent_channels") or cfg.get("z_dim"), 4)
+    lowest = max(1, pixels >> (2 * (levels - 1)))
+    images = image_ch * width * height * total_frames + 2 * latent_ch * lowest * total_frames
+    if video:  # every causal conv keeps its input's last two frames between chunks
+        convs = 2 * (_int(cfg.get("num_res_blocks"), 2) + 1) + 2
+        sizes = sum(c * (pixels >> (2 * i)) for i, c in enumerate(channels))
+        images += min(CACHED_FRAMES, work_frames) * convs * sizes
+    scores = 0 if cfg.get("mid_block_add_attention") is False else LIVE_SCORES * lowest * lowest
+    del phase  # decode and encode run the same levels, in the other order
+    attention = scores * (1 if video else work_frames) * itemsize
+    live = LIVE_TENSORS_VIDEO if video else LIVE_TENSORS
+    return Estimate((live * largest + images) * itemsize + attention, attention)
+
+
+def _heads(cfg: dict[str, Any], levels: int) -> list[int]:
+    """Attention heads per level: num_attention_heads, else (the diffusers UNet's own reading) attention_head_dim."""
+    for key in ("num_attention_heads", "attention_head_dim"):
+        value = cfg.get(key)
+        if isinstance(value, list):
+            heads = _ints(value)
+            if heads:
+                return (heads + [heads[-1]] * levels)[:levels]
+        elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return [value] * levels
+    return [8] * levels
+
+
+def unet_activation_bytes(cfg: dict[str, Any], width: int, height: int, vae_factor: int, itemsize: int) -> Estimate:
+    """One UNet denoising step at this image size: the skip connections every down level keeps for its up
+    level, the largest level's live tensors, and the largest attention's scores (self-attention over a level's
+    latent pixels, per head), plus the latent and the prompt's embeddings."""
+    channels = _channels(cfg, DEFAULT_UNET_CHANNELS)
+    levels = len(channels)
+    per_block = max(_ints(cfg.get("layers_per_block")) or [_int(cfg.get("layers_per_block"), 2)])
+    latent = max(1, (width // max(1, vae_factor)) * (height // max(1, vae_factor)))
+    sizes = [max(1, latent >> (2 * i)) for i in range(levels)]
+    skips = sum(c * n * (per_block + 1) for c, n in zip(channels, sizes, strict=True))
+    largest = max(c * n for c, n in zip(channels, sizes, strict=True))
+    heads = _heads(cfg, levels)
+    kinds = cfg.get("down_block_types")
+    # Attention only where a level's block has it (SDXL's top level has none); diffusers' default: all but the last.
+    attends = (
+        [isinstance(k, str) and "Attn" in k for k in kinds[:levels]]
+        if isinstance(kinds, list) and kinds
+        else [i < levels - 1 for i in range(levels)]
+    )
+    attends += [False] * (levels - len(attends))
+    scores = max((h * n * n for h, n, a in zip(heads, sizes, attends, strict=True) if a), default=0)
+    context = TEXT_TOKENS * _int(cfg.get("cross_attention_dim"), 768)
+    sample = 2 * _int(cfg.get("in_channels"), 4) * latent
+    attention = LIVE_SCORES * scores * itemsize
+    return Estimate((skips + LIVE_TENSORS * largest + context + sample) * itemsize + attention, attention)
+
+
+def transformers_activation_bytes(
+    cfg: dict[str, Any], tokens: int, cache: int | None, phase: str, itemsize: int
+) -> Estimate:
+    """A prefill, forward or decode call's activations (as the worker fits depth: hidden states, MLP, float32
+    attention scores) and the KV cache of every layer, plus the logits of the last position."""
+    hidden = _int(cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("n_embd"), 0)
+    inter = _int(cfg.get("intermediate_size") or cfg.get("d_ff"), 4 * hidden)
+    heads = _int(cfg.get("num_attention_heads") or cfg.get("n_head"), 1)
+    kv_heads = _int(cfg.get("num_key_value_heads"), heads)
+    head_dim = _int(cfg.get("head_dim"), hidden // heads if heads else 0)
+    layers = _int(cfg.get("num_hidden_layers") or cfg.get("num_layers") or cfg.get("n_layer"), 1)
+    vocab = _int(cfg.get("vocab_size"), 0)
+    seen = (cache or tokens) + 1 if phase == "decode" else tokens
+    step = 1 if phase == "decode" else tokens
+    attention = heads * step * seen * 4
+    kv = 2 * layers * seen * kv_heads * head_dim * itemsize
+    return Estimate(step * (8 * hidden + 3 * inter) * itemsize + attention + kv + vocab * 4, attention)
+
+
 def _workload(
-    name: str, phase: str, dtype: str, params: dict[str, Any], source: str, opts: PhaseOptions
+    name: str,
+    phase: str,
+    dtype: str,
+    params: dict[str, Any],
+    source: str,
+    opts: PhaseOptions,
+    memory: Estimate = Estimate(0),
+    weights: int = 0,
 ) -> list[Workload]:
     base = {
         **params,
@@ -80,7 +227,19 @@ def _workload(
     }
     variants = [(name, False)] + ([(f"{name}/compiled", True)] if opts.compile_too else [])
     return [
-        Workload(n, "model_phase", "phase", dtype, {**base, "compile": comp}, ("phase", phase), source, 0, 1, "phase")
+        Workload(
+            n,
+            "model_phase",
+            "phase",
+            dtype,
+            {**base, "compile": comp},
+            ("phase", phase),
+            source,
+            weights + memory.bytes,
+            1,
+            "phase",
+            attention_bytes=memory.attention,
+        )
         for n, comp in variants
     ]
 
@@ -102,13 +261,24 @@ def _transformers(config: dict[str, Any], opts: PhaseOptions, path: str, prefix:
         # be taken for a Hub id, after a long wait).
         "path": os.path.abspath(path) if opts.real_weights else None,
     }
+    size = ITEMSIZE.get(opts.dtype, 4)
+
+    def memory(phase: str) -> Estimate:
+        return transformers_activation_bytes(config, opts.tokens, opts.cache, phase, size)
+
     if causal:
-        out.workloads += _workload(f"{prefix}/prefill", "prefill", opts.dtype, common, path, opts)
+        out.workloads += _workload(f"{prefix}/prefill", "prefill", opts.dtype, common, path, opts, memory("prefill"))
         out.workloads += _workload(
-            f"{prefix}/decode", "decode", opts.dtype, {**common, "cache": opts.cache or opts.tokens}, path, opts
+            f"{prefix}/decode",
+            "decode",
+            opts.dtype,
+            {**common, "cache": opts.cache or opts.tokens},
+            path,
+            opts,
+            memory("decode"),
         )
     else:
-        out.workloads += _workload(f"{prefix}/forward", "forward", opts.dtype, common, path, opts)
+        out.workloads += _workload(f"{prefix}/forward", "forward", opts.dtype, common, path, opts, memory("forward"))
     return out
 
 
@@ -116,18 +286,22 @@ def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: 
     out = Phases()
     width, height = opts.resolution or pipeline_resolution(components)
     factor = pipeline_vae_factor(components)
+    size = ITEMSIZE.get(opts.dtype, 4)
     text_done = False
     for name, cfg in sorted(components.items()):
         cls = str(cfg.get("_class_name", ""))
         common = {"library": "diffusers", "config": cfg, "component": name, "resolution": [width, height]}
+        weights = (opts.weights or {}).get(name, 0)
         if cls == "UNet2DConditionModel":
+            step = unet_activation_bytes(cfg, width, height, factor, size)
             out.workloads += _workload(
-                f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts
+                f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts, step, weights
             )
         elif cls.startswith("Autoencoder"):
             vae = {**common, "frames": opts.frames} if opts.frames else common
             for phase in ("vae_decode", "vae_encode"):
-                out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, vae, path, opts)
+                need = vae_activation_bytes(cfg, width, height, opts.frames, size, phase)
+                out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, vae, path, opts, need, weights)
         elif isinstance(cfg.get("model_type"), str) and not text_done:
             text_done = True
             sub = _transformers(

@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.workloads import END_TO_END, Workload
+from mpsup.workloads import END_TO_END, ITEMSIZE, Workload, justified_bytes
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,21 @@ def open_model(
     resolution: int | tuple[int, int] | None = None,
     compile_too: bool = False,
     whole: WholeModel | None = None,
+    tokens_stated: bool = False,
 ) -> ModelWorkloads:
+    """tokens_stated: the user gave --tokens (else `tokens` are the defaults, and sizes they derive are bounded
+    by what the model's input justifies, as are sizes at an unstated resolution)."""
     text = str(target)
     if text.endswith(".pt2") or is_factory(text):
         return _end_to_end(text, compile_too)
     return _layers(
-        Path(target), tokens=tokens, dtype=dtype, resolution=resolution, compile_too=compile_too, whole=whole
+        Path(target),
+        tokens=tokens,
+        dtype=dtype,
+        resolution=resolution,
+        compile_too=compile_too,
+        whole=whole,
+        tokens_stated=tokens_stated,
     )
 
 
@@ -66,6 +75,7 @@ def _layers(
     resolution: int | tuple[int, int] | None,
     compile_too: bool = False,
     whole: WholeModel | None = None,
+    tokens_stated: bool = False,
 ) -> ModelWorkloads:
     from mpsup.model.extract import extract_model
     from mpsup.model.load import CONFIG_ONLY, checkpoint_dtype, load_model
@@ -86,6 +96,7 @@ def _layers(
     )
     whole = whole or WholeModel()
     phases = None
+    stored = sum(t.nbytes for t in loaded.tensors.values())
     if whole.run:
         size = (resolution, resolution) if isinstance(resolution, int) else resolution
         opts = PhaseOptions(
@@ -98,6 +109,7 @@ def _layers(
             real_weights=whole.real_weights,
             environments=whole.environments,
             frames=whole.frames,
+            weights=_component_bytes(loaded.tensors, dtype),
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
     if config_only and not (phases and phases.workloads):
@@ -124,7 +136,53 @@ def _layers(
         "whole": bool(phases and phases.workloads),
     }
     run = (phases.workloads if phases else []) + list(ex.workloads)
+    stated = {
+        "--resolution": resolution is not None,
+        "--frames": whole.frames is not None,
+        "--tokens": tokens_stated,
+    }
+    bound = justified_bytes(stored)
+    diffusion = loaded.components is not None
+    run = [_bounded(w, stated, bound, diffusion) for w in run]
     return ModelWorkloads(tuple(run), doc, tuple(ex.not_measured))
+
+
+def _size_options(w: Workload, diffusion: bool) -> tuple[str, ...]:
+    """The options that state this workload's activation sizes: a diffusion model's (and any convolution's) run
+    at --resolution, a 3D convolution's over --frames too, a language model's over --tokens."""
+    if w.kind in ("conv", "pad"):
+        three_d = len(w.params.get("input_shape") or w.params.get("shape") or ()) == 5
+        return ("--resolution", "--frames") if three_d else ("--resolution",)
+    if w.kind == "model_phase":
+        return ("--resolution",) if w.params.get("library") == "diffusers" else ("--tokens",)
+    if w.kind in ("linear", "embedding", "grouped_mm", "scaled_mm"):
+        return ("--resolution",) if diffusion else ("--tokens",)
+    return ()  # sized by its weights alone (an FP8 cast)
+
+
+def _bounded(w: Workload, stated: dict[str, bool], bound: int, diffusion: bool) -> Workload:
+    """The workload with the bound its input justifies, where an option that sizes it was not given."""
+    unstated = [o for o in _size_options(w, diffusion) if not stated.get(o)]
+    if not unstated:
+        return w
+    return replace(w, sized_by=" and ".join(unstated), justified=bound)
+
+
+def _component_bytes(tensors: dict[str, Any], dtype: str | None) -> dict[str, int]:
+    """Each Diffusers component's weights (`vae/...` tensors), in the phase dtype where one is forced."""
+    out: dict[str, int] = {}
+    for name, t in tensors.items():
+        component = name.split("/", 1)[0] if "/" in name else ""
+        size = ITEMSIZE[dtype] * _numel(t.shape) if dtype in ITEMSIZE else t.nbytes
+        out[component] = out.get(component, 0) + size
+    return out
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def _end_to_end(target: str, compile_too: bool) -> ModelWorkloads:

@@ -8,6 +8,7 @@ import os
 import platform
 import resource
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,87 @@ def _mps_call(name: str) -> int | None:
         return None
 
 
+# The MPS allocator's rules, as torch's own headers state them (ATen/mps/MPSAllocator.h, the same in the 2.6.0
+# and 2.15.0 macOS wheels): the high watermark ratio is a hard limit on what the allocator hands out, as a
+# multiple of Metal's recommendedMaxWorkingSetSize ("typically 75% of the total system memory"); 0 disables
+# it, and torch refuses a ratio outside 0 to 2. The low watermark (1.4 on unified memory) is a soft limit
+# where the allocator starts collecting. MPSGraph's implicit allocations count under neither.
+MPS_HIGH_WATERMARK_VAR = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
+MPS_LOW_WATERMARK_VAR = "PYTORCH_MPS_LOW_WATERMARK_RATIO"
+MPS_DEFAULT_HIGH_WATERMARK = 1.7
+MPS_HIGH_WATERMARK_UPPER = 2.0
+MPS_DEFAULT_LOW_WATERMARK = 1.4
+# A torch without torch.mps.recommended_max_memory: a third below the usual 75% of RAM, since nothing says
+# what this Mac's GPU may take.
+MPS_UNKNOWN_SHARE_OF_RAM = 0.5
+
+
+@dataclass(frozen=True)
+class MpsLimits:
+    """What the MPS allocator allows this process, and what a workload may safely take of it."""
+
+    recommended: int | None  # torch.mps.recommended_max_memory(): Metal's recommended working set
+    high_ratio: float | None  # the hard limit's ratio; None where the variable is one torch refuses
+    hard_limit: int | None  # the allocator's cap in bytes; None: no cap (ratio 0) or not known
+    safe: int | None  # what the memory guard and depth fitting may plan for
+    note: str = ""  # one line, where the bound is not the recommended size as is
+
+
+def _ratio(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return -1.0
+    return value if value == value else -1.0  # NaN is no ratio
+
+
+def mps_limits(recommended: int | None, environ: Mapping[str, str], physical: int | None) -> MpsLimits:
+    """The allocator's limits from the header's rules. The safe figure is the recommended working set, or the
+    hard limit where the watermark ratio sets it lower (a ratio under 1: the allocator fails first); never
+    the 1.7x hard limit itself, since implicit MPSGraph allocations come on top of it, uncapped."""
+    raw = environ.get(MPS_HIGH_WATERMARK_VAR)
+    ratio = _ratio(raw)
+    gib = 2**30
+    if ratio is not None and not 0.0 <= ratio <= MPS_HIGH_WATERMARK_UPPER:
+        base = recommended or (int(physical * MPS_UNKNOWN_SHARE_OF_RAM) if physical else None)
+        return MpsLimits(
+            recommended,
+            None,
+            None,
+            base,
+            f"{MPS_HIGH_WATERMARK_VAR}={raw!r} is not a ratio torch accepts (0 to 2): its allocator will refuse to "
+            "start",
+        )
+    high = MPS_DEFAULT_HIGH_WATERMARK if ratio is None else ratio
+    if recommended is None:
+        safe = int(physical * MPS_UNKNOWN_SHARE_OF_RAM) if physical else None
+        shown = f" ({safe / gib:.1f} GiB)" if safe else ""
+        return MpsLimits(
+            None,
+            high,
+            None,
+            safe,
+            f"this torch has no torch.mps.recommended_max_memory: memory bounded at half the RAM{shown}",
+        )
+    hard = int(high * recommended) if high > 0 else None
+    safe = min(recommended, hard) if hard is not None else recommended
+    note = ""
+    if hard is not None and hard < recommended:
+        note = f"{MPS_HIGH_WATERMARK_VAR}={raw}: the allocator stops at {hard / gib:.1f} GiB, below the recommended"
+    elif hard is None:
+        note = f"{MPS_HIGH_WATERMARK_VAR}=0: no allocator limit; bounded at the recommended {recommended / gib:.1f} GiB"
+    return MpsLimits(recommended, high, hard, safe, note)
+
+
+def _physical_ram() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 @dataclass
 class Device:
     kind: str  # "mps", "cuda", "cpu"
@@ -216,9 +298,12 @@ class Device:
             free, _total = torch.cuda.mem_get_info()
             return int(free)
         if self.kind == "mps":
-            fn = getattr(torch.mps, "recommended_max_memory", None)
-            return int(fn()) if fn is not None else None
+            return self.mps_limits().safe
         return _available_ram()
+
+    def mps_limits(self) -> MpsLimits:
+        recommended = _mps_call("recommended_max_memory")
+        return mps_limits(recommended, os.environ, _physical_ram())
 
     def event_pair(self) -> tuple[Any, Any] | None:
         """Device timing events, where the device has them."""
@@ -283,6 +368,7 @@ class Device:
                 "peak_allocated": int(torch.cuda.max_memory_allocated()),
                 "current_allocated": int(torch.cuda.memory_allocated()),
                 "peak_source": "torch.cuda.max_memory_allocated",
+                "peak_kind": "allocator",
             }
         if self.kind == "mps":
             self.after_block()
@@ -291,12 +377,16 @@ class Device:
                 "driver_allocated": _mps_call("driver_allocated_memory"),
             }
             if self._driver_max is not None:
+                # The driver's figure holds what MPSGraph allocates outside the allocator; read at setup and
+                # after every timed block, it is the largest seen, not a peak.
                 out["driver_allocated_max"] = self._driver_max
                 out["driver_reads"] = self._driver_reads
+                out["driver_kind"] = "driver maximum over setup and timed-block ends"
             peak = self._allocator_peak_bytes()
             if peak is not None:
                 out["peak_allocated"] = peak
                 out["peak_source"] = "torch.accelerator.max_memory_allocated"
+                out["peak_kind"] = "allocator"  # blocks in the MPS allocator's pools; implicit ones not counted
             return out
         return self._cpu_memory()
 
@@ -329,4 +419,16 @@ class Device:
             "machine": platform.machine(),
             "has_events": self.event_pair() is not None,
             "event_timing": event_timing(self.kind),
+            **self.facts_memory(),
         }
+
+    def facts_memory(self) -> dict[str, Any]:
+        """MPS: the allocator's hard limit and ratio, and the one line saying why the bound is not the
+        recommended size as is (a watermark below it, no limit, or a torch without the API)."""
+        if self.kind != "mps":
+            return {}
+        limits = self.mps_limits()
+        out: dict[str, Any] = {"mps_high_watermark_ratio": limits.high_ratio, "mps_hard_limit": limits.hard_limit}
+        if limits.note:
+            out["memory_limit_note"] = limits.note
+        return out

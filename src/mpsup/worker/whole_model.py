@@ -61,7 +61,9 @@ def _capacity(device: Device) -> int | None:
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             return device.memory_limit()
-    return device.memory_limit()  # MPS: recommended_max_memory, a constant of the machine
+    # MPS: recommended_max_memory, or less where PYTORCH_MPS_HIGH_WATERMARK_RATIO caps the allocator below it
+    # (device.mps_limits); both constants of the machine and the environment.
+    return device.memory_limit()
 
 
 def _depth_for(
