@@ -168,6 +168,13 @@ def bench(
         int | None,
         typer.Option("--frames", help="A video VAE: frames to decode and encode (phases and layers), e.g. 81."),
     ] = None,
+    ops: Annotated[
+        bool,
+        typer.Option(
+            "--ops/--no-ops",
+            help="Paired, a model run whole: also time each op of each phase alone, to say which op moved.",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -195,6 +202,7 @@ def bench(
         depth=depth,
         real_weights=real_weights,
         frames=frames,
+        ops=ops,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)

@@ -54,6 +54,7 @@ class BenchRequest:
     depth: int | None = None  # whole model: blocks to build (default: all that fit)
     real_weights: bool = False
     frames: int | None = None  # a video VAE's frames, decoded and encoded whole
+    ops: bool = True  # paired, a model run whole: each phase's ops replayed alone (model/op_replay.py)
 
 
 @dataclass(frozen=True)
@@ -258,9 +259,33 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         skip_slow=plan.model_doc is None and not req.only,
     )
     record, path = run_bench(
-        envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn, exiting=True
+        envs,
+        list(plan.workloads),
+        options,
+        mode=mode,
+        model=plan.model_doc,
+        progress=progress,
+        warn=warn,
+        exiting=True,
+        expand=op_expander(plan, len(envs)),
     )
     return BenchResult(record, path, exit_code(record))
+
+
+def op_expander(plan: BenchPlan, environments: int) -> Any:
+    """What adds each phase's ops to a run: on when two environments measure a model whole, unless --no-ops."""
+    if not plan.request.ops or environments < 2:
+        return None
+    if not any(w.part == "phase" and w.params.get("library") in CENSUS_LIBRARIES for w in plan.workloads):
+        return None
+    from mpsup.model.op_replay import affordable_ops, op_weight, op_workloads
+
+    def expand(phases: list[dict[str, Any]], units: float) -> list[tuple[Workload, float]]:
+        ops = op_workloads(phases, affordable_ops(units, plan.request.budget))
+        each = op_weight(len(ops), units)
+        return [(w, each) for w in ops]
+
+    return expand
 
 
 def _environments(req: BenchRequest) -> tuple[list[Any], str]:

@@ -188,6 +188,9 @@ def bench_progress(console: Console) -> Iterator[Any]:
                 # Workloads that failed on their first visit get no second one: they are done now.
                 skipped = max(0, state["first_done"] - int(info["count"]))
                 visit_done(task, skipped, skipped)
+        elif event == "more":
+            state["total"] = int(info.get("total") or state["total"])
+            progress.update(task, total=state["total"], count=count())
         elif event == "restart":
             progress.update(task, current="more time for the widest intervals: new workers", **extra)
         elif event == "extend":
