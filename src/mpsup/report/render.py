@@ -7,6 +7,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rich import box
@@ -392,6 +393,8 @@ def render_markdown(a: Analysis) -> str:
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for w in a.workloads:
+        if w.part == "op":
+            continue  # in its phase's table above
         ci = (
             "-"
             if not w.speedup
@@ -433,7 +436,7 @@ def _outliers(pts: list[WorkloadChange], n: int = 3) -> list[WorkloadChange]:
 def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 380) -> str:
     # Not the whole-model phases: they have no work size on this axis (they sat at 1e0, stretching it four
     # decades), and the phase lines above the plot are their figures.
-    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0 and w.part != "phase"]
+    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0 and w.part not in NOT_LAYERS]
     # Axis titles and tick labels live in the margins, never over the data.
     pad_l, pad_r, pad_t, pad_b = 64, 16, 28, 56
     if not pts:
@@ -632,6 +635,8 @@ tbody tr { order: var(--share); }
 
 
 def render_html(a: Analysis) -> str:
+    # The ops are in their phase's table: the workloads table and plots are the phases and layers.
+    a = replace(a, workloads=[w for w in a.workloads if w.part != "op"])
     ranks = _sort_ranks(a.workloads)
     rows = "".join(
         f'<tr style="--share:{ranks["share"][i]};--speedup:{ranks["speedup"][i]};--name:{ranks["name"][i]}">'
