@@ -121,7 +121,7 @@ def test_replayed_indices_stay_in_the_observed_range() -> None:
 def test_what_cannot_be_replayed_is_unsupported_with_its_reason() -> None:
     with pytest.raises(Unsupported, match="not an op of torch's own"):
         build_op({"overload": "os.system.default", "args": []}, CPU)
-    with pytest.raises(Unsupported, match="no op aten.no_such_op.default"):
+    with pytest.raises(Unsupported, match=r"no op aten\.no_such_op\.default"):
         build_op({"overload": "aten.no_such_op.default", "args": []}, CPU)
     with pytest.raises(Unsupported, match="could not be replayed"):
         build_op({"overload": "aten.mm.default", "args": [{"tensor": {"shape": [2, 3], "dtype": "float32"}}]}, CPU)
@@ -189,7 +189,7 @@ def test_one_workload_per_distinct_call_across_phases_and_builds_with_each_sides
     # a decomposition that changed: cat vanishes, mm appears, each with the other side's count absent (0)
     assert by["aten.cat.default"].params["op_phases"] == {"model/prefill": {"baseline": 2}}
     assert by["aten.mm.default"].params["op_phases"] == {"model/prefill": {"candidate": 3}}
-    assert [w.params["op_call"]["overload"] for w in ops][0] == "aten.mm.default"  # heaviest by rough time first
+    assert ops[0].params["op_call"]["overload"] == "aten.mm.default"  # heaviest by rough time first
     assert all(w.kind == OP_KIND and w.part == "op" and w.name.startswith("model/op/") for w in ops)
     assert len({w.name for w in ops}) == 3
     # names are stable across runs (what pairs two runs' ops) and tell apart calls alike in op and shape
@@ -242,7 +242,8 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
     shares: dict[str, float] = {}
 
     class _Runner:
-        sessions = [object(), object()]
+        def __init__(self) -> None:
+            self.sessions = [object(), object()]
 
         def measure(self, w: Workload, share_s: float, min_rounds: int | None = None) -> WorkloadMeasurement:
             shares[w.name] = share_s
