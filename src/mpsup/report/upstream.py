@@ -20,6 +20,7 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.report.analysis import Analysis, WorkloadChange
+from mpsup.report.op_repro import phase_repro
 from mpsup.runs.schema import RunRecord
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "int8": "int8", "fp8": "float8_e4m3fn"}
@@ -470,10 +471,16 @@ def build_upstream(
             f"run {record.id}: no workload was called slower ({analysis.verdict}); --upstream reports a regression"
         )
     targets = [str(t) for t in (bisect or {}).get("targets", [])]
-    main = next((c for c in slower if c.name in targets), slower[0])
+    # An op replayed from a phase speaks through its phase's attribution: the phase or a layer leads where one slowed.
+    main = next((c for c in slower if c.name in targets), next((c for c in slower if c.part != "op"), slower[0]))
     assert main.speedup is not None
     repro = repro_for(rec, main.name)
     script = script_text(repro) if repro else None
+    # A whole-model phase: the ops that moved it, or the phase itself (report/op_repro.py).
+    device = str(rec.get("device")) if rec.get("device") in ("mps", "cuda", "cpu") else "cpu"
+    phased = phase_repro(analysis, rec, main.name, device)
+    if phased is not None:
+        repro, script = Repro(phased.what, "", device), phased.script
     good, bad = analysis.baseline_torch, analysis.candidate_torch
     slowdown = 1.0 / main.speedup.estimate if main.speedup.estimate > 0 else math.inf
     # Two environments of one version (a setting, a library, a build flag differs): "slower in torch 2.11
@@ -513,7 +520,7 @@ def build_upstream(
     ]
     if bisect:
         lines += _bisect_section(bisect, keep_paths)
-    lines += ["#### Repro", ""]
+    lines += [*(phased.markdown if phased else []), "#### Repro", ""]
     if script and repro:
         lines += [
             f"Times {_md(repro.what, 2000)}. Run it with each build's interpreter; it prints the median time per call "
