@@ -212,6 +212,9 @@ def bench(
         )
         render_list(plan, as_json, stdout_console, censuses)
         return
+    estimate = command.time_estimate(plan)
+    if estimate:
+        stderr_console.print(f"planned: {safe(estimate)}", highlight=False, soft_wrap=True)
     with bench_progress(stderr_console) as on_event:
         result = command.run(plan, progress=on_event, warn=warning_line)
     render_result(result, as_json, stdout_console, details, selected=len(plan.workloads))

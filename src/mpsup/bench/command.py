@@ -272,6 +272,35 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
     return BenchResult(record, path, exit_code(record))
 
 
+def time_estimate(plan: BenchPlan) -> str | None:
+    """What a model run will take, said before it starts: phases, layers and ops, from the budgets each gets
+    (bench/run.py: a phase PHASE_BUDGET_FACTOR budgets, a layer one, the ops together at most half again)."""
+    from mpsup.bench.policy import PHASE_BUDGET_FACTOR
+    from mpsup.bench.runner import PHASE_SLOW_BUDGETS
+    from mpsup.model.op_replay import OPS_BUDGET_SHARE
+
+    if plan.model_doc is None:
+        return None
+    req = plan.request
+    phases = sum(1 for w in plan.workloads if w.part == "phase")
+    layers = len(plan.workloads) - phases
+    units = PHASE_BUDGET_FACTOR * phases + layers
+    paired = bool(req.candidate or req.aa)
+    ops = op_expander(plan, 2 if paired else 1) is not None
+    seconds = units * req.budget * (1 + OPS_BUDGET_SHARE if ops else 1)
+    what = [f"{phases} phase(s)" if phases else "", f"{layers} layer workload(s)" if layers else ""]
+    if ops:
+        what.append(f"each phase's ops (at most {OPS_BUDGET_SHARE:.0%} more; --no-ops skips them)")
+    bound = (
+        f"; a phase whose fewest calls would take over {PHASE_SLOW_BUDGETS * PHASE_BUDGET_FACTOR * req.budget:g} s "
+        "is refused (a larger --budget measures it)"
+        if phases
+        else ""
+    )
+    minutes = f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{max(1, round(seconds))} s"
+    return f"{', '.join(w for w in what if w)}: {minutes} at --budget {req.budget:g}, plus worker starts{bound}"
+
+
 def op_expander(plan: BenchPlan, environments: int) -> Any:
     """What adds each phase's ops to a run: on when two environments measure a model whole, unless --no-ops."""
     if not plan.request.ops or environments < 2:
