@@ -91,10 +91,11 @@ CASES: dict[str, tuple[str, str, str, list[str]]] = {
 }
 
 
-def make_models(work: Path, tokens: int) -> dict[str, Path]:
+def make_models(work: Path, tokens: int, size: dict[str, int]) -> dict[str, Path]:
     llama = work / "llama"
     llama.mkdir(parents=True, exist_ok=True)
-    (llama / "config.json").write_text(json.dumps({**LLAMA, "max_position_embeddings": max(4096, 2 * tokens)}))
+    config = {**LLAMA, **size, "max_position_embeddings": max(4096, 2 * tokens)}
+    (llama / "config.json").write_text(json.dumps(config))
     vae = work / "sd-vae"
     (vae / "vae").mkdir(parents=True, exist_ok=True)
     (vae / "model_index.json").write_text(
@@ -174,10 +175,25 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the hook slows the op on that device)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per case")
     ap.add_argument("--overhead", action="store_true", help="also run each case with --no-ops: what replay adds")
+    ap.add_argument("--dtype", help="mpsup bench --dtype (default: the model's, fp32 here)")
+    ap.add_argument("--hidden", type=int, default=LLAMA["hidden_size"], help="the Llama folder's hidden_size")
+    ap.add_argument("--intermediate", type=int, default=LLAMA["intermediate_size"], help="its intermediate_size")
+    ap.add_argument("--layers", type=int, default=LLAMA["num_hidden_layers"], help="its num_hidden_layers")
+    ap.add_argument("--heads", type=int, default=LLAMA["num_attention_heads"], help="its num_attention_heads")
+    ap.add_argument("--kv-heads", type=int, default=LLAMA["num_key_value_heads"], help="its num_key_value_heads")
+    ap.add_argument("--vocab", type=int, default=LLAMA["vocab_size"], help="its vocab_size")
     opts = ap.parse_args()
     work = opts.out
     work.mkdir(parents=True, exist_ok=True)
-    models = make_models(work, opts.tokens)
+    size = {
+        "hidden_size": opts.hidden,
+        "intermediate_size": opts.intermediate,
+        "num_hidden_layers": opts.layers,
+        "num_attention_heads": opts.heads,
+        "num_key_value_heads": opts.kv_heads,
+        "vocab_size": opts.vocab,
+    }
+    models = make_models(work, opts.tokens, size)
     key = "CUDA" if opts.device == "cuda" else "CPU"
     base = make_wrapper(work, "baseline", "", key)
     print(
@@ -189,9 +205,9 @@ def main() -> None:
             sys.exit(f"--cases: unknown case {case!r} (known: {', '.join(CASES)})")
         model, slow, expect, extra = CASES[case]
         cand = make_wrapper(work, case, slow, key)
-        size = ["--tokens", str(opts.tokens)] if model == "llama" else ["--resolution", opts.resolution]
+        shape = ["--tokens", str(opts.tokens)] if model == "llama" else ["--resolution", opts.resolution]
         common = ["bench", "--model", str(models[model]), "--device", opts.device, "--no-smoke"]
-        common += ["--budget", str(opts.budget), *size, *extra]
+        common += ["--budget", str(opts.budget), *shape, *extra, *(["--dtype", opts.dtype] if opts.dtype else [])]
         pair = ["--aa"] if not slow else ["--baseline", str(base), "--candidate", str(cand)]
         for rep in range(opts.repeat):
             home = work / f"home-{case}-{rep}"

@@ -58,3 +58,22 @@ def test_the_time_a_model_run_will_take_is_said_before_it_starts() -> None:
     assert single is not None and "ops" not in single  # one environment: nothing to attribute a change to
     assert op_expander(_plan(), 2) is not None and op_expander(_plan(ops=False), 2) is None
     assert time_estimate(BenchPlan(BenchRequest(), "cpu", (LAYER,), None)) is None  # the bundled suite
+
+
+def test_a_bisect_following_a_phase_replays_its_ops_at_every_step(tmp_path: Path) -> None:
+    """`bisect --only model/decode`: each step is a paired bench of the step's plan, so its record carries the
+    decode phase's ops and `report RUN` of the first bad step attributes the change (the journal keeps its id)."""
+    import json
+    import sys
+    from dataclasses import replace
+
+    from mpsup.bisect.command import BisectRequest, _prepare
+
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 8, "vocab_size": 16}
+    (folder / "config.json").write_text(json.dumps(config))
+    plan = _prepare(BisectRequest(only="model/decode", model=folder), Path(sys.executable))
+    assert [w.name for w in plan.workloads] == ["model/decode"]
+    step = replace(plan, request=replace(plan.request, candidate="/other/python", aa=False))
+    assert op_expander(step, 2) is not None
