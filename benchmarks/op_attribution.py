@@ -101,7 +101,11 @@ def make_models(work: Path, tokens: int, size: dict[str, int]) -> dict[str, Path
     (vae / "model_index.json").write_text(
         json.dumps({"_class_name": "StableDiffusionPipeline", "vae": ["diffusers", "AutoencoderKL"]})
     )
-    (vae / "vae" / "config.json").write_text(json.dumps(VAE))
+    if not (vae / "vae" / "diffusion_pytorch_model.safetensors").exists():
+        # mpsup reads a Diffusers folder's layers from its weights' headers: random weights, saved once.
+        import diffusers
+
+        diffusers.AutoencoderKL.from_config(VAE).save_pretrained(vae / "vae")
     return {"llama": llama, "vae": vae}
 
 

@@ -189,7 +189,12 @@ def test_one_workload_per_distinct_call_across_phases_and_builds_with_each_sides
     # a decomposition that changed: cat vanishes, mm appears, each with the other side's count absent (0)
     assert by["aten.cat.default"].params["op_phases"] == {"model/prefill": {"baseline": 2}}
     assert by["aten.mm.default"].params["op_phases"] == {"model/prefill": {"candidate": 3}}
-    assert ops[0].params["op_call"]["overload"] == "aten.mm.default"  # heaviest by rough time first
+    # by the largest share of any phase's rough time: relu is all of decode, mm 91% of the candidate's prefill
+    assert [w.params["op_call"]["overload"] for w in ops] == [
+        "aten.relu.default",
+        "aten.mm.default",
+        "aten.cat.default",
+    ]
     assert all(w.kind == OP_KIND and w.part == "op" and w.name.startswith("model/op/") for w in ops)
     assert len({w.name for w in ops}) == 3
     # names are stable across runs (what pairs two runs' ops) and tell apart calls alike in op and shape
@@ -208,6 +213,11 @@ def test_ops_are_kept_by_rough_time_until_the_cap_and_the_cap_follows_the_budget
     # ops that hold almost nothing of the rough time are left to the census (and said as not replayed)
     heavy = _entry("mm", [1], 1, 1000.0)
     assert len(op_workloads([_phase_doc("model/prefill", {"baseline": [heavy, *entries]})])) < 31
+    # a decode step's ops, far shorter than a prefill's, are not crowded out by them
+    prefill = _phase_doc("model/prefill", {"baseline": [_entry("mm", [i + 1], 1, 1.0) for i in range(10)]})
+    decode = _phase_doc("model/decode", {"baseline": [_entry("relu", [1], 1, 0.001), _entry("relu", [2], 1, 0.003)]})
+    kept = op_workloads([prefill, decode], most=4)
+    assert sum(1 for w in kept if "model/decode" in w.params["op_phases"]) == 2
     assert affordable_ops(0.0, 0.5) == MIN_OPS
     assert affordable_ops(100.0, 0.5) > affordable_ops(20.0, 0.5) >= MIN_OPS
     assert op_weight(10, 20.0) == 1.0 and op_weight(100, 20.0) == pytest.approx(0.1)

@@ -28,8 +28,8 @@ MAX_OPS = 240
 # 40 s). The ops a run can afford are those whose floors fit OPS_BUDGET_SHARE of the other workloads' time.
 OP_FLOOR_S = 0.35
 MIN_OPS = 8
-# Ops are kept, heaviest first by the census's rough time, until they hold this share of it.
-ROUGH_COVER = 0.995
+# An op holding less than this share of every phase's rough time (the census's own timing) is left to the census.
+ROUGH_LEAST = 0.001
 _ITEMSIZE = {
     "float64": 8,
     "float32": 4,
@@ -181,10 +181,20 @@ def affordable_ops(units: float, budget_s: float) -> int:
 
 def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> list[Workload]:
     """The phases' measured record entries -> one op workload per distinct call of any phase in any environment:
-    the heaviest first by the census's rough time (count x bytes where it has none), until they hold ROUGH_COVER
-    of it or `most` are chosen. The rest stay in the census, and the report says what was not replayed."""
+    the heaviest first by their largest share of any phase's rough time in any environment (so a decode step's
+    ops are not crowded out by a prefill's larger ones; count x bytes where the census has no times), at most
+    `most`, none under ROUGH_LEAST of every phase. The rest stay in the census; the report says what was not
+    replayed."""
     merged: dict[str, dict[str, Any]] = {}
     rough: dict[str, float | None] = {}
+    totals: dict[tuple[str, str], float] = {}
+    for w in phase_docs:
+        for label, env in (w.get("envs") or {}).items():
+            census = (env.get("phase") or {}).get("census") if isinstance(env, dict) else None
+            times = [e.get("rough_s") for e in _entries(census)]
+            totals[(str(w.get("name")), str(label))] = sum(
+                float(t) for t in times if isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
+            )
     for w in phase_docs:
         if w.get("part") != "phase" or w.get("compile"):
             continue  # a compiled phase runs inductor's kernels, which no aten census lists
@@ -203,8 +213,9 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
                 counts = slot["phases"].setdefault(str(w["name"]), {})
                 counts[str(label)] = counts.get(str(label), 0) + e["count"]
                 took = e.get("rough_s")
-                if isinstance(took, (int, float)) and math.isfinite(took) and took >= 0:
-                    slot["rough"] = max(slot.get("rough", 0.0), float(took))
+                whole = totals.get((str(w["name"]), str(label))) or 0.0
+                if isinstance(took, (int, float)) and math.isfinite(took) and took >= 0 and whole > 0:
+                    slot["rough"] = max(slot.get("rough", 0.0), float(took) / whole)
     out: list[Workload] = []
     for key, slot in merged.items():
         call = slot["call"]
@@ -228,15 +239,7 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
         )
     if all(r is not None for r in rough.values()):
         out.sort(key=lambda w: -float(rough[w.name] or 0.0))
-        total = sum(float(r or 0.0) for r in rough.values())
-        kept: list[Workload] = []
-        held = 0.0
-        for op in out:
-            if len(kept) >= most or (total > 0 and held >= ROUGH_COVER * total):
-                break
-            kept.append(op)
-            held += float(rough[op.name] or 0.0)
-        return kept
+        return [op for op in out if float(rough[op.name] or 0.0) >= ROUGH_LEAST][: max(0, min(most, MAX_OPS))]
     out.sort(key=lambda w: -w.count * max(1, w.memory_bytes))
     return out[: max(0, min(most, MAX_OPS))]
 
