@@ -1,7 +1,7 @@
 """Which op did it, shown: candidates that change ONE op class, and whether the report's top mover is that op.
 
 Each candidate is this interpreter behind a wrapper script whose startup hook (a sitecustomize.py on
-PYTHONPATH) registers a CPU kernel for one aten op that computes it twice through torch's own decomposition:
+PYTHONPATH) registers a CPU kernel for one aten op that computes it --times times through torch's own decomposition:
 real extra work in the kernel, where a build's change would be, so the phase and the op replayed alone both
 see it (a Python wrapper of torch.nn.functional would slow the phase and not the op the census recorded).
 
@@ -41,15 +41,19 @@ if _which:
     for _name in _which.split(","):
         _op = getattr(torch.ops.aten, _name).default
 
+        _times = int(os.environ.get("MPSUP_SLOW_TIMES", "2"))
+
         def _twice(*a, _op=_op, **kw):
-            _op.decompose(*a, **kw)
+            for _ in range(_times - 1):
+                _op.decompose(*a, **kw)
             return _op.decompose(*a, **kw)
 
         def _mean_twice(x, dim, keepdim=False, dtype=None):
             n = 1
             for d in dim:
                 n *= x.shape[d]
-            torch.ops.aten.sum.dim_IntList(x, dim, keepdim, dtype=dtype)
+            for _ in range(_times - 1):
+                torch.ops.aten.sum.dim_IntList(x, dim, keepdim, dtype=dtype)
             return torch.ops.aten.sum.dim_IntList(x, dim, keepdim, dtype=dtype) / n
 
         with warnings.catch_warnings():
@@ -91,12 +95,20 @@ CASES: dict[str, tuple[str, str, str, list[str]]] = {
 }
 
 
-def make_models(work: Path, tokens: int, size: dict[str, int]) -> dict[str, Path]:
-    llama = work / "llama"
+def make_models(work: Path, tokens: int, size: dict[str, int], vae_too: bool, weights: bool) -> dict[str, Path]:
+    llama = work / ("llama-weights" if weights else "llama")
     llama.mkdir(parents=True, exist_ok=True)
     config = {**LLAMA, **size, "max_position_embeddings": max(4096, 2 * tokens)}
     (llama / "config.json").write_text(json.dumps(config))
+    if weights and not (llama / "model.safetensors").exists():
+        # With weights, mpsup lists the layers too (read from the headers): a run as a user's folder makes it.
+        import transformers
+
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+        model.save_pretrained(llama)
     vae = work / "sd-vae"
+    if not vae_too:
+        return {"llama": llama}
     (vae / "vae").mkdir(parents=True, exist_ok=True)
     (vae / "model_index.json").write_text(
         json.dumps({"_class_name": "StableDiffusionPipeline", "vae": ["diffusers", "AutoencoderKL"]})
@@ -109,7 +121,7 @@ def make_models(work: Path, tokens: int, size: dict[str, int]) -> dict[str, Path
     return {"llama": llama, "vae": vae}
 
 
-def make_wrapper(work: Path, name: str, slow: str, key: str) -> Path:
+def make_wrapper(work: Path, name: str, slow: str, key: str, times: int = 2) -> Path:
     hook = work / "hook"
     hook.mkdir(parents=True, exist_ok=True)
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -117,6 +129,7 @@ def make_wrapper(work: Path, name: str, slow: str, key: str) -> Path:
     lines = ["#!/bin/sh"]
     if slow:
         lines += [f"export PYTHONPATH={hook}", f"export MPSUP_SLOW_OP={slow}", f"export MPSUP_SLOW_KEY={key}"]
+        lines.append(f"export MPSUP_SLOW_TIMES={times}")
     lines.append(f'exec "{sys.executable}" "$@"')
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o755)
@@ -179,6 +192,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the hook slows the op on that device)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per case")
     ap.add_argument("--overhead", action="store_true", help="also run each case with --no-ops: what replay adds")
+    ap.add_argument("--times", type=int, default=4, help="the slowed op computes this many times (default 4)")
+    ap.add_argument("--weights", action="store_true", help="save random weights in the Llama folder (layers too)")
     ap.add_argument("--dtype", help="mpsup bench --dtype (default: the model's, fp32 here)")
     ap.add_argument("--hidden", type=int, default=LLAMA["hidden_size"], help="the Llama folder's hidden_size")
     ap.add_argument("--intermediate", type=int, default=LLAMA["intermediate_size"], help="its intermediate_size")
@@ -197,18 +212,20 @@ def main() -> None:
         "num_key_value_heads": opts.kv_heads,
         "vocab_size": opts.vocab,
     }
-    models = make_models(work, opts.tokens, size)
+    cases = [c.strip() for c in opts.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        sys.exit(f"--cases: unknown case {unknown[0]!r} (known: {', '.join(CASES)})")
+    models = make_models(work, opts.tokens, size, any(CASES[c][0] == "vae" for c in cases), opts.weights)
     key = "CUDA" if opts.device == "cuda" else "CPU"
     base = make_wrapper(work, "baseline", "", key)
     print(
         f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} load {Path('/proc/loadavg').read_text().split()[:3]}"
     )
     results = []
-    for case in [c.strip() for c in opts.cases.split(",") if c.strip()]:
-        if case not in CASES:
-            sys.exit(f"--cases: unknown case {case!r} (known: {', '.join(CASES)})")
+    for case in cases:
         model, slow, expect, extra = CASES[case]
-        cand = make_wrapper(work, case, slow, key)
+        cand = make_wrapper(work, case, slow, key, opts.times)
         shape = ["--tokens", str(opts.tokens)] if model == "llama" else ["--resolution", opts.resolution]
         common = ["bench", "--model", str(models[model]), "--device", opts.device, "--no-smoke"]
         common += ["--budget", str(opts.budget), *shape, *extra, *(["--dtype", opts.dtype] if opts.dtype else [])]

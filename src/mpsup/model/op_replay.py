@@ -180,13 +180,13 @@ def affordable_ops(units: float, budget_s: float) -> int:
 
 
 def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> list[Workload]:
-    """The phases' measured record entries -> one op workload per distinct call of any phase in any environment:
-    the heaviest first by their largest share of any phase's rough time in any environment (so a decode step's
-    ops are not crowded out by a prefill's larger ones; count x bytes where the census has no times), at most
-    `most`, none under ROUGH_LEAST of every phase. The rest stay in the census; the report says what was not
-    replayed."""
+    """The phases' measured record entries -> one op workload per distinct call of any phase in any environment,
+    at most `most`: each phase's heaviest by its share of that phase's rough time (the larger of the two
+    environments'), taken in turns across the phases (a decode step's ops are not crowded out by a prefill's
+    larger ones), none under ROUGH_LEAST; count x bytes first where the census has no times. The rest stay in
+    the census; the report says what was not replayed."""
     merged: dict[str, dict[str, Any]] = {}
-    rough: dict[str, float | None] = {}
+    rough: dict[str, dict[str, float] | None] = {}
     totals: dict[tuple[str, str], float] = {}
     for w in phase_docs:
         for label, env in (w.get("envs") or {}).items():
@@ -215,7 +215,8 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
                 took = e.get("rough_s")
                 whole = totals.get((str(w["name"]), str(label))) or 0.0
                 if isinstance(took, (int, float)) and math.isfinite(took) and took >= 0 and whole > 0:
-                    slot["rough"] = max(slot.get("rough", 0.0), float(took) / whole)
+                    shares = slot.setdefault("shares", {})
+                    shares[str(w["name"])] = max(shares.get(str(w["name"]), 0.0), float(took) / whole)
     out: list[Workload] = []
     for key, slot in merged.items():
         call = slot["call"]
@@ -223,7 +224,7 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
         if slot["ranges"]:
             op_call["ranges"] = slot["ranges"]
         calls = max((n for c in slot["phases"].values() for n in c.values()), default=1)
-        rough[_name(call, key)] = slot.get("rough")
+        rough[_name(call, key)] = slot.get("shares")
         out.append(
             Workload(
                 _name(call, key),
@@ -237,11 +238,25 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
                 calls,
             )
         )
-    if all(r is not None for r in rough.values()):
-        out.sort(key=lambda w: -float(rough[w.name] or 0.0))
-        return [op for op in out if float(rough[op.name] or 0.0) >= ROUGH_LEAST][: max(0, min(most, MAX_OPS))]
+    cap = max(0, min(most, MAX_OPS))
+    if out and all(r for r in rough.values()):
+        by_name = {w.name: w for w in out}
+        phases = sorted({p for r in rough.values() for p in r or {}})
+        ranked = [
+            sorted(
+                (n for n, r in rough.items() if (r or {}).get(p, 0.0) >= ROUGH_LEAST),
+                key=lambda n, p=p: -(rough[n] or {}).get(p, 0.0),  # type: ignore[misc]
+            )
+            for p in phases
+        ]
+        kept: dict[str, Workload] = {}
+        for turn in range(max(len(r) for r in ranked)):
+            for r in ranked:
+                if len(kept) < cap and turn < len(r):
+                    kept.setdefault(r[turn], by_name[r[turn]])
+        return list(kept.values())
     out.sort(key=lambda w: -w.count * max(1, w.memory_bytes))
-    return out[: max(0, min(most, MAX_OPS))]
+    return out[:cap]
 
 
 def op_weight(ops: int, other_weights: float) -> float:
