@@ -152,8 +152,12 @@ def summarise(report: dict[str, Any], expect: str) -> list[dict[str, Any]]:
     attribution = report.get("phase_attribution") or {}
     for phase, fig in (report.get("model_phases") or {}).items():
         attr = attribution.get(phase) or {}
-        ops = attr.get("ops") or []
-        top = ops[0] if ops else {}
+        # By op, all shapes together: a kernel change moves every call of it.
+        by_op: dict[str, dict[str, Any]] = {}
+        for o in attr.get("ops") or []:
+            slot = by_op.setdefault(o["op"], {"op": o["op"], "share_of_change": 0.0, "speedup": o.get("speedup")})
+            slot["share_of_change"] += o.get("share_of_change") or 0.0
+        top = max(by_op.values(), key=lambda c: c["share_of_change"], default={})
         called = [
             w["name"]
             for w in report.get("workloads", [])

@@ -187,3 +187,24 @@ def test_a_record_without_op_workloads_has_no_attribution() -> None:
     doc["workloads"] = doc["workloads"][:1]
     a = analyze(doc)
     assert a.attribution == {} and a.to_json()["phase_attribution"] == {}
+
+
+def test_an_op_called_with_several_shapes_is_named_once_with_all_its_calls() -> None:
+    """A kernel change moves every shape of its op: two group_norm calls of 40% each are one 80% mover, named
+    before a single conv that moved 15% (which alone would outrank each of them)."""
+    doc = record(sdpa_speedup=1.0, phase_speedup=10 / 11.0)
+    counts = {"baseline": 2, "candidate": 2}
+    doc["workloads"] += [
+        _op("model/op/gn/1", "aten.group_norm.default", "1x64x64x64", 0.001, 1 / 1.2, counts, 11),
+        _op("model/op/gn/2", "aten.group_norm.default", "1x32x128x128", 0.001, 1 / 1.2, counts, 12),
+        _op(
+            "model/op/conv/3", "aten.conv2d.default", "1x64x64x64", 0.0015, 1 / 1.1, {"baseline": 1, "candidate": 1}, 13
+        ),
+    ]
+    for w in doc["workloads"][-3:]:
+        w["op_phases"] = {"model/decode": w["op_phases"]["model/decode"]}
+    a = analyze(doc)
+    attr = a.attribution["decode"]
+    assert attr.top_explains_half
+    assert "of the decode change is group_norm in 2 shapes" in a.sentence
+    assert "conv2d" not in a.sentence  # 15%: under a fifth, not named

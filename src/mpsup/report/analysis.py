@@ -12,7 +12,7 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
 from mpsup.model.coverage import census as census_of
-from mpsup.report.attribution import PhaseAttribution, attribute
+from mpsup.report.attribution import PhaseAttribution, attribute, op_classes
 from mpsup.report.phases import (
     HOW_TO_RUN_WHOLE,
     LAYERS_LABEL,
@@ -269,22 +269,26 @@ NOT_LAYERS = ("phase", "op")
 
 
 def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
-    """ "64% of the decode change is cat 1x8x1024x128 (float16), 64 calls per token, 0.42x", or None where no op
-    carries a fifth of the change."""
-    movers = attr.movers()[:2]
+    """ "64% of the decode change is cat 1x8x1024x128 (float16), 64 calls per token, 0.42x" (an op called with
+    several shapes is named once, all its calls added up), or None where no op carries a fifth of the change."""
+    movers = [c for c in op_classes(attr) if c.share_of_change is not None and c.share_of_change >= 0.2][:2]
     if not movers:
         return None
     per = "per token" if phase.split("/")[0] == "decode" else "per call"
     parts = []
-    for o in movers:
-        assert o.share_of_change is not None
-        sp = f", {o.speedup.estimate:.2f}x" if o.speedup else ""
-        counts = (
-            f"{o.count_candidate} calls {per}"
-            if o.count_baseline == o.count_candidate
-            else f"{o.count_baseline} -> {o.count_candidate} calls {per}"
-        )
-        parts.append(f"{o.share_of_change:.0%} of the {phase} change is {o.op} {o.shapes} ({o.dtypes}), {counts}{sp}")
+    for cls in movers:
+        assert cls.share_of_change is not None
+        top = cls.calls[0]
+        nb, nc = cls.count_baseline, cls.count_candidate
+        counts = f"{nc} calls {per}" if nb == nc else f"{nb} -> {nc} calls {per}"
+        if len(cls.calls) == 1:
+            sp = f", {top.speedup.estimate:.2f}x" if top.speedup else ""
+            what = f"{top.op} {top.shapes} ({top.dtypes})"
+        else:
+            speeds = sorted(c.speedup.estimate for c in cls.calls if c.speedup)
+            sp = f", {speeds[0]:.2f}-{speeds[-1]:.2f}x" if speeds else ""
+            what = f"{cls.op} in {len(cls.calls)} shapes (the largest move: {top.shapes}, {top.dtypes})"
+        parts.append(f"{cls.share_of_change:.0%} of the {phase} change is {what}, {counts}{sp}")
     return "; ".join(parts)
 
 

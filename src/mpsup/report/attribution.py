@@ -104,8 +104,9 @@ class PhaseAttribution:
 
     @property
     def top_explains_half(self) -> bool:
-        top = self.ops[0] if self.ops else None
-        return bool(top and top.share_of_change is not None and top.share_of_change >= HALF)
+        """Whether one op (all its shapes together) carries at least half of the change."""
+        top = op_classes(self)[:1]
+        return bool(top and top[0].share_of_change is not None and top[0].share_of_change >= HALF)
 
 
 def _counts(doc: dict[str, Any], workload: str, label: str) -> int:
@@ -213,6 +214,39 @@ def _census_calls(phase_doc: dict[str, Any], timed: set[str]) -> tuple[dict[str,
         )
         missing[label] = max(0, census["calls"] - replayed)
     return calls, missing
+
+
+@dataclass(frozen=True)
+class OpClass:
+    """Every distinct call of one op in a phase, added up: a kernel change moves all its shapes together."""
+
+    op: str
+    calls: tuple[OpShare, ...]  # largest |change| first
+    change_s: float | None
+    share_of_change: float | None
+
+    @property
+    def count_baseline(self) -> int:
+        return sum(c.count_baseline for c in self.calls)
+
+    @property
+    def count_candidate(self) -> int:
+        return sum(c.count_candidate for c in self.calls)
+
+
+def op_classes(attr: PhaseAttribution) -> list[OpClass]:
+    """The phase's ops by name (all shapes of `group_norm` together), ranked by their share of the change."""
+    groups: dict[str, list[OpShare]] = {}
+    for o in attr.ops:
+        groups.setdefault(o.op, []).append(o)
+    out = []
+    for op, calls in groups.items():
+        changes = [c.change_s for c in calls if c.change_s is not None]
+        change = sum(changes) if changes else None
+        share = change / attr.change_s if change is not None and attr.change_s else None
+        out.append(OpClass(op, tuple(calls), change, share))
+    out.sort(key=lambda c: -(c.share_of_change if c.share_of_change is not None else -math.inf))
+    return out
 
 
 def grouped_views(attr: PhaseAttribution, least: float = 0.05) -> tuple[list[OpShare], list[OpShare]]:

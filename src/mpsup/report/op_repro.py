@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpsup.report.analysis import Analysis
-from mpsup.report.attribution import OpShare, PhaseAttribution
+from mpsup.report.attribution import OpShare, PhaseAttribution, op_classes
 
 _OVERLOAD = re.compile(r"aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,40}")
@@ -365,7 +365,10 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     table = _table(attr) if attr is not None else []
     movers: list[OpShare] = []
     if attr is not None and attr.top_explains_half:
-        movers = [attr.ops[0], *[o for o in attr.ops[1:MAX_MOVERS] if (o.share_of_change or 0) >= MOVER_LEAST]]
+        # The top op's calls (a kernel change moves all its shapes), then other ops' largest with a fifth or more.
+        classes = op_classes(attr)
+        others = [c.calls[0] for c in classes[1:] if (c.share_of_change or 0) >= MOVER_LEAST]
+        movers = [*classes[0].calls, *others][:MAX_MOVERS]
     if movers:
         try:
             builders = _op_builders(movers)
@@ -382,7 +385,8 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     if phase is None:
         return None
     said, builder = phase
-    share = _pct(attr.ops[0].share_of_change) if attr is not None and attr.ops else "n/a"
+    top = op_classes(attr)[:1] if attr is not None else []
+    share = _pct(top[0].share_of_change) if top else "n/a"
     why = (
         f"no op explains half of the change (the largest share is {share})"
         if attr is not None

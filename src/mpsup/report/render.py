@@ -19,7 +19,7 @@ from rich.text import Text
 from mpsup.console import NARROW, printable, safe
 from mpsup.model.coverage import coverage_phrase
 from mpsup.report.analysis import MEMORY_NOISE_FLOOR, NOT_LAYERS, PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
-from mpsup.report.attribution import OpShare, PhaseAttribution, grouped_views
+from mpsup.report.attribution import OpShare, PhaseAttribution, grouped_views, op_classes
 from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun
 from mpsup.stats import Interval
@@ -233,10 +233,13 @@ def attribution_heading(attr: PhaseAttribution) -> str:
         if n
     )
     extra = f"; {calls}" if calls else ""
+    several = [c for c in op_classes(attr) if len(c.calls) > 1 and c.share_of_change is not None][:3]
+    by_op = ", ".join(f"{c.op} {_pct(c.share_of_change)} ({len(c.calls)} shapes)" for c in several)
     return (
         f"Ops of {attr.phase}, each timed alone in both builds: their sum is {_pct(attr.coverage_baseline)} of the "
         f"phase (baseline) and {_pct(attr.coverage_candidate)} (candidate); they explain "
         f"{_pct(attr.explained_change)} of its change ({_signed(attr.change_s)} a call){extra}"
+        + (f"; by op, all shapes together: {by_op}" if by_op else "")
     )
 
 
