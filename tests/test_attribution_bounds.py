@@ -77,3 +77,11 @@ def test_a_bisect_following_a_phase_replays_its_ops_at_every_step(tmp_path: Path
     assert [w.name for w in plan.workloads] == ["model/decode"]
     step = replace(plan, request=replace(plan.request, candidate="/other/python", aa=False))
     assert op_expander(step, 2) is not None
+
+
+def test_no_ops_is_an_option_of_bench() -> None:
+    from tests.conftest import run_cli
+
+    out = run_cli("bench", "--help")
+    text = " ".join(out.stdout.split())
+    assert "--no-ops" in text
