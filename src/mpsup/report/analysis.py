@@ -274,7 +274,7 @@ def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
     movers = [c for c in op_classes(attr) if c.share_of_change is not None and c.share_of_change >= 0.2][:2]
     if not movers:
         return None
-    per = "per token" if phase.split("/")[0] == "decode" else "per call"
+    per = "per token" if phase.split("/")[0] == "decode" else f"per {phase}"
     parts = []
     for cls in movers:
         assert cls.share_of_change is not None

@@ -200,10 +200,10 @@ def make(shape, stride, dtype, where, span):
 
 MAIN = """
 
-def measure(device, seconds):
+def measure(device, seconds, label):
     results = []
     with torch.inference_mode():
-        for label, build in CASES:
+        for case, build in CASES:
             torch.manual_seed(0)
             fn = build(device)
             fn()
@@ -212,8 +212,10 @@ def measure(device, seconds):
                 stmt="fn(); sync(device)",
                 globals={"fn": fn, "sync": sync, "device": device},
                 label=WHAT[:80],
-                sub_label=label,
-                description="torch " + torch.__version__,
+                sub_label=case,
+                description=label,
+                # The model's own thread count (the Timer's default is one thread).
+                num_threads=torch.get_num_threads(),
             )
             results.append(timer.blocked_autorange(min_run_time=seconds))
     return results
@@ -225,6 +227,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=1.0, help="Timer run time per case (default: %(default)s)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes (default: %(default)s)")
     parser.add_argument("--save", help="write this build's measurements here (torch.save), for --compare")
+    parser.add_argument("--label", help="this build's column in the Compare table (default: the --save name)")
     parser.add_argument("--compare", nargs="+", help="saved measurements of each build: one Compare table")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -233,8 +236,10 @@ def main():
         benchmark.Compare(loaded).print()
         return
     device = pick_device(args.device)
+    label = args.label or (os.path.splitext(os.path.basename(args.save))[0] if args.save else "")
+    label = label or "torch " + torch.__version__
     if args.child:
-        print(json.dumps([m.median for m in measure(device, args.seconds)]))
+        print(json.dumps([m.median for m in measure(device, args.seconds, label)]))
         return
     rev = (getattr(torch.version, "git_version", None) or "unknown")[:12]
     print("torch %s (git %s) on %s, %d threads" % (torch.__version__, rev, device, torch.get_num_threads()))
@@ -244,14 +249,14 @@ def main():
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--device", args.device]
         out = subprocess.run(cmd + ["--seconds", str(args.seconds)], capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    results = measure(device, args.seconds)
+    results = measure(device, args.seconds, label)
     benchmark.Compare(results).print()
-    for i, (label, _) in enumerate(CASES):
+    for i, (case, _) in enumerate(CASES):
         medians = sorted(r[i] for r in runs)
         mid = statistics.median(medians)
         print(
             "%s: median %.4f ms per call over %d fresh processes; they spread %.4f-%.4f ms (+-%.1f%%)"
-            % (label, mid * 1e3, len(medians), medians[0] * 1e3, medians[-1] * 1e3,
+            % (case, mid * 1e3, len(medians), medians[0] * 1e3, medians[-1] * 1e3,
                50.0 * (medians[-1] - medians[0]) / mid)
         )
     if args.save:
@@ -326,7 +331,8 @@ def _table(attr: PhaseAttribution, rows: int = 8) -> list[str]:
         return f"{s * 1e3:+.3f} ms" if abs(s) >= 1e-3 else f"{s * 1e6:+.1f} us"
 
     def clean(text: str) -> str:
-        return re.sub(r"[`|<>@#\[\]\\*_]", "", text)[:120]
+        # A code span: nothing in it renders (no mention, link, emphasis or HTML); a pipe or backtick would end it.
+        return "`" + re.sub(r"[`|\s]+", " ", text).strip()[:120] + "`"
 
     lines = [
         f"Where the {attr.phase} change went (each op timed alone in both builds, count x time per call): the ops "
