@@ -18,8 +18,8 @@ from mpsup.workloads import Workload
 
 OP_KIND = "op_replay"
 OP_PART = "op"
-# What all ops of a run may take together, as a share of the budgets of every other workload: the issue's
-# bound on what replay adds to a paired --model run (at most half again).
+# What all ops of a run may take together, as a share of the budgets of every other workload: replay may add at
+# most half again to a paired --model run.
 OPS_BUDGET_SHARE = 0.5
 # At most this many op workloads per run: a census keeps 400 distinct calls a phase, and each op's
 # measurement has a floor (setup, calibration, twelve rounds, two visits) that no budget share removes.
