@@ -185,6 +185,13 @@ def bench(
     mlx_bits: Annotated[
         int | None, typer.Option("--mlx-bits", help="The MLX side's weights quantised to 4 or 8 bits (group 64).")
     ] = None,
+    ops: Annotated[
+        bool,
+        typer.Option(
+            "--ops/--no-ops",
+            help="Paired, a model run whole: also time each op of each phase alone, to say which op moved.",
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -214,6 +221,7 @@ def bench(
         frames=frames,
         allow_cpu_fallback=allow_cpu_fallback,
         mlx_bits=mlx_bits,
+        ops=ops,
     )
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)
@@ -223,6 +231,9 @@ def bench(
         )
         render_list(plan, as_json, stdout_console, censuses)
         return
+    estimate = command.time_estimate(plan)
+    if estimate:
+        stderr_console.print(f"planned: {safe(estimate)}", highlight=False, soft_wrap=True)
     with bench_progress(stderr_console) as on_event:
         result = command.run(plan, progress=on_event, warn=warning_line)
     render_result(result, as_json, stdout_console, details, selected=len(plan.workloads))

@@ -56,6 +56,7 @@ class BenchRequest:
     frames: int | None = None  # a video VAE's frames, decoded and encoded whole
     allow_cpu_fallback: bool = False  # ops without an MPS kernel run on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)
     mlx_bits: int | None = None  # an MLX side's weights quantised (4 or 8 bits, group size 64)
+    ops: bool = True  # paired, a model run whole: each phase's ops replayed alone (model/op_replay.py)
 
 
 @dataclass(frozen=True)
@@ -305,9 +306,62 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         skip_slow=plan.model_doc is None and not req.only,
     )
     record, path = run_bench(
-        envs, list(plan.workloads), options, mode=mode, model=plan.model_doc, progress=progress, warn=warn, exiting=True
+        envs,
+        list(plan.workloads),
+        options,
+        mode=mode,
+        model=plan.model_doc,
+        progress=progress,
+        warn=warn,
+        exiting=True,
+        expand=op_expander(plan, len(envs)),
     )
     return BenchResult(record, path, exit_code(record))
+
+
+def time_estimate(plan: BenchPlan) -> str | None:
+    """What a model run will take, said before it starts: phases, layers and ops, from the budgets each gets
+    (bench/run.py: a phase PHASE_BUDGET_FACTOR budgets, a layer one, the ops together at most half again)."""
+    from mpsup.bench.policy import PHASE_BUDGET_FACTOR
+    from mpsup.bench.runner import PHASE_SLOW_BUDGETS
+    from mpsup.model.op_replay import OPS_BUDGET_SHARE
+
+    if plan.model_doc is None:
+        return None
+    req = plan.request
+    phases = sum(1 for w in plan.workloads if w.part == "phase")
+    layers = len(plan.workloads) - phases
+    units = PHASE_BUDGET_FACTOR * phases + layers
+    paired = bool(req.candidate or req.aa)
+    ops = op_expander(plan, 2 if paired else 1) is not None
+    seconds = units * req.budget * (1 + OPS_BUDGET_SHARE if ops else 1)
+    what = [f"{phases} phase(s)" if phases else "", f"{layers} layer workload(s)" if layers else ""]
+    if ops:
+        what.append(f"each phase's ops (at most {OPS_BUDGET_SHARE:.0%} more; --no-ops skips them)")
+    bound = (
+        f"; a phase whose fewest calls would take over {PHASE_SLOW_BUDGETS * PHASE_BUDGET_FACTOR * req.budget:g} s "
+        "is refused (a larger --budget measures it)"
+        if phases
+        else ""
+    )
+    minutes = f"~{seconds / 60:.0f} min" if seconds >= 90 else f"~{max(1, round(seconds))} s"
+    return f"{', '.join(w for w in what if w)}: {minutes} at --budget {req.budget:g}, plus worker starts{bound}"
+
+
+def op_expander(plan: BenchPlan, environments: int) -> Any:
+    """What adds each phase's ops to a run: on when two environments measure a model whole, unless --no-ops."""
+    if not plan.request.ops or environments < 2:
+        return None
+    if not any(w.part == "phase" and w.params.get("library") in CENSUS_LIBRARIES for w in plan.workloads):
+        return None
+    from mpsup.model.op_replay import affordable_ops, op_weight, op_workloads
+
+    def expand(phases: list[dict[str, Any]], units: float) -> list[tuple[Workload, float]]:
+        ops = op_workloads(phases, affordable_ops(units, plan.request.budget))
+        each = op_weight(len(ops), units)
+        return [(w, each) for w in ops]
+
+    return expand
 
 
 def _environments(req: BenchRequest) -> tuple[list[Any], str]:

@@ -31,7 +31,8 @@ def run_figures(record: dict[str, Any]) -> RunFigures:
     spent: dict[str, float] = {}
     for w in ws:
         med = w["envs"].get(label, {}).get("median")
-        if med and w.get("part") != "phase":  # a phase holds its layers' time: counting both counts it twice
+        # A phase holds its layers' time, and an op replayed from a phase is a piece of it: counting both twice.
+        if med and w.get("part") not in ("phase", "op"):
             part = w.get("part", "other")
             spent[part] = spent.get(part, 0.0) + w.get("count", 1) * med
     total = sum(spent.values())
@@ -63,7 +64,7 @@ def _layer_times(record: dict[str, Any], label: str) -> list[tuple[dict[str, Any
         for env in [w["envs"].get(label, {})]
         if env.get("median")
         and "alternative" not in w.get("tags", ())
-        and w.get("part") != "phase"
+        and w.get("part") not in ("phase", "op")  # an op replayed from a phase's census is a piece of a phase
         and w.get("kind") != "end_to_end"  # a .pt2 or module:function forward is the model, not a layer of it
     ]
 

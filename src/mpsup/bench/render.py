@@ -188,6 +188,9 @@ def bench_progress(console: Console) -> Iterator[Any]:
                 # Workloads that failed on their first visit get no second one: they are done now.
                 skipped = max(0, state["first_done"] - int(info["count"]))
                 visit_done(task, skipped, skipped)
+        elif event == "more":
+            state["total"] = int(info.get("total") or state["total"])
+            progress.update(task, total=state["total"], count=count())
         elif event == "restart":
             progress.update(task, current="more time for the widest intervals: new workers", **extra)
         elif event == "extend":
@@ -289,8 +292,12 @@ def _ran_sentence(record: dict[str, Any]) -> str:
     # A finished run ran what was selected; a stopped one, part of it.
     selected = record.get("selected") if record.get("partial") else None
     what = f"{len(ws)} of {plural(selected, 'workload')}" if selected else plural(len(ws), "workload")
+    ops = sum(1 for w in ws if w.get("part") == "op")
     if phases:
-        what += f" ({plural(len(ws) - phases, 'layer')}, {plural(phases, 'whole-model phase')})"
+        parts = [plural(len(ws) - phases - ops, "layer"), plural(phases, "whole-model phase")]
+        if ops:
+            parts.append(f"{plural(ops, 'op')} of the phases, replayed")
+        what += f" ({', '.join(parts)})"
     ran = f"{plural(len(smoke), 'smoke test')} and " if smoke else ""
     unmeasured = f", {len(ws) - measured} not (below)" if measured < len(ws) else ""
     if not record.get("partial"):
@@ -476,7 +483,8 @@ def _top_workloads(record: dict[str, Any], console: Console) -> None:
     timed = [
         (w, w.get("count", 1) * w["envs"][label]["median"])
         for w in record["workloads"]
-        if w.get("part") != "phase" and _measured(w, label)
+        # A phase holds its layers, and an op replayed from a phase is a piece of one: `mpsup report` ranks those.
+        if w.get("part") not in ("phase", "op") and _measured(w, label)
     ]
     total = sum(t for _, t in timed)
     if not timed or not total:

@@ -36,6 +36,9 @@ from mpsup.runs.journal import Journal, JournalWriteError, Warn, recover_journal
 from mpsup.runs.store import new_record, new_run_id, save_record
 from mpsup.workloads import Workload
 
+# The phases' record entries and the planned workloads' budget units -> workloads to add, each with its units.
+Expand = Callable[[list[dict[str, Any]], float], list[tuple[Workload, float]]]
+
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
@@ -130,9 +133,11 @@ def run_bench(
     save: bool = True,
     warn: Warn = _no_warn,
     exiting: bool = False,
+    expand: Expand | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
     """Measure, journal as it goes, save the record. `exiting`: the caller's process ends with the run
-    (see StopSignals)."""
+    (see StopSignals). `expand`: given the record entries of the run's whole-model phases once each had its
+    first visit, the workloads to measure after the planned ones (each phase's ops), with their budget units."""
     envs = [replace(e, python=check_interpreter(e.python, "--" + e.label.split("-")[0])) for e in envs]
     journal = None
     if save:
@@ -141,7 +146,7 @@ def run_bench(
     runner = Runner(envs, options, progress)
     try:
         with StopSignals(exiting=exiting) as stops:
-            record = _measure(runner, workloads, options, mode, model, progress, journal, stops)
+            record = _measure(runner, workloads, options, mode, model, progress, journal, stops, expand)
             return record, _finish(record, runner, journal)
     finally:
         runner.close(force=True)
@@ -158,6 +163,7 @@ def _measure(
     progress: Progress,
     journal: Journal | None,
     stops: StopSignals,
+    expand: Expand | None = None,
 ) -> dict[str, Any]:
     try:
         before = hygiene_now()
@@ -212,7 +218,7 @@ def _measure(
             kernels = load_manifest()
             for feature in runner.smoke_features():
                 keep("smoke", runner.smoke_one(feature, kernels))
-        _two_passes(runner, workloads, options, record, keep, progress, journal, stops, start_s)
+        _two_passes(runner, list(workloads), options, record, keep, progress, journal, stops, start_s, expand)
         stops.hold()  # inside the try: a signal that lands before this line is still caught below
     except KeyboardInterrupt:
         stops.hold()
@@ -241,6 +247,7 @@ def _two_passes(
     journal: Journal | None,
     stops: StopSignals,
     start_s: float = 0.0,
+    expand: Expand | None = None,
 ) -> None:
     """First pass: every workload until its interval is within target or its first share is spent.
     Paired, with `split_pairs`: the first pass takes half the rounds, then fresh worker processes take
@@ -263,10 +270,14 @@ def _two_passes(
     open_: list[bool] = []  # unconverged after its latest visit
     pool = 0.0
     sizes = [float(w.memory_bytes) for w in workloads]  # what the ETA scales an unvisited workload's time by
+    extra_weight: dict[str, float] = {}  # budget units of the workloads `expand` added
+    last_phase = max((k for k, w in enumerate(workloads) if w.part == "phase"), default=-1) if expand else -1
 
     def weight(w: Workload) -> float:
         # A whole-model phase is the verdict, and each of its calls is a whole forward: it gets the budget of
         # PHASE_BUDGET_FACTOR workloads, so it reaches the rounds a call needs (six bound nothing at q=0.05).
+        if w.name in extra_weight:
+            return extra_weight[w.name]
         return PHASE_BUDGET_FACTOR if w.part == "phase" else 1.0
 
     def eta(unvisited: int, revisit: Sequence[int] = (), restart: bool = False) -> float:
@@ -311,6 +322,15 @@ def _two_passes(
         if unconverged:
             pool += max(0.0, budget - spent[-1])
         progress("done", {"name": w.name, "status": m.status})
+        if i == last_phase and expand is not None:
+            phases = [d for d in record["workloads"][base : base + i + 1] if d.get("part") == "phase"]
+            known = {x.name for x in workloads}
+            added = [(x, u) for x, u in expand(phases, sum(weight(x) for x in workloads)) if x.name not in known]
+            extra_weight.update((x.name, u) for x, u in added)
+            workloads.extend(x for x, _ in added)
+            sizes.extend(float(x.memory_bytes) for x, _ in added)
+            n = len(workloads)
+            progress("more", {"count": len(added), "total": n, "what": "ops"})
 
     def extend(i: int, share_s: float, min_new: int = 2) -> bool:
         try:

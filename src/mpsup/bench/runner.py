@@ -16,7 +16,7 @@ from statistics import median
 from typing import Any
 
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
-from mpsup.bench.policy import SLOW_CALL_BUDGETS, SamplingPolicy
+from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
 from mpsup.errors import UserError
@@ -148,6 +148,15 @@ class EnvSession:
         if self.worker is not None:
             self.worker.close(force=force)
             self.worker = None
+
+
+# A whole-model phase's fewest calls may take at most this many of its own budgets (PHASE_BUDGET_FACTOR units).
+PHASE_SLOW_BUDGETS = 12.0
+
+
+def _phase_weight() -> float:
+    """The weight slow_call_s takes for a phase: PHASE_SLOW_BUDGETS of its units, in SLOW_CALL_BUDGETS' terms."""
+    return PHASE_BUDGET_FACTOR * PHASE_SLOW_BUDGETS / SLOW_CALL_BUDGETS
 
 
 def _guard(w: Workload, sessions: list[EnvSession], share: float, device: str = "") -> str | None:
@@ -306,9 +315,14 @@ class Runner:
         return m
 
     def _slow_call_limit(self, w: Workload) -> float | None:
-        if not self.options.skip_slow or w.part == "phase":
+        paired = len(self.sessions) == 2
+        if w.part == "phase":
+            # Measured whatever the suite's skip says, but never unbounded: at most PHASE_SLOW_BUDGETS of its
+            # own budget (a full-size Wan 2.2 VAE decode on a CPU, 84 s a call, would otherwise take ~34 min).
+            return self.options.policy.slow_call_s(paired, _phase_weight())
+        if not self.options.skip_slow:
             return None
-        return self.options.policy.slow_call_s(paired=len(self.sessions) == 2)
+        return self.options.policy.slow_call_s(paired=paired)
 
     def _predicted_call_s(self, w: Workload) -> float | None:
         rate, flops = self.rates.get(w.rate_family), w.flops
@@ -324,15 +338,16 @@ class Runner:
         pol = self.options.policy
         paired = len(self.sessions) == 2
         fewest = pol.fewest_calls(paired)
+        weight = _phase_weight() if m.workload.part == "phase" else 1.0
         # The budget at which this workload's fewest calls fit in SLOW_CALL_BUDGETS of it, rounded up.
-        enough = math.ceil(fewest * call_s / SLOW_CALL_BUDGETS * 10) / 10
+        enough = math.ceil(fewest * call_s / (SLOW_CALL_BUDGETS * weight) * 10) / 10
         how = "predicted from a like workload's rate here" if predicted else "timed here"
         m.status = "too_slow"
         m.call_s, m.call_predicted, m.budget_needed_s = call_s, predicted, enough
         m.reason = (
             f"one call takes {fmt_time(call_s)} ({how}), over the {fmt_time(limit_s)} that {fewest} calls "
-            f"fit in {SLOW_CALL_BUDGETS:g} budgets of {pol.budget_s:g} s; skipped (--budget {enough:g} or --only "
-            "measures it)"
+            f"fit in {SLOW_CALL_BUDGETS * weight:g} budgets of {pol.budget_s:g} s; skipped (--budget {enough:g}"
+            + (" measures it)" if weight != 1.0 else " or --only measures it)")
         )
         m.envs = {}
 

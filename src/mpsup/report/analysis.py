@@ -12,6 +12,7 @@ from typing import Any
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
 from mpsup.model.coverage import census as census_of
+from mpsup.report.attribution import PhaseAttribution, attribute, op_classes
 from mpsup.report.phases import (
     HOW_TO_RUN_WHOLE,
     LAYERS_LABEL,
@@ -152,6 +153,7 @@ class Analysis:
     layer_estimate: Interval | None = None  # beside phases: what the layers alone would have said
     census: dict[str, Any] = field(default_factory=dict)  # each phase's op census (baseline), for the HTML
     stacks: dict[str, str] = field(default_factory=dict)  # each side's stack and version, where one is MLX
+    attribution: dict[str, PhaseAttribution] = field(default_factory=dict)  # which ops moved each phase
 
     def to_json(self) -> dict[str, Any]:
         def iv(i: Interval | None) -> dict[str, float | None] | None:
@@ -183,6 +185,8 @@ class Analysis:
             "layer_estimate": iv(self.layer_estimate),
             "model_phases": {p.phase: p.to_json() for p in self.model_phases},
             "layer_coverage": {p.phase: p.coverage for p in self.model_phases if p.coverage is not None},
+            "phase_attribution": {k: v.to_json() for k, v in self.attribution.items()},
+            "phase_attribution_remainder": {k: v.remainder_json() for k, v in self.attribution.items()},
             "suite_geomean": iv(self.suite_geomean),
             "suite_split": {k: v.to_json() for k, v in self.suite_split.items()},
             "published_suite_claim": PUBLISHED_SUITE_CLAIM,
@@ -267,6 +271,47 @@ def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
     return out
 
 
+# Workloads that are no layer of the model: a phase holds its layers, and an op replayed from a phase's census
+# is a piece of a phase, not one more layer to add to them.
+NOT_LAYERS = ("phase", "op")
+
+
+def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
+    """ "64% of the decode change is cat 1x8x1024x128 (float16), 64 calls per token, 0.42x" (an op called with
+    several shapes is named once, all its calls added up), or None where no op carries a fifth of the change."""
+    movers = [c for c in op_classes(attr) if c.share_of_change is not None and c.share_of_change >= 0.2][:2]
+    if not movers:
+        return None
+    per = "per token" if phase.split("/")[0] == "decode" else f"per {phase}"
+    parts = []
+    for cls in movers:
+        assert cls.share_of_change is not None
+        top = cls.calls[0]
+        nb, nc = cls.count_baseline, cls.count_candidate
+        counts = f"{nc} calls {per}" if nb == nc else f"{nb} -> {nc} calls {per}"
+        if len(cls.calls) == 1:
+            sp = f", {top.speedup.estimate:.2f}x" if top.speedup else ""
+            what = f"{top.op} {top.shapes} ({top.dtypes})"
+        else:
+            speeds = sorted(c.speedup.estimate for c in cls.calls if c.speedup)
+            sp = f", {speeds[0]:.2f}-{speeds[-1]:.2f}x" if speeds else ""
+            what = f"{cls.op} in {len(cls.calls)} shapes (the largest move: {top.shapes}, {top.dtypes})"
+        parts.append(f"{cls.share_of_change:.0%} of the {phase} change is {what}, {counts}{sp}")
+    return "; ".join(parts)
+
+
+def mover_sentence(phases: list[PhaseChange], attribution: dict[str, PhaseAttribution]) -> str:
+    """What the verdict sentence adds for each phase that changed: its top mover(s), or that no op explains it."""
+    said = []
+    for p in phases:
+        attr = attribution.get(p.phase)
+        if attr is None or p.change not in ("faster", "slower") or p.too_wide:
+            continue
+        clause = mover_clause(p.phase, attr)
+        said.append(clause or f"no single op carries a fifth of the {p.phase} change")
+    return (" Which op: " + "; ".join(said) + ".") if said else ""
+
+
 def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
     """The forward's speedup from its layers' (time-weighted harmonic mean). A layer too short of rounds
     to bound makes the whole figure n/a: the bootstrap of a 3-round median covers ~75%, not 95%, and
@@ -274,7 +319,7 @@ def _model_speedup(changes: list[WorkloadChange], seed: int) -> Interval | None:
     layers = [
         (c, c.speedup, c.count * c.baseline_s)
         for c in changes
-        if c.speedup and c.baseline_s and c.baseline_s > 0 and c.ratios and c.part != "phase"
+        if c.speedup and c.baseline_s and c.baseline_s > 0 and c.ratios and c.part not in NOT_LAYERS
     ]
     if not layers:
         return None
@@ -708,10 +753,11 @@ def analyze(
         if c.units and c.speedup and c.baseline_s and c.speedup.estimate > 0:
             c.candidate_s = c.baseline_s / c.speedup.estimate
     # Shares are of the layers' time: a whole-model phase holds those layers, so it is no share beside them.
-    total = sum(c.count * c.baseline_s for c in changes if c.baseline_s and c.part != "phase") or 1.0
+    total = sum(c.count * c.baseline_s for c in changes if c.baseline_s and c.part not in NOT_LAYERS) or 1.0
     for c in changes:
-        c.share = c.count * c.baseline_s / total if c.baseline_s and c.part != "phase" else 0.0
+        c.share = c.count * c.baseline_s / total if c.baseline_s and c.part not in NOT_LAYERS else 0.0
     phases = with_width(phase_changes(record, {c.name: c for c in changes}, a, b), threshold)
+    attribution = attribute(record.to_json(), {c.name: c for c in changes}, a, b) if phases else {}
     linear = [c for c in changes if c.part == "linear" and c.ratios]
     suite = _aggregate(linear, seed)
     split = {}
@@ -756,6 +802,7 @@ def analyze(
         sentence += f" (Recorded as an A/A run, yet its two sides ran torch {torches[0]} and {torches[1]}.)"
     if model_source == "layers" and not phases:
         sentence += " " + HOW_TO_RUN_WHOLE
+    sentence += mover_sentence(phases, attribution)
     # The phases first, as the answer; then the layers that explain them, by their share of the time.
     changes.sort(key=lambda c: (c.part != "phase", -c.share))
     notes = []
@@ -808,6 +855,7 @@ def analyze(
         layer_estimate=layer_estimate if phases else None,
         model_phases=phases,
         census=census_of(record.to_json(), a) if phases else {},
+        attribution=attribution,
         peak_memory_ratio=mem,
         smoke_changes=_smoke_changes(record, a, b),
         noise=noise,

@@ -7,6 +7,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rich import box
@@ -17,7 +18,8 @@ from rich.text import Text
 
 from mpsup.console import NARROW, printable, safe
 from mpsup.model.coverage import coverage_phrase
-from mpsup.report.analysis import MEMORY_NOISE_FLOOR, PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
+from mpsup.report.analysis import MEMORY_NOISE_FLOOR, NOT_LAYERS, PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
+from mpsup.report.attribution import OpShare, PhaseAttribution, grouped_views, op_classes
 from mpsup.report.phases import PhaseChange
 from mpsup.runs.select import StoredRun
 from mpsup.stats import Interval
@@ -171,9 +173,11 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     # The model's phases first: they are the verdict; the table below is the explanation.
     for p in a.model_phases:
         console.print(phase_line(p, safe))
+    for attr in a.attribution.values():
+        _attribution_terminal(attr, console, details=details)
     # The phases' own lines above are their figures: as rows they read "share 0.0%" (a share of the layers'
-    # time) and fell under the cut, counted among the "no measurable change".
-    layers = [w for w in a.workloads if w.part != "phase"] if a.model_phases else list(a.workloads)
+    # time) and fell under the cut, counted among the "no measurable change". The ops are in their phase's table.
+    layers = [w for w in a.workloads if w.part not in NOT_LAYERS] if a.model_phases else list(a.workloads)
     rows = terminal_rows(layers, details=details)
     t = _terminal_table(rows, narrow=False)
     # The wide table only where it fits whole: at 100 columns, 44-character names left rich squeezing the
@@ -199,6 +203,131 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
         console.print("n/a: too few rounds to bound a 95% interval, so no call; raise --budget")
     for line in summary_lines(a, safe, phases=False):
         console.print(line)
+
+
+# Ops listed one by one per phase on the terminal and in Markdown; --details and the HTML list them all.
+ATTRIBUTION_ROWS = 8
+UNEXPLAINED_LABEL = "unexplained"
+UNEXPLAINED_LEGEND = (
+    "unexplained: the phase's change that its ops, each timed alone, do not account for (launch gaps, fusion, "
+    "synchronisation, Python between ops, ops not replayed)"
+)
+ATTRIBUTION_HEAD = ("op", "shapes", "dtypes", "calls", "baseline", "candidate", "speedup (95% CI)", "change", "share")
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None and math.isfinite(x) else "-"
+
+
+def _signed(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return ("+" if x >= 0 else "-") + fmt_time(abs(x))
+
+
+def attribution_heading(attr: PhaseAttribution) -> str:
+    """One line: how much of the phase the replayed ops cover, in both builds, and how much of its change."""
+    calls = ", ".join(
+        f"{n} of {attr.census_calls.get(label, n)} calls not replayed ({label})"
+        for label, n in attr.not_replayed_calls.items()
+        if n
+    )
+    extra = f"; {calls}" if calls else ""
+    several = [c for c in op_classes(attr) if len(c.calls) > 1 and c.share_of_change is not None][:3]
+    by_op = ", ".join(f"{c.op} {_pct(c.share_of_change)} ({len(c.calls)} shapes)" for c in several)
+    return (
+        f"Ops of {attr.phase}, each timed alone in both builds: their sum is {_pct(attr.coverage_baseline)} of the "
+        f"phase (baseline) and {_pct(attr.coverage_candidate)} (candidate); they explain "
+        f"{_pct(attr.explained_change)} of its change ({_signed(attr.change_s)} a call){extra}"
+        + (f"; by op, all shapes together: {by_op}" if by_op else "")
+    )
+
+
+def _op_row(o: OpShare) -> tuple[str, ...]:
+    sp = o.speedup
+    speed = "-" if sp is None else f"{sp.estimate:.2f}x ({_ci_short(sp)})"
+    calls = (
+        str(o.count_baseline) if o.count_baseline == o.count_candidate else f"{o.count_baseline} -> {o.count_candidate}"
+    )
+    return (
+        o.op,
+        o.shapes,
+        o.dtypes,
+        calls,
+        fmt_time(o.baseline_s),
+        fmt_time(o.candidate_s),
+        speed,
+        _signed(o.change_s),
+        _pct(o.share_of_change),
+    )
+
+
+def attribution_rows(attr: PhaseAttribution, *, limit: int | None = ATTRIBUTION_ROWS) -> list[tuple[str, ...]]:
+    """The phase's ops as rows (ranked by their share of the change), views folded into one line where together
+    they do not matter, the ops past `limit` as one line, and the unexplained remainder as its own line."""
+    shown, views = grouped_views(attr)
+    rest = shown[limit:] if limit is not None else []
+    shown = shown[:limit] if limit is not None else shown
+    rows = [_op_row(o) for o in shown]
+    for group, label in ((views, "views"), (rest, "more ops")):
+        if not group:
+            continue
+        change = sum(o.change_s or 0.0 for o in group)
+        share = change / attr.change_s if attr.change_s else None
+        rows.append(
+            (
+                f"{len(group)} {label}",
+                ", ".join(sorted({o.op for o in group}))[:60],
+                "",
+                str(sum(o.count_baseline for o in group)),
+                fmt_time(sum(o.baseline_s or 0.0 for o in group)),
+                fmt_time(sum(o.candidate_s or 0.0 for o in group)),
+                "",
+                _signed(change),
+                _pct(share),
+            )
+        )
+    if attr.unexplained_s is not None:
+        share = attr.unexplained_s / attr.change_s if attr.change_s else None
+        rows.append((UNEXPLAINED_LABEL, "", "", "", "", "", "", _signed(attr.unexplained_s), _pct(share)))
+    return rows
+
+
+def _attribution_terminal(attr: PhaseAttribution, console: Console, *, details: bool) -> None:
+    console.print(safe(attribution_heading(attr)), highlight=False)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+    for col in ATTRIBUTION_HEAD:
+        t.add_column(col, justify="left" if col in ("op", "shapes", "dtypes") else "right")
+    for row in attribution_rows(attr, limit=None if details else ATTRIBUTION_ROWS):
+        t.add_row(*(safe(c) for c in row))
+    console.print(t)
+    console.print(UNEXPLAINED_LEGEND, highlight=False)
+
+
+def attribution_markdown(a: Analysis) -> list[str]:
+    out: list[str] = []
+    for attr in a.attribution.values():
+        out += ["", md(attribution_heading(attr)), ""]
+        out.append("| " + " | ".join(ATTRIBUTION_HEAD) + " |")
+        out.append("|---|---|---|" + "---:|" * (len(ATTRIBUTION_HEAD) - 3))
+        out += ["| " + " | ".join(md(c) for c in row) + " |" for row in attribution_rows(attr)]
+        out += ["", md(UNEXPLAINED_LEGEND)]
+    return out
+
+
+def _attribution_html(a: Analysis) -> str:
+    parts = []
+    for attr in a.attribution.values():
+        head = "".join(f"<th>{esc(c)}</th>" for c in ATTRIBUTION_HEAD)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in attribution_rows(attr, limit=None)
+        )
+        parts.append(
+            f"<h2>Which op: {esc(attr.phase)}</h2><p>{esc(attribution_heading(attr))}</p>"
+            f'<div class="tablebox"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+            f"<p><small>{esc(UNEXPLAINED_LEGEND)}</small></p>"
+        )
+    return "".join(parts)
 
 
 def call_legend(threshold: float) -> list[str]:
@@ -260,12 +389,15 @@ def render_markdown(a: Analysis) -> str:
         "",
     ]
     out += [f"- {line}" for line in summary_lines(a, md)]
+    out += attribution_markdown(a)
     out += [
         "",
         f"| workload | count | share | baseline | {CANDIDATE_LABEL} | speedup | 95% CI | change |",
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for w in a.workloads:
+        if w.part == "op":
+            continue  # in its phase's table above
         ci = (
             "-"
             if not w.speedup
@@ -307,7 +439,7 @@ def _outliers(pts: list[WorkloadChange], n: int = 3) -> list[WorkloadChange]:
 def _svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 380) -> str:
     # Not the whole-model phases: they have no work size on this axis (they sat at 1e0, stretching it four
     # decades), and the phase lines above the plot are their figures.
-    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0 and w.part != "phase"]
+    pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0 and w.part not in NOT_LAYERS]
     # Axis titles and tick labels live in the margins, never over the data.
     pad_l, pad_r, pad_t, pad_b = 64, 16, 28, 56
     if not pts:
@@ -506,6 +638,8 @@ tbody tr { order: var(--share); }
 
 
 def render_html(a: Analysis) -> str:
+    # The ops are in their phase's table: the workloads table and plots are the phases and layers.
+    a = replace(a, workloads=[w for w in a.workloads if w.part != "op"])
     ranks = _sort_ranks(a.workloads)
     rows = "".join(
         f'<tr style="--share:{ranks["share"][i]};--speedup:{ranks["speedup"][i]};--name:{ranks["name"][i]}">'
@@ -525,6 +659,7 @@ def render_html(a: Analysis) -> str:
 <p>{esc(a.machine)} ({esc(a.device)}) · torch {esc(a.baseline_torch)} → {esc(a.candidate_torch)}
  · runs {esc(", ".join(a.run_ids))}</p>
 <ul>{summary}</ul>
+{_attribution_html(a)}
 {_census_html(a)}
 <div class="grid">
 <div><h2>Speedup per workload against its size</h2>

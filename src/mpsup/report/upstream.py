@@ -26,6 +26,7 @@ from mpsup.console import md_code, md_comment, md_fence, one_line
 from mpsup.errors import UserError
 from mpsup.model.phases import PHASES
 from mpsup.report.analysis import Analysis, WorkloadChange
+from mpsup.report.op_repro import phase_repro
 from mpsup.runs.schema import MAX_CENSUS_DIM, MAX_CENSUS_ELEMENTS, RunRecord
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "int8": "int8", "fp8": "float8_e4m3fn"}
@@ -603,10 +604,16 @@ def build_upstream(
         )
     listed = (bisect or {}).get("targets")
     targets = [str(t) for t in listed] if isinstance(listed, list) else []
-    main = next((c for c in slower if c.name in targets), slower[0])
+    # An op replayed from a phase speaks through its phase's attribution: the phase or a layer leads where one slowed.
+    main = next((c for c in slower if c.name in targets), next((c for c in slower if c.part != "op"), slower[0]))
     assert main.speedup is not None
     repro = repro_for(rec, main.name)
     script = script_text(repro) if repro else None
+    # A whole-model phase: the ops that moved it, or the phase itself (report/op_repro.py).
+    device = str(rec.get("device")) if rec.get("device") in ("mps", "cuda", "cpu") else "cpu"
+    phased = phase_repro(analysis, rec, main.name, device)
+    if phased is not None:
+        repro, script = Repro(phased.what, "", device), phased.script
     good, bad = f(analysis.baseline_torch), f(analysis.candidate_torch)
     slowdown = 1.0 / main.speedup.estimate if main.speedup.estimate > 0 else math.inf
     # Two environments of one version (a setting, a library, a build flag differs): "slower in torch 2.11
@@ -646,7 +653,7 @@ def build_upstream(
     ]
     if bisect:
         lines += _bisect_section(bisect, f)
-    lines += ["#### Repro", ""]
+    lines += [*(phased.markdown if phased else []), "#### Repro", ""]
     w: dict[str, Any] = next((w for w in rec.get("workloads", []) if w.get("name") == main.name), {})
     census = _phase_census(w) if w.get("part") == "phase" else None
     oversized = _census_matmuls(census)[1] if census is not None else 0
@@ -658,8 +665,9 @@ def build_upstream(
     )
     if script and repro:
         lines += [
-            f"For {f(main.name)}, it times {repro.what}{left_out}. Run it with each build's interpreter; it prints "
-            "the median time per call and its spread.",
+            f"For {f(main.name)}, it times {repro.what}{left_out}. Run it with each build's interpreter"
+            + ("; pass your model's config.json with --config" if "load_config()" in script else "")
+            + "; it prints the median time per call and its spread.",
             "",
             *md_fence(script.rstrip("\n"), "python"),
             "",

@@ -23,6 +23,10 @@ def build(spec: dict[str, Any], device: Device) -> Built:
         from .whole_model import build_phase
 
         return build_phase(spec, device)
+    if kind == "op_replay":
+        from .replay import build_op
+
+        return build_op(spec["params"]["op_call"], device)
     builder = BUILDERS.get(kind)
     if builder is None:
         raise ValueError(f"unknown workload kind {kind!r}")

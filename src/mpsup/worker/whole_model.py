@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import os
 import re
 import sys
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -91,10 +93,40 @@ def _depth_for(
 
 
 class _Census:
-    """Which aten ops one forward ran, how often, with which shapes and dtypes."""
+    """Which aten ops one forward ran, how often, with which shapes and dtypes; and each distinct call as
+    replay.py rebuilds it (the overload, every argument's shape, strides and dtype, the non-tensor arguments,
+    the value range of integer and boolean inputs), so that every op of the phase can be timed alone."""
 
-    def __init__(self) -> None:
+    def __init__(self, ranges: bool = True, sync: Callable[[], None] | None = None) -> None:
         self.counts: Counter[tuple[str, str, str]] = Counter()
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.ranges = ranges  # off on the meta device, whose tensors hold no values
+        self.sync = sync  # with it, each call's rough time (synchronised): what ranks the ops worth replaying
+
+    def _record_call(self, func: Any, args: Any, kwargs: dict[str, Any], took: float | None) -> None:
+        from .replay import describe
+
+        ranges: list[list[float]] = []
+        try:
+            call = {"overload": str(func), "args": describe(args, ranges, self.ranges)}
+            if kwargs:
+                call["kwargs"] = describe(kwargs, ranges, self.ranges)
+        except Exception:
+            return  # an argument replay cannot describe: the op stays counted, not replayed
+        key = json.dumps(call, sort_keys=True)
+        seen = self.calls.get(key)
+        if seen is None:
+            if len(self.calls) >= CENSUS_MAX_ENTRIES:
+                return
+            self.calls[key] = {**call, "count": 1, "ranges": ranges}
+            if took is not None:
+                self.calls[key]["rough_s"] = took
+            return
+        seen["count"] += 1
+        if took is not None:
+            seen["rough_s"] = seen.get("rough_s", 0.0) + took
+        for old, new in zip(seen["ranges"], ranges, strict=False):
+            old[0], old[1] = min(old[0], new[0]), max(old[1], new[1])
 
     def mode(self) -> Any:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -107,7 +139,16 @@ class _Census:
                 shapes = " ".join("x".join(str(d) for d in t.shape) or "scalar" for t in tensors)
                 dtypes = " ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
                 census.counts[(str(func.overloadpacket.__name__), shapes, dtypes)] += 1
-                return func(*args, **(kwargs or {}))
+                if census.sync is None:
+                    census._record_call(func, args, kwargs or {}, None)
+                    return func(*args, **(kwargs or {}))
+                census.sync()
+                t0 = time.perf_counter()
+                out = func(*args, **(kwargs or {}))
+                census.sync()
+                took = time.perf_counter() - t0
+                census._record_call(func, args, kwargs or {}, took)
+                return out
 
         return Mode()
 
@@ -119,19 +160,24 @@ class _Census:
             {"op": op, "shapes": shapes, "dtypes": dtypes, "count": n}
             for (op, shapes, dtypes), n in self.counts.most_common(CENSUS_MAX_ENTRIES)
         ]
-        return {"ops": dict(by_op.most_common()), "calls": sum(by_op.values()), "entries": entries}
+        replay = sorted(self.calls.values(), key=lambda c: -c["count"])
+        doc = {"ops": dict(by_op.most_common()), "calls": sum(by_op.values()), "entries": entries, "replay": replay}
+        doc["replay_missing"] = doc["calls"] - sum(c["count"] for c in replay)
+        return doc
 
 
-def _census_strict(fn: Callable[[], Any]) -> dict[str, Any]:
-    census = _Census()
+def _census_strict(
+    fn: Callable[[], Any], ranges: bool = True, sync: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    census = _Census(ranges, sync)
     with census.mode():
         fn()
     return census.to_json()
 
 
-def _census_of(fn: Callable[[], Any]) -> dict[str, Any] | None:
+def _census_of(fn: Callable[[], Any], sync: Callable[[], None] | None = None) -> dict[str, Any] | None:
     try:
-        return _census_strict(fn)
+        return _census_strict(fn, sync=sync)
     except Exception:
         return None  # an op the census mode cannot wrap: the timing stands without it
 
@@ -480,7 +526,7 @@ def _finish(
     if device.kind == "meta":
         # Nothing runs for real on the meta device, so nothing to time or fall back: the census is the whole
         # answer, taken strictly, and whatever stops it is the reason the caller reports.
-        info["census"] = _census_strict(_quiet(fn))
+        info["census"] = _census_strict(_quiet(fn), ranges=False)
         return Built(_quiet(fn), None, None, items, (model,), info)
     try:
         info["fallback_ops"] = _first_call(fn, device.synchronize)
@@ -488,7 +534,7 @@ def _finish(
         _unsupported_op(exc)
         raise
     if not params.get("compile"):
-        info["census"] = _census_of(_quiet(fn))
+        info["census"] = _census_of(_quiet(fn), device.synchronize)
     return Built(_quiet(fn), None, None, items, (model,), info)
 
 

@@ -1,0 +1,262 @@
+"""Which op did it: a whole-model phase's change laid at its ops' door. Pure numbers; the words are elsewhere.
+
+Each op workload (model/op_replay.py) was timed alone in both environments and names how many times each phase
+called it in each. Per phase: an op's time in the phase is its count x its time per call (the candidate's per
+call agrees with the paired speedup), its change is candidate minus baseline, and its share of the change is
+that over the phase's own change. The replayed sum against the whole phase is the coverage; what the replay
+does not explain (launch gaps, fusion, synchronisation, Python between ops, ops not replayed) is the remainder,
+kept as its own figure, never spread over the ops."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mpsup.model.op_replay import OP_PART, call_key, is_view
+from mpsup.model.phases import phase_of
+from mpsup.stats import Interval
+
+# A phase whose share of the change is explained by ops summing to less than this is said to be unexplained by
+# any one op: report --upstream then times the phase itself.
+HALF = 0.5
+
+
+class _Change(Protocol):
+    baseline_s: float | None
+    candidate_s: float | None
+    speedup: Interval | None
+    change: str
+
+
+@dataclass(frozen=True)
+class OpShare:
+    name: str  # the op workload's name
+    op: str
+    shapes: str
+    dtypes: str
+    overload: str
+    count_baseline: int
+    count_candidate: int
+    baseline_s: float | None  # count x time per call, in one call of the phase
+    candidate_s: float | None
+    speedup: Interval | None
+    change: str  # the op workload's own call: faster, slower, same, n/a
+    change_s: float | None
+    share_of_change: float | None
+    view: bool
+    op_call: dict[str, Any] = field(default_factory=dict)  # the census entry, for the upstream repro
+
+    def to_json(self) -> dict[str, Any]:
+        sp = self.speedup
+        bounded = bool(sp and math.isfinite(sp.low) and math.isfinite(sp.high))
+        return {
+            "op": self.op,
+            "shapes": self.shapes,
+            "dtypes": self.dtypes,
+            "count_baseline": self.count_baseline,
+            "count_candidate": self.count_candidate,
+            "baseline_s": self.baseline_s,
+            "candidate_s": self.candidate_s,
+            "speedup": sp.estimate if sp else None,
+            "low": sp.low if sp and bounded else None,
+            "high": sp.high if sp and bounded else None,
+            "change_s": self.change_s,
+            "share_of_change": self.share_of_change,
+        }
+
+
+@dataclass(frozen=True)
+class PhaseAttribution:
+    phase: str
+    workload: str
+    baseline_s: float | None  # one call of the phase as it ran (the built blocks), not scaled
+    candidate_s: float | None
+    change_s: float | None  # candidate minus baseline
+    ops: tuple[OpShare, ...]
+    coverage_baseline: float | None  # replayed sum / whole phase
+    coverage_candidate: float | None
+    explained_change: float | None  # sum of the ops' change_s / the phase's change_s
+    unexplained_s: float | None  # the phase's change the ops do not account for
+    census_calls: dict[str, int] = field(default_factory=dict)  # each side's aten calls in one call of the phase
+    not_replayed_calls: dict[str, int] = field(default_factory=dict)  # of them, in no timed op workload
+    not_timed: tuple[str, ...] = ()  # op workloads of this phase without a time in both environments
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "coverage": {"baseline": self.coverage_baseline, "candidate": self.coverage_candidate},
+            "explained_change": self.explained_change,
+            "ops": [o.to_json() for o in self.ops],
+        }
+
+    def remainder_json(self) -> dict[str, Any]:
+        return {
+            "phase_change_s": self.change_s,
+            "unexplained_s": self.unexplained_s,
+            "census_calls": self.census_calls,
+            "not_replayed_calls": self.not_replayed_calls,
+            "not_timed": list(self.not_timed),
+        }
+
+    def movers(self, least: float = 0.2) -> list[OpShare]:
+        """The ops that carry at least `least` of the change, in the change's own direction, largest first."""
+        return [o for o in self.ops if o.share_of_change is not None and o.share_of_change >= least]
+
+    @property
+    def top_explains_half(self) -> bool:
+        """Whether one op (all its shapes together) carries at least half of the change."""
+        top = op_classes(self)[:1]
+        return bool(top and top[0].share_of_change is not None and top[0].share_of_change >= HALF)
+
+
+def _counts(doc: dict[str, Any], workload: str, label: str) -> int:
+    per = (doc.get("op_phases") or {}).get(workload) or {}
+    n = per.get(label, 0) if isinstance(per, dict) else 0
+    return n if type(n) is int and n >= 0 else 0
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: str) -> dict[str, PhaseAttribution]:
+    """{phase: its attribution} for every phase of the record that some op workload names."""
+    ops = [w for w in record.get("workloads", []) if w.get("part") == OP_PART and isinstance(w.get("op_phases"), dict)]
+    if not ops:
+        return {}
+    out: dict[str, PhaseAttribution] = {}
+    for w in record.get("workloads", []):
+        phase = phase_of(w) if w.get("part") == "phase" else None
+        if phase is None:
+            continue
+        name = str(w.get("name"))
+        mine = [o for o in ops if name in o["op_phases"]]
+        if not mine:
+            continue
+        pc = changes.get(name)
+        base = _finite(pc.baseline_s) if pc else None
+        cand = _finite(pc.candidate_s) if pc else None
+        delta = cand - base if base is not None and cand is not None else None
+        shares: list[OpShare] = []
+        not_timed: list[str] = []
+        timed_keys: set[str] = set()
+        for o in mine:
+            c = changes.get(str(o.get("name")))
+            nb, nc = _counts(o, name, a), _counts(o, name, b)
+            per_b = _finite(c.baseline_s) if c else None
+            per_c = _finite(c.candidate_s) if c else None
+            tb = nb * per_b if per_b is not None else (0.0 if nb == 0 else None)
+            tc = nc * per_c if per_c is not None else (0.0 if nc == 0 else None)
+            if per_b is None or per_c is None:
+                not_timed.append(str(o.get("name")))
+            else:
+                call = o.get("op_call")
+                if isinstance(call, dict):
+                    timed_keys.add(call_key(call))
+            ch = tc - tb if tb is not None and tc is not None else None
+            share = ch / delta if ch is not None and delta else None
+            overload = str((o.get("op_call") or {}).get("overload") or "")
+            shares.append(
+                OpShare(
+                    name=str(o.get("name")),
+                    op=str(o.get("op") or overload),
+                    shapes=str(o.get("shapes") or ""),
+                    dtypes=str(o.get("dtypes") or ""),
+                    overload=overload,
+                    count_baseline=nb,
+                    count_candidate=nc,
+                    baseline_s=tb,
+                    candidate_s=tc,
+                    speedup=c.speedup if c else None,
+                    change=c.change if c else "n/a",
+                    change_s=ch,
+                    share_of_change=share,
+                    view=is_view(overload),
+                    op_call=dict(o.get("op_call") or {}),
+                )
+            )
+        shares.sort(key=lambda s: -abs(s.change_s) if s.change_s is not None else math.inf)
+        sum_b = sum(s.baseline_s for s in shares if s.baseline_s is not None and s.name not in not_timed)
+        sum_c = sum(s.candidate_s for s in shares if s.candidate_s is not None and s.name not in not_timed)
+        explained = sum(s.change_s for s in shares if s.change_s is not None)
+        calls, missing = _census_calls(w, timed_keys)
+        out[phase] = PhaseAttribution(
+            phase=phase,
+            workload=name,
+            baseline_s=base,
+            candidate_s=cand,
+            change_s=delta,
+            ops=tuple(shares),
+            coverage_baseline=sum_b / base if base else None,
+            coverage_candidate=sum_c / cand if cand else None,
+            explained_change=explained / delta if delta else None,
+            unexplained_s=delta - explained if delta is not None else None,
+            census_calls=calls,
+            not_replayed_calls=missing,
+            not_timed=tuple(not_timed),
+        )
+    return out
+
+
+def _census_calls(phase_doc: dict[str, Any], timed: set[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per environment: the aten calls one call of the phase made, and how many of them no timed op replays."""
+    calls: dict[str, int] = {}
+    missing: dict[str, int] = {}
+    for label, env in (phase_doc.get("envs") or {}).items():
+        census = (env.get("phase") or {}).get("census") if isinstance(env, dict) else None
+        if not isinstance(census, dict) or type(census.get("calls")) is not int:
+            continue
+        calls[label] = census["calls"]
+        replayed = sum(
+            e["count"]
+            for e in census.get("replay") or []
+            if isinstance(e, dict) and type(e.get("count")) is int and call_key(e) in timed
+        )
+        missing[label] = max(0, census["calls"] - replayed)
+    return calls, missing
+
+
+@dataclass(frozen=True)
+class OpClass:
+    """Every distinct call of one op in a phase, added up: a kernel change moves all its shapes together."""
+
+    op: str
+    calls: tuple[OpShare, ...]  # largest |change| first
+    change_s: float | None
+    share_of_change: float | None
+
+    @property
+    def count_baseline(self) -> int:
+        return sum(c.count_baseline for c in self.calls)
+
+    @property
+    def count_candidate(self) -> int:
+        return sum(c.count_candidate for c in self.calls)
+
+
+def op_classes(attr: PhaseAttribution) -> list[OpClass]:
+    """The phase's ops by name (all shapes of `group_norm` together), ranked by their share of the change."""
+    groups: dict[str, list[OpShare]] = {}
+    for o in attr.ops:
+        groups.setdefault(o.op, []).append(o)
+    out = []
+    for op, calls in groups.items():
+        changes = [c.change_s for c in calls if c.change_s is not None]
+        change = sum(changes) if changes else None
+        share = change / attr.change_s if change is not None and attr.change_s else None
+        out.append(OpClass(op, tuple(calls), change, share))
+    out.sort(key=lambda c: -(c.share_of_change if c.share_of_change is not None else -math.inf))
+    return out
+
+
+def grouped_views(attr: PhaseAttribution, least: float = 0.05) -> tuple[list[OpShare], list[OpShare]]:
+    """(ops shown one by one, views folded into one line): the views together moving under `least` of the
+    phase's change and taking under `least` of its time are one line; otherwise each is shown."""
+    views = [o for o in attr.ops if o.view]
+    change = sum(o.change_s or 0.0 for o in views)
+    time_b = sum(o.baseline_s or 0.0 for o in views)
+    small_change = not attr.change_s or abs(change) < least * abs(attr.change_s)
+    small_time = not attr.baseline_s or time_b < least * attr.baseline_s
+    if len(views) > 1 and small_change and small_time:
+        return [o for o in attr.ops if not o.view], views
+    return list(attr.ops), []

@@ -1,0 +1,183 @@
+"""One op of a whole-model phase, rebuilt from its census entry with fresh tensors and timed alone.
+
+The census (whole_model._Census) writes each distinct call with `describe`: the overload ("aten.mm.default"),
+and every argument as plain JSON: a tensor as its shape, strides, dtype and (when it sits on the CPU beside a
+device model) its device; numbers, booleans, lists, dtypes and memory formats as themselves. Integer and
+boolean tensors also leave their observed value range (integers: min and max; booleans: the share of True),
+so that indices, positions and masks rebuilt here are valid for the op and alike in density. `build_op`
+turns such an entry back into a call on the worker's device, under inference mode as the phases run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .core import Built, Unsupported, rand
+from .device import Device
+
+# Namespaces whose ops are torch's own: an op of another library's extension may not exist in the other build.
+NAMESPACES = ("aten", "prims")
+_FLOAT_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def describe(value: Any, ranges: list[list[float]], with_ranges: bool) -> Any:
+    """An op argument as JSON that `_rebuild` turns back into an equivalent one; raises on what it cannot say."""
+    if isinstance(value, torch.Tensor):
+        doc: dict[str, Any] = {
+            "shape": list(value.shape),
+            "stride": list(value.stride()),
+            "dtype": _dtype_name(value.dtype),
+        }
+        if value.device.type == "cpu":
+            doc["cpu"] = True  # a CPU scalar or index tensor beside a device model: where the op sees it
+        integral = not value.dtype.is_floating_point and not value.dtype.is_complex
+        if integral and value.numel() and with_ranges and value.device.type != "meta":
+            if value.dtype == torch.bool:
+                share = float(value.float().mean().item())
+                ranges.append([share, share])
+            else:
+                ranges.append([float(value.min().item()), float(value.max().item())])
+            doc["range"] = len(ranges) - 1
+        return {"tensor": doc}
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, torch.dtype):
+        return {"dtype": _dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"device": value.type}
+    if isinstance(value, torch.memory_format):
+        return {"memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.layout):
+        return {"layout": str(value).removeprefix("torch.")}
+    if isinstance(value, (list, tuple)):
+        return [describe(v, ranges, with_ranges) for v in value]
+    if isinstance(value, dict):
+        return {"kwargs": {str(k): describe(v, ranges, with_ranges) for k, v in value.items()}}
+    raise TypeError(f"cannot describe a {type(value).__name__}")
+
+
+def resolve(name: str) -> Any:
+    """ "aten.mm.default" -> the OpOverload, or Unsupported where this torch has no such op."""
+    parts = name.split(".")
+    if len(parts) != 3 or parts[0] not in NAMESPACES or not all(p.isidentifier() for p in parts):
+        raise Unsupported(f"{name!r} is not an op of torch's own that can be replayed")
+    try:
+        return getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+    except (AttributeError, RuntimeError):
+        raise Unsupported(f"this torch has no op {name}") from None
+
+
+def _dtype(name: Any) -> torch.dtype:
+    dt = getattr(torch, str(name), None) if isinstance(name, str) and name.isidentifier() else None
+    if not isinstance(dt, torch.dtype):
+        raise Unsupported(f"this torch has no dtype {name!r}")
+    return dt
+
+
+def _extent(shape: list[int], stride: list[int]) -> int:
+    """Elements of storage a strided view of this shape reaches."""
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * abs(s) for d, s in zip(shape, stride, strict=True))
+
+
+def _tensor(doc: dict[str, Any], ranges: list[list[float]], device: Device) -> torch.Tensor:
+    shape = [int(d) for d in doc["shape"]]
+    stride = [int(s) for s in doc.get("stride") or []] or None
+    dtype = _dtype(doc["dtype"])
+    target = torch.device("cpu") if doc.get("cpu") else device.torch_device
+    if stride is not None and (len(stride) != len(shape) or any(s < 0 for s in stride)):
+        raise Unsupported(f"strides {stride} do not fit shape {shape}")
+    n = _extent(shape, stride) if stride is not None else math.prod(shape)
+    span = ranges[doc["range"]] if isinstance(doc.get("range"), int) and doc["range"] < len(ranges) else None
+    if dtype.is_floating_point:
+        if target.type == device.torch_device.type:
+            flat = rand((n,), dtype, device)
+        else:
+            flat = torch.empty(n, dtype=torch.float32).uniform_(-1.0, 1.0).to(dtype)
+    elif dtype.is_complex:
+        flat = torch.randn(n, dtype=dtype, device=target)
+    elif dtype == torch.bool:
+        share = sum(span) / 2 if span else 0.5
+        flat = torch.rand(n, device=target) < share
+    else:
+        # No range (a census on the meta device): zeros are a valid index of any non-empty dimension.
+        low, high = (int(span[0]), int(span[1])) if span else (0, 0)
+        flat = torch.randint(low, high + 1, (n,), dtype=dtype, device=target) if n else torch.empty(0, dtype=dtype)
+        flat = flat.to(target)
+    if stride is None:
+        return flat.view(shape)
+    return flat.as_strided(shape, stride)
+
+
+def _rebuild(value: Any, ranges: list[list[float]], device: Device, tensors: list[torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_rebuild(v, ranges, device, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "tensor" in value:
+        t = _tensor(value["tensor"], ranges, device)
+        tensors.append(t)
+        return t
+    if "float" in value:
+        return _FLOAT_SPECIAL.get(str(value["float"]), math.nan)
+    if "dtype" in value:
+        return _dtype(value["dtype"])
+    if "device" in value:
+        return torch.device("cpu") if value["device"] == "cpu" else device.torch_device
+    if "memory_format" in value:
+        fmt = getattr(torch, str(value["memory_format"]), None)
+        if not isinstance(fmt, torch.memory_format):
+            raise Unsupported(f"this torch has no memory format {value['memory_format']!r}")
+        return fmt
+    if "layout" in value:
+        return getattr(torch, str(value["layout"]), torch.strided)
+    if "kwargs" in value:
+        return {k: _rebuild(v, ranges, device, tensors) for k, v in value["kwargs"].items()}
+    raise Unsupported(f"cannot rebuild the argument {value!r}")
+
+
+def rebuild_call(params: dict[str, Any], device: Device) -> tuple[Any, list[Any], dict[str, Any], list[torch.Tensor]]:
+    """The op and fresh arguments for one census entry: (op, args, kwargs, the tensors made)."""
+    op = resolve(str(params["overload"]))
+    ranges = [list(r) for r in params.get("ranges") or []]
+    tensors: list[torch.Tensor] = []
+    args = _rebuild(list(params.get("args") or []), ranges, device, tensors)
+    described = params.get("kwargs") or {"kwargs": {}}  # as describe() writes a mapping; none at all: {}
+    kwargs = _rebuild(described if isinstance(described, dict) else None, ranges, device, tensors)
+    if not isinstance(kwargs, dict):
+        raise Unsupported("the census entry's keyword arguments are not a mapping")
+    return op, args, kwargs, tensors
+
+
+def build_op(params: dict[str, Any], device: Device) -> Built:
+    """A census entry as a workload: one call of the op per timed call, under inference mode (as the phases
+    run), on tensors made once (an in-place op rewrites the same ones call after call)."""
+    with torch.inference_mode():
+        op, args, kwargs, tensors = rebuild_call(params, device)
+    guard = getattr(torch._C, "_InferenceMode", None)
+
+    def fn() -> Any:
+        # The C guard, not torch.inference_mode(): its Python wrapper costs about a microsecond a call, a
+        # share of the smallest ops that the phase does not pay per op.
+        if guard is None:
+            with torch.inference_mode():
+                return op(*args, **kwargs)
+        with guard(True):
+            return op(*args, **kwargs)
+
+    try:
+        fn()
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise Unsupported(f"{params['overload']} could not be replayed: {type(exc).__name__}: {text}") from None
+    size = float(sum(t.numel() * t.element_size() for t in tensors))
+    return Built(fn, size or None, None, 1, (args, kwargs, tensors), None)
