@@ -314,7 +314,8 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         progress=progress,
         warn=warn,
         exiting=True,
-        expand=op_expander(plan, len(envs)),
+        # An MLX side cannot replay torch's ops: attribution is torch against torch.
+        expand=op_expander(plan, len(envs)) if all(e.stack == "torch" for e in envs) else None,
     )
     return BenchResult(record, path, exit_code(record))
 
@@ -333,7 +334,8 @@ def time_estimate(plan: BenchPlan) -> str | None:
     layers = len(plan.workloads) - phases
     units = PHASE_BUDGET_FACTOR * phases + layers
     paired = bool(req.candidate or req.aa)
-    ops = op_expander(plan, 2 if paired else 1) is not None
+    mlx = any(side.startswith("mlx:") for side in (req.baseline or "", req.candidate or ""))
+    ops = not mlx and op_expander(plan, 2 if paired else 1) is not None
     seconds = units * req.budget * (1 + OPS_BUDGET_SHARE if ops else 1)
     what = [f"{phases} phase(s)" if phases else "", f"{layers} layer workload(s)" if layers else ""]
     if ops:
