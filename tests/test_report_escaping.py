@@ -20,7 +20,9 @@ from tests.synthetic import paired_record
 
 SCRIPT = "<script>alert(1)</script>"
 ATTR = "\"' onmouseover=alert(2) x='"
-MD_BREAKOUT = "w|x`y`*b*_i_ [link](http://e.example) <b>bold</b> & ~s~\n| injected | row |\\"
+MD_BREAKOUT = "w|x`y`*b*_i_ [link](e.example) <b>bold</b> & ~s~\n| injected | row |\\"
+# The same with text GitHub links whatever escapes it (a URL, a mention): it goes in code spans instead.
+MD_LINKED = MD_BREAKOUT.replace("(e.example)", "(http://e.example)") + " @everyone #12"
 MARKUP = "models/[old] llama/[/x] [bold red]loud"
 
 
@@ -220,3 +222,18 @@ def test_the_count_of_rows_left_off_the_screen_shows_a_status_literally():
     render_terminal(analyze(rec), console)
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert f"3 crash{MARKUP}" in out and "more workloads" in out
+
+
+def test_markdown_report_text_that_github_would_link_sits_in_a_code_span() -> None:
+    """A backslash does not stop GitHub linking @mentions, #123 or bare URLs: such text goes in a code span."""
+    for text in ("@pytorch-bot", "see #123", "www.evil.example", "https://evil.example/x", "a|b @everyone"):
+        cell = md(text)
+        assert cell.startswith("`") and cell.endswith("`"), cell
+        assert "\n" not in cell and ("|" not in text or "\\|" in cell)
+    assert md("linear/4096x4096/t16") == "linear/4096x4096/t16"  # plain names read as before
+    markdown = render_markdown(analyze(_hostile(MD_LINKED)))
+    rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 4 and all(_unescaped(row, "|") == 9 for row in rows)
+    for line in markdown.splitlines():
+        if "@everyone" in line:
+            assert re.search(r"`[^`]*@everyone[^`]*`", line), line

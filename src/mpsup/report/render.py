@@ -16,7 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from mpsup.console import NARROW, printable, safe
+from mpsup.console import NARROW, md_code, printable, safe
 from mpsup.model.coverage import coverage_phrase
 from mpsup.report.analysis import MEMORY_NOISE_FLOOR, NOT_LAYERS, PUBLISHED_SUITE_CLAIM, Analysis, WorkloadChange
 from mpsup.report.attribution import OpShare, PhaseAttribution, grouped_views, op_classes
@@ -36,12 +36,17 @@ CANDIDATE_LEGEND = "candidate = baseline ÷ speedup, so a row agrees with it; be
 # Every string that comes from a record (workload and feature names, ids, device, versions, statuses,
 # conditions) is data, never markup: each renderer passes it through its own escape.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
+_MD_LINKED = re.compile(r"@|#[0-9]|www\.|[a-z]+://", re.IGNORECASE)
 
 
 def md(text: object) -> str:
     """Record text as inert Markdown on one line: it can neither leave its table cell (`|`, a newline)
-    nor become HTML, a link, an image or emphasis."""
-    return _MD_SPECIAL.sub(r"\\\1", printable(" ".join(str(text).splitlines())))
+    nor become HTML, a link, an image or emphasis. GitHub links @mentions, #123 and bare URLs whatever
+    backslashes stand before them, so text holding one goes in a code span, where nothing is linked."""
+    value = printable(" ".join(str(text).splitlines()))
+    if _MD_LINKED.search(value):
+        return md_code(value, table=True, limit=max(200, len(value)))
+    return _MD_SPECIAL.sub(r"\\\1", value)
 
 
 def esc(text: object) -> str:
