@@ -185,20 +185,22 @@ def test_resume_alone_takes_the_last_interrupted_journal_and_a_damaged_one_is_on
     from mpsup.errors import UserError
 
     args = {"only": "linear/*", "device": "cpu", "budget": 0.1, "threshold": 0.03, "pythons": []}
-    older = jr.new_journal("a" * 16, args, ["old1", "old2"], "2026-12-01T00:00:00Z")
-    newer = jr.new_journal("b" * 16, {**args, "budget": 0.2}, ["new1", "new2", "new3"], "2026-12-02T00:00:00Z")
-    done = {**jr.new_journal("c" * 16, args, ["x", "y"], "2026-12-03T00:00:00Z"), "status": "done"}
+    # Each under the key its arguments give, as mpsup writes them.
+    a, b, c = args, {**args, "budget": 0.2}, {**args, "budget": 0.3}
+    older = jr.new_journal(jr.journal_key(a), a, ["old1", "old2"], "2026-12-01T00:00:00Z")
+    newer = jr.new_journal(jr.journal_key(b), b, ["new1", "new2", "new3"], "2026-12-02T00:00:00Z")
+    done = {**jr.new_journal(jr.journal_key(c), c, ["x", "y"], "2026-12-03T00:00:00Z"), "status": "done"}
     for doc in (older, newer, done):
         jr.save_journal(doc)
     req = command.check(command.BisectRequest(resume=True))
     assert req.environments == ("new1", "new2", "new3") and req.budget == 0.2 and req.only == "linear/*"
-    assert [d["key"] for d in jr.finished_journals()] == ["c" * 16]
-    jr.journal_path("b" * 16).write_text("{not json")
+    assert [d["key"] for d in jr.finished_journals()] == [jr.journal_key(c)]
+    jr.journal_path(jr.journal_key(b)).write_text("{not json")
     with pytest.raises(UserError, match="--fresh"):
-        jr.load_journal(jr.journal_path("b" * 16))
-    jr.journal_path("b" * 16).write_text(json.dumps({"schema": "something else"}))
+        jr.load_journal(jr.journal_path(jr.journal_key(b)))
+    jr.journal_path(jr.journal_key(b)).write_text(json.dumps({"schema": "something else"}))
     with pytest.raises(UserError, match="--fresh"):
-        jr.load_journal(jr.journal_path("b" * 16))
+        jr.load_journal(jr.journal_path(jr.journal_key(b)))
     # the damaged one is passed over: --resume now finds the older
     assert command.check(command.BisectRequest(resume=True)).environments == ("old1", "old2")
 
@@ -233,11 +235,12 @@ def test_resume_alone_works_from_any_folder_and_refuses_fresh(mpsup_home: Path, 
     from mpsup.errors import UserError
 
     args = {"only": "linear/*", "device": "cpu", "budget": 0.1, "threshold": 0.03, "pythons": ["/abs/a", "/abs/b"]}
-    jr.save_journal(jr.new_journal("d" * 16, args, ["envs/a", "envs/b"], "2026-12-02T00:00:00Z"))
+    key = jr.journal_key(args)
+    jr.save_journal(jr.new_journal(key, args, ["envs/a", "envs/b"], "2026-12-02T00:00:00Z"))
     # the interpreters as resolved then: a relative name typed elsewhere still finds this journal
     assert command.check(command.BisectRequest(resume=True)).environments == ("/abs/a", "/abs/b")
     with pytest.raises(UserError, match="contradict"):
         command.check(command.BisectRequest(resume=True, fresh=True))
-    jr.save_journal({**jr.new_journal("d" * 16, {**args, "budget": "x"}, ["a", "b"], "2026-12-02T00:00:00Z")})
+    jr.save_journal({**jr.new_journal(key, {**args, "budget": "x"}, ["a", "b"], "2026-12-02T00:00:00Z")})
     with pytest.raises(UserError, match=r"args\.budget must be a number, found str; rerun with --fresh"):
         command.check(command.BisectRequest(resume=True))

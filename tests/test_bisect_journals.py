@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,15 @@ def _interrupted(tmp_path: Path, home: Path) -> tuple[Path, dict[str, Any], list
     runs.mkdir(parents=True, exist_ok=True)
     (runs / f"{record['id']}.json").write_text(json.dumps(record))
     return path, doc, envs
+
+
+def _rekeyed(path: Path, doc: dict[str, Any], args: dict[str, Any]) -> Path:
+    """The journal with other arguments under the key they give, as a hand that recomputes the digest leaves it."""
+    path.unlink(missing_ok=True)
+    key = jr.journal_key(args)
+    new = path.with_name(f"{key}.json")
+    new.write_text(json.dumps({**doc, "args": args, "key": key}))
+    return new
 
 
 def _args(envs: list[str]) -> list[str]:
@@ -135,7 +145,7 @@ def test_cli_resume_with_only_a_list_and_threads_a_string_exits_2(tmp_path: Path
 def test_journal_values_that_pass_the_types_are_checked_as_if_typed(tmp_path: Path, mpsup_home: Path) -> None:
     path, doc, _ = _interrupted(tmp_path, mpsup_home)
     for field, value, says in (("budget", -1.0, "--budget"), ("threshold", 7.0, "--threshold 7")):
-        path.write_text(json.dumps({**doc, "args": {**doc["args"], field: value}}))
+        path = _rekeyed(path, doc, {**doc["args"], field: value})
         with pytest.raises(UserError, match=f"{path}: {says}.*rerun with --fresh"):
             command.check(command.BisectRequest(resume=True))
 
@@ -150,7 +160,7 @@ def test_cli_resume_refuses_journal_values_bench_refuses_as_the_journal_s_fields
     """Values of the right type that bench's own checks refuse: the line names the journal file and the field,
     not an option the user never typed."""
     path, doc, _ = _interrupted(tmp_path, mpsup_home)
-    path.write_text(json.dumps({**doc, "args": {**doc["args"], field: value}}))
+    path = _rekeyed(path, doc, {**doc["args"], field: value})
     res = run_cli("bisect", "--resume")
     line = _one_line(res.stderr)
     assert res.returncode == 2, res.stderr
@@ -246,14 +256,13 @@ def test_resume_lists_what_abandoned_bisects_left_with_the_command_that_removes_
     """Folders of nightly builds under bisect-envs/ that the bisect being resumed does not own: one interrupted
     bisect never resumed, one whose journal is gone. Each is named with `rm -rf` and what it belongs to."""
     _, doc, _ = _interrupted(tmp_path, mpsup_home)
-    other = jr.new_journal(
-        "a" * 16, {"only": "x"}, ["2.16.0.dev20261101", "2.16.0.dev20261109"], "2026-12-01T00:00:00Z"
-    )
+    key = jr.journal_key({"only": "x"})  # a key its arguments give, as every journal mpsup writes
+    other = jr.new_journal(key, {"only": "x"}, ["2.16.0.dev20261101", "2.16.0.dev20261109"], "2026-12-01T00:00:00Z")
     other["steps"] = [doc["steps"][0]]
     jr.save_journal(other)
     # the older interrupted bisect: --resume takes the newest (the fixture), the other is abandoned
     envs_dir = mpsup_home / "bisect-envs"
-    for name in ("a" * 16, "orphan"):
+    for name in (key, "orphan"):
         env = envs_dir / name / "torch-2.16.0.dev20261101-cp311"
         env.mkdir(parents=True)
         (env / "mpsup-env.json").write_text("{}")
@@ -266,9 +275,9 @@ def test_resume_lists_what_abandoned_bisects_left_with_the_command_that_removes_
     result = command.run(command.BisectRequest(resume=True), warn=warned.append)
     assert result.interrupted == "SIGINT" and result.resumed_steps == 1
     assert warned == [
-        f"{envs_dir / ('a' * 16)}: 1 nightly build(s) installed by an interrupted bisect of 2.16.0.dev20261101 to "
+        f"{envs_dir / key}: 1 nightly build(s) installed by an interrupted bisect of 2.16.0.dev20261101 to "
         f"2.16.0.dev20261109 (1 step(s) done), not the bisect being resumed; remove it with: "
-        f"rm -rf {envs_dir / ('a' * 16)}",
+        f"rm -rf {envs_dir / key}",
         f"{envs_dir / 'orphan'}: 1 nightly build(s) installed by a bisect whose journal is gone, not the bisect "
         f"being resumed; remove it with: rm -rf {envs_dir / 'orphan'}",
     ]
@@ -277,3 +286,17 @@ def test_resume_lists_what_abandoned_bisects_left_with_the_command_that_removes_
         p.unlink()
     with pytest.raises(UserError, match=rf"2 folder\(s\) of nightly builds are left: remove with rm -rf {envs_dir}/"):
         command.check(command.BisectRequest(resume=True))
+
+
+def test_a_journal_whose_arguments_were_changed_runs_nothing(tmp_path: Path, mpsup_home: Path) -> None:
+    """Interpreters swapped into an unfinished journal's arguments no longer give its key: refused, nothing run."""
+    path, doc, _ = _interrupted(tmp_path, mpsup_home)
+    evil = tmp_path / "evil.sh"
+    marker = tmp_path / "ran"
+    evil.write_text(f'#!/bin/sh\ntouch {marker}\nexec {sys.executable} "$@"\n')
+    evil.chmod(0o755)
+    swapped = {**doc["args"], "pythons": [str(evil), *doc["args"]["pythons"][1:]]}
+    path.write_text(json.dumps({**doc, "args": swapped, "environments": [str(evil), *doc["environments"][1:]]}))
+    res = run_cli("bisect", "--resume")
+    assert res.returncode == 2 and "do not give its key" in _one_line(res.stderr)
+    assert not marker.exists()

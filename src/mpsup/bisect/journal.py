@@ -136,6 +136,10 @@ def _problem(doc: dict[str, Any], path: Path) -> str | None:
         isinstance(night, dict) and all(isinstance(night.get(k), str) for k in ("good", "bad", "index_url", "python"))
     ):
         return "args.nightlies must be an object of strings (good, bad, index_url, python)"
+    # The key is the arguments' digest: arguments changed after the fact (the interpreters a resume would run
+    # among them) no longer give it, and are refused rather than run.
+    if journal_key(args) != key:
+        return "its arguments do not give its key (edited or damaged), so mpsup will not run them"
     if doc.get("status") not in _STATUSES:
         return "status must be 'running' or 'done'"
     for key in ("started", "updated"):
