@@ -359,3 +359,23 @@ def test_more_values_than_a_record_may_hold_is_one_line(tmp_path: Path, monkeypa
     path.write_text(json.dumps(_valid(count=3)))
     with pytest.raises(UserError, match=r"big\.json.*samples and ratios in all"):
         load_record(path)
+
+
+@pytest.mark.parametrize("field", ["device", "torch_version", "workload_name"])
+def test_text_too_long_for_any_record_is_one_line_not_a_report_that_never_ends(tmp_path: Path, field: str) -> None:
+    """A terminal wraps one unbroken line in time that grows with its square: 100,000 characters never finished."""
+    doc = _valid()
+    long = "x" * 100_000
+    if field == "device":
+        doc["device"] = long
+    elif field == "torch_version":
+        doc["environments"][0]["torch_version"] = long
+    else:
+        doc["workloads"][0]["name"] = long
+    path = _write(tmp_path / "long.json", doc)
+    with pytest.raises(UserError) as exc:
+        store_mod.load_record(path)
+    assert "100,000 characters" in str(exc.value) and "\n" not in str(exc.value)
+    doc_ok = _valid()
+    doc_ok["device"] = "y" * 8_000  # long, but within what a record holds
+    store_mod.load_record(_write(tmp_path / "ok.json", doc_ok))

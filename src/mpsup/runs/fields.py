@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+MAX_TEXT = 8_192  # characters in one text field of a record
 MAX_COUNT = 10**9  # calls of one layer in one forward
 MAX_SECONDS = 1e9
 MAX_QUANTITY = 1e30  # FLOP, bytes: only compared and logged, never summed
@@ -48,6 +49,10 @@ def _list(doc: Any, where: str, limit: int, *, optional: bool = False) -> list[A
 
 def _text(doc: Any, where: str, *, optional: bool = True) -> str | None:
     _check(isinstance(doc, str) or (optional and doc is None), where, "text", doc)
+    # Wrapping one unbroken line costs the terminal renderer time that grows with its square: 100,000
+    # characters never finish. mpsup writes nothing this long (error tails are cut to a few thousand).
+    if isinstance(doc, str) and len(doc) > MAX_TEXT:
+        raise Corrupt(f"{where}: text of {len(doc):,} characters, more than the {MAX_TEXT:,} a record holds")
     return doc  # type: ignore[no-any-return]
 
 
