@@ -147,3 +147,18 @@ def test_a_phase_record_keeps_its_configs_names_and_digest_not_the_config():
         assert len(json.dumps(doc)) < 2000 and "someone_ssd" not in json.dumps(doc)
         assert phase_shape(doc).startswith("llama ")
         assert WorkloadRun.from_json(doc, "w").identity == WorkloadRun.from_json({**doc, "config": cfg}, "w").identity
+
+
+def test_a_head_count_of_zero_is_refused_in_one_line_not_a_division_by_zero_in_the_worker(tmp_path: Path) -> None:
+    from mpsup.errors import UserError
+    from mpsup.model.load import load_model
+
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 0, "num_hidden_layers": 2}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError) as exc:
+        load_model(folder)
+    assert str(exc.value) == (
+        f"{folder / 'config.json'}: 'num_attention_heads' must be a whole number from 1 to 4,096 (or a list of them), found 0"
+    )

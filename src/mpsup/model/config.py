@@ -56,6 +56,8 @@ SIZE_FIELDS: dict[str, int] = {
     **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "layers_per_block", "num_res_blocks"), MAX_BLOCKS),
     **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts"), MAX_EXPERTS),
 }
+# Head counts divide a width: 0 would fail inside the library, not here, so they start at 1.
+DIVISOR_FIELDS = frozenset({"num_attention_heads", "num_key_value_heads", "n_head", "num_heads"})
 # Fields that may also be a list of sizes, one per level (SD 2.x's attention_head_dim: [5, 10, 20, 20]).
 LIST_SIZE_FIELDS: dict[str, int] = {
     "attention_head_dim": MAX_WIDTH,
@@ -204,12 +206,15 @@ def _size_fields(doc: Mapping[str, Any], source: str) -> None:
         if value is None or (key not in SIZE_FIELDS and key not in LIST_SIZE_FIELDS):
             continue
         most = max(SIZE_FIELDS.get(key, 0), LIST_SIZE_FIELDS.get(key, 0))
+        least = 1 if key in DIVISOR_FIELDS else 0
         listed = key in LIST_SIZE_FIELDS and isinstance(value, list)
         items = value if listed else [value]
         if (listed and len(items) > MAX_LEVELS) or not all(
-            (n := _integer(v)) is not None and 0 <= n <= most for v in items
+            (n := _integer(v)) is not None and least <= n <= most for v in items
         ):
-            what = f"a whole number from 0 to {most:,}" + (" (or a list of them)" if key in LIST_SIZE_FIELDS else "")
+            what = f"a whole number from {least} to {most:,}" + (
+                " (or a list of them)" if key in LIST_SIZE_FIELDS else ""
+            )
             raise _bad(source, key, value, what)
 
 
