@@ -178,7 +178,8 @@ def _guard(w: Workload, sessions: list[EnvSession], share: float, device: str = 
             working = f" ({w.dtype} working size on {device or s.facts.get('device')})" if need > w.memory_bytes else ""
             return (
                 f"needs {need / gib:.2f} GiB{working}, over {share:.0%} of the {limit / gib:.1f} GiB this device can "
-                f"safely give{each}; skipped (overcommitting unified memory can freeze a Mac)"
+                f"safely give{each}; skipped (overcommitting unified memory can freeze a Mac; a smaller "
+                "--resolution, --frames or --tokens measures it)"
                 + (f"; {s.facts['memory_limit_note']}" if isinstance(s.facts.get("memory_limit_note"), str) else "")
             )
     return None
