@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mpsup.bisect.journal import SCHEMA, save_journal
+from mpsup.bisect.journal import SCHEMA, journal_key, save_journal
 from mpsup.report.analysis import analyze
 from mpsup.report.upstream import build_upstream, census_repro, repro_for, script_text
 from mpsup.runs.schema import as_record
@@ -131,7 +131,7 @@ def test_bisect_section_when_a_finished_bisect_measured_the_record(mpsup_home: P
     save_journal(
         {
             "schema": SCHEMA,
-            "key": "0123456789abcdef",
+            "key": journal_key({}),  # the digest of its arguments, as every journal mpsup writes
             "args": {},
             "environments": ["/home/someone/a/bin/python", "/home/someone/b/bin/python", "/x/c"],
             "status": "done",
