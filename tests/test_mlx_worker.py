@@ -155,19 +155,6 @@ def test_a_paired_torch_against_mlx_run_and_its_sentence(tmp_path: Path, mpsup_h
     out = json.loads(rep.stdout)
     sentence = out["sentence"] if "sentence" in out else out["analyses"][0]["sentence"]
     assert sentence.startswith("On this machine, MLX ") and "as fast as torch " in sentence
-    # MLX binds no threads itself: its worker runs on the CPU the torch worker's calling thread is bound to.
-    mlx_env = doc["environments"][1]
-    assert mlx_env["cpus"] == [sorted(os.sched_getaffinity(0))[-1]], mlx_env["cpus"]
-
-
-def test_a_hello_with_cpus_pins_the_mlx_worker() -> None:
-    assert MLX_PYTHON is not None
-    last = sorted(os.sched_getaffinity(0))[-1]
-    w = WorkerProcess(MLX_PYTHON, stack="mlx")
-    try:
-        assert w.request({"op": "hello", "device": "cpu", "cpus": [last]})["cpus"] == [last]
-    finally:
-        w.close()
 
 
 def test_install_rc_mlx_verification_builds_a_tiny_model() -> None:

@@ -78,10 +78,6 @@ class EnvSession:
         # Pinned to k CPUs, torch would still start a thread per CPU of the machine: k threads, unless told.
         cpus = self.options.cpus
         threads = self.options.threads or (len(cpus) if cpus else None)
-        if self.env.stack == "mlx" and not cpus and self.options.thread_cpus:
-            # MLX binds no threads of its own (its Linux CPU build computes on the calling thread): the CPU the
-            # torch worker's calling thread is bound to, so both stacks and every A/A process run alike.
-            cpus = self.options.thread_cpus[:1]
         self.worker = WorkerProcess(
             self.env.python,
             env=worker_env(threads, self.options.thread_cpus, cpu_fallback=self.options.allow_cpu_fallback),

@@ -360,11 +360,6 @@ class Worker:
         self.out.flush()
 
     def hello(self, req: dict[str, Any]) -> dict[str, Any]:
-        cpus = req.get("cpus")
-        if isinstance(cpus, list) and cpus and hasattr(os, "sched_setaffinity"):
-            # Before MLX starts any thread, which inherits it: left to the scheduler, the process moved between
-            # CPUs and one A/A process's decode ran up to a quarter slower than the other's.
-            os.sched_setaffinity(0, [int(c) for c in cpus])
         name = str(req.get("device", "cpu"))
         device, ok, reason = _device(name)
         if ok:
