@@ -137,7 +137,7 @@ def _problem(doc: dict[str, Any], path: Path) -> str | None:
     ):
         return "args.nightlies must be an object of strings (good, bad, index_url, python)"
     # The key is the arguments' digest: arguments changed after the fact (the interpreters a resume would run
-    # among them) no longer give it, and are refused rather than run.
+    # among them) do not give it, and are refused rather than run.
     if journal_key(args) != key:
         return "its arguments do not give its key (edited or damaged), so mpsup will not run them"
     if doc.get("status") not in _STATUSES:
