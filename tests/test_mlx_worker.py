@@ -15,6 +15,7 @@ import pytest
 
 from mpsup.bench.workerproc import WorkerProcess
 from tests.conftest import run_cli
+from tests.test_mlx_side import LLAMA as SIDE_LLAMA
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,19 +38,8 @@ pytestmark = pytest.mark.skipif(
     reason="no MLX environment: set MPSUP_TEST_MLX_PYTHON to a python with mlx and mlx-lm (CI makes .venv-mlx)",
 )
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-}
+# The MLX-side tests' tiny Llama, with the two fields mlx_lm needs in full where transformers has defaults.
+LLAMA = {**SIDE_LLAMA, "rms_norm_eps": 1e-5, "torch_dtype": "float32"}
 
 
 def _spec(phase: str, config: dict[str, Any] = LLAMA, **params: Any) -> dict[str, Any]:
