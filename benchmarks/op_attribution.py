@@ -128,7 +128,11 @@ def make_wrapper(work: Path, name: str, slow: str, key: str, times: int = 2) -> 
     path = work / f"env-{name}"
     lines = ["#!/bin/sh"]
     if slow:
-        lines += [f"export PYTHONPATH={hook}", f"export MPSUP_SLOW_OP={slow}", f"export MPSUP_SLOW_KEY={key}"]
+        lines += [
+            f"export PYTHONPATH={hook}${{PYTHONPATH:+:$PYTHONPATH}}",
+            f"export MPSUP_SLOW_OP={slow}",
+            f"export MPSUP_SLOW_KEY={key}",
+        ]
         lines.append(f"export MPSUP_SLOW_TIMES={times}")
     lines.append(f'exec "{sys.executable}" "$@"')
     path.write_text("\n".join(lines) + "\n")
