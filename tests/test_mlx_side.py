@@ -332,3 +332,12 @@ def test_a_run_names_its_mlx_side_in_lists() -> None:
     assert "torch 2.13.0 vs MLX 0.32.4" in rec.describe()
     assert [e.stack for e in rec.environments] == ["torch", "mlx"]
     assert RunRecord.from_json(rec.to_json(), "again") == rec  # the stack survives a round trip
+
+
+def test_an_mlx_worker_is_pinned_where_the_workers_are_or_where_torch_calls_from() -> None:
+    from mpsup.bench.workerproc import mlx_pin_env
+
+    assert mlx_pin_env((3,), (1, 0)) == {"MPSUP_MLX_CPUS": "3"}  # --affinity 3: every worker there
+    assert mlx_pin_env(None, (1, 0)) == {"MPSUP_MLX_CPUS": "1"}  # CPU auto: the torch calling thread's CPU
+    # Not pinned: still set, empty, so that a value in the user's shell cannot pin it behind their back.
+    assert mlx_pin_env(None, None) == {"MPSUP_MLX_CPUS": ""}

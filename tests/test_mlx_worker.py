@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mpsup.bench.workerproc import WorkerProcess
+from mpsup.bench.workerproc import WorkerProcess, mlx_pin_env
 from tests.conftest import run_cli
 from tests.test_mlx_side import LLAMA as SIDE_LLAMA
 
@@ -168,3 +168,21 @@ def test_real_weights_are_read_from_a_transformers_folder(worker: WorkerProcess,
     # A folder without the weights is an error of that load, never random weights in their place.
     (tmp_path / "llama" / "model.safetensors").unlink()
     assert worker.request({"op": "setup", "workload": spec, "calls": 1})["type"] == "error"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_the_mlx_worker_runs_whole_on_the_cpu_it_is_pinned_to() -> None:
+    assert MLX_PYTHON is not None
+    last = max(os.sched_getaffinity(0))
+    w = WorkerProcess(MLX_PYTHON, stack="mlx", env=mlx_pin_env(None, (last, 0)))
+    try:
+        hello = w.request({"op": "hello", "device": "cpu"})
+        assert hello["cpus"] == [last]
+        # Every thread of it, mlx's own included, since they start after the pin.
+        tasks = Path(f"/proc/{w.proc.pid}/task")
+        for task in tasks.iterdir():
+            status = (task / "status").read_text()
+            allowed = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+            assert allowed.split()[-1] == str(last), (task.name, allowed)
+    finally:
+        w.close()

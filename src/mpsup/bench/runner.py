@@ -18,7 +18,7 @@ from typing import Any
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
-from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, worker_env
+from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, mlx_pin_env, worker_env
 from mpsup.errors import UserError
 from mpsup.units import fmt_time
 from mpsup.workloads import Workload, working_bytes
@@ -80,7 +80,10 @@ class EnvSession:
         threads = self.options.threads or (len(cpus) if cpus else None)
         self.worker = WorkerProcess(
             self.env.python,
-            env=worker_env(threads, self.options.thread_cpus, cpu_fallback=self.options.allow_cpu_fallback),
+            env={
+                **worker_env(threads, self.options.thread_cpus, cpu_fallback=self.options.allow_cpu_fallback),
+                **(mlx_pin_env(cpus, self.options.thread_cpus) if self.env.stack == "mlx" else {}),
+            },
             stack=self.env.stack,
         )
         try:

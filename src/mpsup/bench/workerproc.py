@@ -65,6 +65,13 @@ MLX_BOOT = (
     "import os, sys\n"
     "os.dup2(2, 1)\n"
     "answers = int(sys.argv[3])\n"
+    # Pinned before mlx starts its threads, so that they inherit the CPUs (see mlx_pin_env).
+    "pin = os.environ.get('MPSUP_MLX_CPUS', '')\n"
+    "if pin and hasattr(os, 'sched_setaffinity'):\n"
+    "    try:\n"
+    "        os.sched_setaffinity(0, {int(c) for c in pin.split(',')})\n"
+    "    except (OSError, ValueError):\n"
+    "        pass\n"
     "try:\n"
     "    import mlx.core, mlx_lm\n"
     "except Exception as exc:\n"
@@ -319,6 +326,15 @@ class WorkerProcess:
         with contextlib.suppress(OSError):
             self._requests.close()
         self._stderr.close()
+
+
+def mlx_pin_env(cpus: tuple[int, ...] | None, thread_cpus: tuple[int, ...] | None) -> dict[str, str]:
+    """Where an MLX worker runs, whole: the CPUs every worker is pinned to, else the one CPU a torch
+    worker's calling thread is bound to. MLX computes on one thread of its own, and the CPU the scheduler
+    gives it lasts the life of the process, so two unpinned workers of one MLX lean a paired run one way
+    (docs/evidence/mlx.md). Always set, so that a value inherited from the user's shell cannot pin it."""
+    where = cpus or (thread_cpus[:1] if thread_cpus else None)
+    return {"MPSUP_MLX_CPUS": ",".join(map(str, where)) if where else ""}
 
 
 def worker_env(
