@@ -50,3 +50,20 @@ def fmt_span(low: float | None, high: float | None) -> str:
     lo_num, _, lo_unit = lo.partition(" ")
     hi_num, _, hi_unit = hi.partition(" ")
     return f"{lo_num}-{hi_num} {hi_unit}" if lo_unit == hi_unit else f"{lo}-{hi}"
+
+
+def _usable(x: float | None) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fmt_speedup(x: float | None, digits: int = 3) -> str:
+    """`0.970x`; `n/a` for a missing or non-finite figure."""
+    return f"{x:.{digits}f}x" if _usable(x) else "n/a"
+
+
+def fmt_interval(estimate: float | None, low: float | None, high: float | None, digits: int = 3) -> str:
+    """The one way a speedup and its 95% interval are printed everywhere: `0.970x (95% CI 0.950-0.990x)`;
+    the estimate alone when the interval is missing."""
+    if not _usable(low) or not _usable(high):
+        return fmt_speedup(estimate, digits)
+    return f"{fmt_speedup(estimate, digits)} (95% CI {low:.{digits}f}-{high:.{digits}f}x)"
