@@ -2,7 +2,7 @@
 using namespace metal;
 
 // A reference for the 5-D constant pad 2.15 fixed: up to 2.14 MPSGraph's pad wrote wrong values
-// once a plane reached 2^16 elements (pytorch issue 194922). Input (1, 2, 2, 256, 256) bfloat16:
+// once a plane reached 2^16 elements. Input (1, 2, 2, 256, 256) bfloat16:
 // planes of exactly 2^16; the Wan VAE causal pad (W 1+1, H 1+1, T 2+0) with zeros. One thread per
 // output element, copying bit patterns, so nothing depends on float rules.
 constant uint C = 2;

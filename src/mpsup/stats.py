@@ -146,7 +146,7 @@ def classify_change(ci: Interval, threshold: float = PRACTICAL_THRESHOLD) -> str
     return "same"
 
 
-# --- Per-workload calls that hold under drift and heavy tails (issue 12) -----------------------------
+# --- Per-workload calls that hold under drift and heavy tails -------------------------------------------
 
 METHOD = (
     "paired rounds (ABBA blocks from 24 rounds on); exact 95% interval of their median ratio; sign test over "
@@ -154,10 +154,9 @@ METHOD = (
     "Benjamini-Hochberg (q=0.05) across workloads; suite: bootstrap over workloads and rounds, plus a 2% "
     "between-process floor"
 )
-# Two single runs put side by side (report --baseline A --candidate B). Three H200 runs of one torch, minutes
-# apart, put the suite 1.03-1.11x apart and single workloads 0.58-2.04x while each run's own intervals
-# were a few percent wide (benchmarks/unpaired_aa.py): the drift between runs, which one pair of runs
-# cannot measure, dwarfs what their samples show, so they get an estimate and no call.
+# Two single runs put side by side (report --baseline A --candidate B): runs of one torch minutes apart
+# differ by far more than each run's own intervals show (docs/evidence), a drift that one pair of runs
+# cannot measure, so they get an estimate and no call.
 METHOD_UNPAIRED = (
     "two separate runs (unpaired): each side's samples bootstrapped on their own; no per-workload calls and no "
     "verdict, since the drift between runs is not measured"

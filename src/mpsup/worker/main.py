@@ -195,9 +195,8 @@ def mps_env(environ: Any) -> dict[str, str]:
 def collect_and_freeze() -> None:
     """Collect, then freeze what survived: between workloads, whatever is still alive is module state
     (dynamo, sympy and inductor once the compile smoke test has run; transformers once a model was built).
-    Left unfrozen, those ~160k objects made every later collection walk them again, at one collection per
-    workload teardown and more inside the timed loop: 52-101 ms a collection on a 2-vCPU CPU, 0 once
-    frozen, and that CPU's main job took 97 and 91 s before, 76 and 76 s after (docs/figures/cpu_smoke_gc.txt)."""
+    Left unfrozen, those objects make every later collection walk them again, at one collection per
+    workload teardown and more inside the timed loop, tens of milliseconds each (docs/evidence)."""
     gc.collect()
     gc.freeze()
 

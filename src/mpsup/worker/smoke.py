@@ -169,7 +169,7 @@ def constant_pad(d: Device) -> float:
 
 
 # Up to 2.14 MPSGraph's 5-D constant pad writes wrong values once a plane reaches 2^16 elements
-# (pytorch issue 194922, fixed in 2.15 by PR 195147); Wan VAE decodes cross that size. Planes
+# (a PyTorch bug that 2.15 fixed); Wan VAE decodes cross that size. Planes
 # (H, W) just below, at and beyond the limit, on the input and on the output side.
 PLANE_LIMIT_CASES: tuple[tuple[int, int, float], ...] = (
     (255, 255, 0.0),  # output 257 x 257: input plane below the limit, output beyond
@@ -282,8 +282,7 @@ def compile_small_model(d: Device) -> Outcome:
 
 def _one_compile_thread(backend: str) -> contextlib.AbstractContextManager[Any]:
     """Inductor compiles in this process, not in a pool of one process per CPU: a model of four kernels does
-    not repay the pool's start (H200, cold caches, one run each: the smoke tests took 9.0 s with the pool and
-    7.8 s without, docs/figures/h200_whole_model_and_main_job.txt). A user's `--compile` keeps the pool."""
+    not repay the pool's start (docs/evidence). A user's `--compile` keeps the pool."""
     if backend != "inductor":
         return contextlib.nullcontext()
     try:
