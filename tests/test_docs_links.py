@@ -82,6 +82,26 @@ def test_the_evidence_index_names_every_evidence_page() -> None:
     )
 
 
+def test_the_cli_reference_lists_every_command_and_option() -> None:
+    import typer
+
+    from mpsup import cli
+
+    sections = re.split(r"^## ", (DOCS / "reference" / "cli.md").read_text(), flags=re.M)
+    by_command = {s.split("`", 2)[1].removeprefix("mpsup "): s for s in sections[1:] if s.startswith("`mpsup ")}
+    app = typer.main.get_command(cli.app)
+    assert isinstance(app, typer.core.TyperGroup)
+    missing = []
+    for name, command in app.commands.items():
+        section = by_command.get(name, "")
+        for param in command.params:
+            opts = [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]
+            missing += [f"{name} {o}" for o in opts if o.startswith("-") and f"`{o}`" not in section]
+        if not section:
+            missing.append(name)
+    assert not missing, missing
+
+
 def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert LINK.findall("see [a](b.md#c) and ![img](fig.png)") == ["b.md#c", "fig.png"]
     assert RUN_LOG.findall("## Measured here\n") and RUN_LOG.findall("## Evidence\n")
