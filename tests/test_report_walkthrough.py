@@ -221,7 +221,7 @@ def test_the_candidate_column_is_labelled_as_baseline_over_speedup_everywhere():
 
 
 def test_the_doc_describes_the_suite_interval_the_code_computes():
-    doc = " ".join((REPO / "docs" / "report.md").read_text().split())
+    doc = " ".join((REPO / "docs" / "reference" / "report.md").read_text().split())
     assert "bootstrap over workloads" in METHOD
     assert "not the choice of shapes" not in doc
     assert "Its interval is a bootstrap over workloads and, within each, over its rounds" in doc
