@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mpsup.model.comfy import ARCHITECTURE_KEY
+from mpsup.model.comfy import ARCHITECTURE_KEY, vae_architecture
 from mpsup.model.config import (
     MAX_LEVELS,
     UNET_CLASSES,
@@ -22,7 +22,15 @@ from mpsup.model.config import (
     pipeline_vae_factor,
     vae_patch,
 )
-from mpsup.model.geometry import VAE_FACTOR, WAN_TIME_FACTOR, check_resolution, geometry, latent_frames, token_rule
+from mpsup.model.geometry import (
+    DEFAULT_VIDEO_FRAMES,
+    VAE_FACTOR,
+    WAN_TIME_FACTOR,
+    check_resolution,
+    geometry,
+    latent_frames,
+    token_rule,
+)
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
 from mpsup.workloads import Workload
@@ -44,6 +52,9 @@ WORD_EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|(^|\.
 # Tensors that exist only in a model with an LM head tied to its embedding (BERT's masked-LM head keeps a bias).
 HEAD_HINT = re.compile(r"(^|\.)(cls\.predictions|lm_head|generator_lm_head|vocab_projector)\.")
 QUANT_HINT = re.compile(r"(qweight|qzeros|scales|absmax|quant_map|\.SCB$|weight_format)")
+# llama.cpp's names for a language model's token embedding and its output head: a GGUF that has both is a
+# generating LM, whose runner computes the head's logits for the last position only.
+LLAMA_CPP_LM = ("token_embd.weight", "output.weight")
 
 
 @dataclass
@@ -106,6 +117,7 @@ def extract(
     fp8_bytes = 0
     has_head = any(OUTPUT_HEAD.search(n) for n in tensors)
     tied_head = cfg.tie_word_embeddings and not has_head and _lm_head(tensors, cfg)
+    head_tokens = HEAD_TOKENS if generates(tensors, cfg) else None
     for name, t in tensors.items():
         if t.dtype in GGML_QUANTIZED:  # a GGUF block-quantized weight: dequantized, then a bf16 matmul
             not_measured.append(
@@ -152,7 +164,7 @@ def extract(
             if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
                 embeddings[(out_f, in_f, dt, toks)] += 1
                 if tied_head and WORD_EMBEDDING.search(name):
-                    linear[(in_f, out_f, "output-head", "bf16" if dt == "fp8" else dt, toks)] += (
+                    linear[(in_f, out_f, "output-head", "bf16" if dt == "fp8" else dt, head_tokens or toks)] += (
                         1  # tied: the embedding doubles as the head
                     )
                     tied_head = False  # one head, however many aliases of the embedding (T5's shared + embed_tokens)
@@ -168,6 +180,8 @@ def extract(
                 if ATTENTION.search(name)
                 else "mlp"
             )
+            if role == "output-head" and head_tokens:
+                toks = head_tokens
             linear[(in_f, out_f, role, dt, toks)] += 1
             if stored_fp8:
                 fp8_linear[(in_f, out_f, role, toks)] += 1
@@ -234,7 +248,7 @@ def extract(
     for (shape, res, dt), count in convs.items():
         out_c, in_c, *kernel = shape
         pad = kernel[-1] // 2
-        frames = cfg.frames or DEFAULT_FRAMES
+        frames = latent_frames(cfg.frames or DEFAULT_VIDEO_FRAMES, cfg.time_factor or WAN_TIME_FACTOR)
         size = f"{res}px/{frames}f" if len(kernel) == 3 else f"{res}px"  # another frame count: another call
         if len(kernel) == 3:
             x_shape = [1, in_c, frames, res, res]
@@ -269,7 +283,11 @@ def extract(
             )
         )
     workloads += _fp8_workloads(fp8_linear)
-    return Extraction(distinct(workloads), not_measured, weight_bytes, weight_elements, fp8_stored_bytes=fp8_bytes)
+    heads = head_tokens and any(w.role == "output-head" for w in workloads)
+    notes = [HEAD_NOTE] if heads else []
+    return Extraction(
+        distinct(workloads), not_measured, weight_bytes, weight_elements, notes, fp8_stored_bytes=fp8_bytes
+    )
 
 
 def distinct(workloads: list[Workload]) -> list[Workload]:
@@ -333,6 +351,20 @@ def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -
     return out
 
 
+# A generating LM's head runs on the last position only, in prefill (generate() keeps that position's logits)
+# and in decode (one token): model/phases.py's prefill and decode run it so.
+HEAD_TOKENS = (1,)
+HEAD_NOTE = "output head over 1 token: prefill keeps the last position's logits, decode has one"
+
+
+def generates(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
+    """Whether the model is a causal LM run as prefill and decode: its config's `architectures` say so, and
+    without one, llama.cpp's names for an LM's embedding and head (a GGUF's) do."""
+    if cfg.causal is not None:
+        return cfg.causal
+    return all(n in tensors for n in LLAMA_CPP_LM)
+
+
 def _lm_head(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
     """Whether the model ends in an LM head: the config says so when it can; without one, a bare BERT-style
     `word_embeddings` with no masked-LM tensors is an encoder, and decoder-style names are taken as LMs."""
@@ -343,10 +375,10 @@ def _lm_head(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
     return not any(n.endswith("word_embeddings.weight") for n in tensors)
 
 
-# Activation sizes for convolutions: the config's sample_size (latent pixels) halves at each
-# down block and doubles back up; without a config, 64 latent pixels and 4 latent frames.
+# Activation sizes for convolutions: the config's sample_size (latent pixels) halves at each down block and
+# doubles back up, 64 latent pixels without one; a 3D convolution runs over the latent frames of a video's
+# frames (the stated ones, else geometry.DEFAULT_VIDEO_FRAMES).
 DEFAULT_RESOLUTION = 64
-DEFAULT_FRAMES = 4
 MAX_TIME_FACTOR = 64  # far above any video VAE's; a config asking more is not taken at its word
 DEFAULT_LEVELS = 4
 
@@ -439,11 +471,17 @@ DIFFUSERS_VECTOR = re.compile(r"(^time_embedding\.|^add_embedding\.|^class_embed
 
 
 def _diffusers_plan(
-    config: dict[str, Any], resolution: tuple[int, int], vae_factor: int, component: str, frames: int | None = None
+    config: dict[str, Any],
+    resolution: tuple[int, int],
+    vae_factor: int,
+    component: str,
+    frames: int | None = None,
+    video: bool = False,
 ) -> tuple[ModelConfig, Callable[[str], int], str] | None:
     """A Diffusers UNet or VAE (its own config.json) at this image size: the convolutions' sizes and the
     linears' token counts a forward at that size runs, and the statement of both; None for other classes.
-    `frames`: a video VAE's frames (bench --frames), as its 3D convolutions see them once compressed in time."""
+    `video`: a VAE with 3D convolutions, run over `frames` (bench --frames; None: the default clip) as its
+    3D convolutions see them once compressed in time."""
     cls = str(config.get("_class_name", ""))
     unet = cls in UNET_CLASSES
     if not unet and not cls.startswith(VAE_CLASSES):
@@ -466,21 +504,55 @@ def _diffusers_plan(
     # Layers are sized square, at the shorter side: what a non-square image's extra pixels add is not counted.
     square = "" if width == height else f" (layers at {min(width, height)}px square)"
     note = f"{component}: {cls} at {width}x{height}{square}: {what}, {levels} levels"
-    if frames and not unet:
-        latent = latent_frames(frames, _time_factor(config))
-        note += f", {frames} frames ({latent} latent)"
-        cfg = replace(cfg, frames=latent)
+    if video and not unet:
+        cfg = replace(cfg, frames=frames or cfg.frames, time_factor=_time_factor(config))
+        note += f", {frames_note(cfg)}"
     return replace(cfg, sample_size=size, levels=levels, tie_word_embeddings=False), rule, note
 
 
+def frames_note(cfg: ModelConfig) -> str:
+    """The frames a video VAE's phases decode and its 3D convolutions' latent frames, as the notes state them."""
+    frames = cfg.frames or DEFAULT_VIDEO_FRAMES
+    latent = latent_frames(frames, cfg.time_factor or WAN_TIME_FACTOR)
+    clip = "" if cfg.frames else ", a short clip (--frames sets another)"
+    return f"{frames} frames ({latent} latent){clip}"
+
+
+def _video_plan(
+    cfg: ModelConfig, doc: dict[str, Any] | None, arch: str | None, frames: int | None, what: str
+) -> tuple[ModelConfig, str]:
+    """3D convolutions outside a Diffusers pipeline (a ComfyUI VAE, a bare file): a Wan VAE's, known by its names,
+    compresses 4x in time, as does any other a config gives no factor for (its 3x3x3 convolutions already run
+    as a causal video VAE's)."""
+    factor = _time_factor(doc or {})
+    cfg = replace(cfg, frames=frames or cfg.frames, time_factor=factor)
+    who = "a Wan VAE (by its tensor names)" if arch == "wan-vae" else "3D convolutions taken as a video VAE's"
+    return cfg, f"{what}: {who}, {factor}x in time: {frames_note(cfg)}"
+
+
 def _time_factor(config: dict[str, Any]) -> int:
-    """A video VAE's compression in time, from its config (Wan: scale_factor_temporal; CogVideoX, LTX and
-    HunyuanVideo: temporal_compression_ratio), else Wan's 4. The whole-model phase probes it instead."""
+    """A video VAE's compression in time, from its config, as the whole-model phase's probe finds it: a Wan
+    VAE's halvings (`temperal_downsample`, which its `scale_factor_temporal` only restates), else
+    scale_factor_temporal or temporal_compression_ratio (CogVideoX, LTX, HunyuanVideo), else Wan's 4."""
+    halvings = config.get("temperal_downsample")
+    if isinstance(halvings, list) and 0 < len(halvings) <= MAX_LEVELS and all(isinstance(h, bool) for h in halvings):
+        return int(2 ** sum(halvings))
     for key in ("scale_factor_temporal", "temporal_compression_ratio"):
         v = config.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_TIME_FACTOR:
             return v
     return WAN_TIME_FACTOR
+
+
+def _has_3d(tensors: dict[str, TensorInfo]) -> bool:
+    """Whether the weights hold a 3D convolution: a video VAE's, run over frames."""
+    return any(len(t.shape) == 5 for t in tensors.values())
+
+
+def video_components(tensors: dict[str, TensorInfo]) -> frozenset[str]:
+    """A pipeline's components (`vae/...` tensors) whose weights hold 3D convolutions: their phases run over
+    frames as their layers do."""
+    return frozenset(n.split("/", 1)[0] for n, t in tensors.items() if "/" in n and len(t.shape) == 5)
 
 
 def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
@@ -496,11 +568,19 @@ def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
 
 
 def _component_plan(
-    part: dict[str, TensorInfo], config: dict[str, Any], resolution: int | tuple[int, int] | None, component: str
+    part: dict[str, TensorInfo],
+    config: dict[str, Any],
+    resolution: int | tuple[int, int] | None,
+    component: str,
+    frames: int | None = None,
 ) -> tuple[dict[str, Any] | ModelConfig, Callable[[str], int] | None, str | None]:
     """A ComfyUI component (its config synthesized with the architecture at load) -> the config extraction
-    uses at this resolution, the DiT token rule, and the statement of what was assumed."""
+    uses at this resolution, the DiT token rule, and the statement of what was assumed. `frames`: a video
+    VAE's (bench --frames), counted as a Diffusers VAE's are."""
     arch = config.get(ARCHITECTURE_KEY) if isinstance(config, dict) else None
+    if arch == "wan-vae" or (arch is None and not config.get("_class_name") and _has_3d(part)):
+        cfg, note = _video_plan(model_config(config, component), config, arch, frames, component)
+        return cfg, None, note
     if not isinstance(arch, str):
         return config, None, None
     cfg = model_config(config, component)
@@ -537,18 +617,21 @@ def extract_model(
         bare = model_config(config, "the model config")
         if size:
             bare = replace(bare, sample_size=min(size))
-        if frames:
-            bare = replace(bare, frames=frames)
-        return extract(tensors, bare, tokens=tokens, dtype=dtype)
+        video = _has_3d(tensors)
+        if video:
+            bare, said = _video_plan(bare, config, vae_architecture(set(tensors)), frames, "the model")
+        ex = extract(tensors, bare, tokens=tokens, dtype=dtype)
+        ex.notes[:0] = [said] if video else []
+        return ex
     total = Extraction([])
     factor = pipeline_vae_factor(components)
     image = size or pipeline_resolution(components)
     for component in sorted({n.split("/", 1)[0] for n in tensors}):
         part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}
         own = components.get(component, {})
-        video = frames if any(len(t.shape) == 5 for t in part.values()) else None
-        plan = _diffusers_plan(own, image, factor, component, video) if isinstance(own, dict) else None
-        cfg, rule, note = plan or _component_plan(part, own, resolution, component)
+        video = _has_3d(part)
+        plan = _diffusers_plan(own, image, factor, component, frames, video) if isinstance(own, dict) else None
+        cfg, rule, note = plan or _component_plan(part, own, resolution, component, frames)
         if note:
             total.notes.append(note)
         ex = extract(part, cfg, tokens=tokens, dtype=dtype, token_rule=rule)
@@ -567,6 +650,7 @@ def extract_model(
                     w.role,
                 )
             )
+        total.notes += [f"{component}: {n}" for n in ex.notes]
         total.not_measured += [{**n, "tensor": f"{component}/{n['tensor']}"} for n in ex.not_measured]
         total.linear_weight_bytes += ex.linear_weight_bytes
         total.linear_weight_elements += ex.linear_weight_elements

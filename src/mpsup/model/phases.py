@@ -12,12 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpsup.model.config import MAX_LEVELS, pipeline_resolution, pipeline_vae_factor
-from mpsup.model.geometry import WAN_TIME_FACTOR
+from mpsup.model.config import CAUSAL_SUFFIXES, MAX_LEVELS, pipeline_resolution, pipeline_vae_factor
+from mpsup.model.geometry import DEFAULT_VIDEO_FRAMES, WAN_TIME_FACTOR
 from mpsup.workloads import ITEMSIZE, Workload
 
 PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
-CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 TEXT_TOKENS = 77
 # Of the device's safe memory, what one environment's whole model may take: a paired run holds two models.
 FIT_SHARE = 0.5
@@ -33,7 +32,8 @@ class PhaseOptions:
     depth: int | None = None  # force this many blocks (else: all that fit)
     real_weights: bool = False
     environments: int = 1
-    frames: int | None = None  # a video VAE's frames (None: one image)
+    frames: int | None = None  # a video VAE's frames (None: DEFAULT_VIDEO_FRAMES)
+    video: frozenset[str] = frozenset()  # the components whose weights hold 3D convolutions (a video VAE's)
     weights: dict[str, int] | None = None  # a Diffusers component's weight bytes in the phase dtype, where known
 
 
@@ -298,9 +298,10 @@ def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: 
                 f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts, step, weights
             )
         elif cls.startswith("Autoencoder"):
-            vae = {**common, "frames": opts.frames} if opts.frames else common
+            frames = opts.frames or (DEFAULT_VIDEO_FRAMES if name in opts.video else None)
+            vae = {**common, "frames": frames} if frames else common
             for phase in ("vae_decode", "vae_encode"):
-                need = vae_activation_bytes(cfg, width, height, opts.frames, size, phase)
+                need = vae_activation_bytes(cfg, width, height, frames, size, phase)
                 out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, vae, path, opts, need, weights)
         elif isinstance(cfg.get("model_type"), str) and not text_done:
             text_done = True

@@ -77,7 +77,7 @@ def _layers(
     whole: WholeModel | None = None,
     tokens_stated: bool = False,
 ) -> ModelWorkloads:
-    from mpsup.model.extract import extract_model
+    from mpsup.model.extract import extract_model, video_components
     from mpsup.model.load import CONFIG_ONLY, checkpoint_dtype, load_model
     from mpsup.model.phases import PhaseOptions, model_phases
 
@@ -109,6 +109,7 @@ def _layers(
             real_weights=whole.real_weights,
             environments=whole.environments,
             frames=whole.frames,
+            video=video_components(loaded.tensors),
             weights=_component_bytes(loaded.tensors, dtype),
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
