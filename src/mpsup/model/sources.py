@@ -77,9 +77,10 @@ def _layers(
     whole: WholeModel | None = None,
     tokens_stated: bool = False,
 ) -> ModelWorkloads:
-    from mpsup.model.extract import extract_model, video_components
+    from mpsup.model.extract import extract_model
     from mpsup.model.load import CONFIG_ONLY, checkpoint_dtype, load_model
     from mpsup.model.phases import PhaseOptions, model_phases
+    from mpsup.model.sizing import video_components
 
     loaded = load_model(path)
     config_only = loaded.format == CONFIG_ONLY
