@@ -67,8 +67,8 @@ def _layerless(name: str) -> str:
 
 def per_expert(name: str) -> tuple[str, int, str] | None:
     """`<prefix>.<...>experts.<id>.<proj>.weight` -> (prefix, id, proj), prefix being the text before the first
-    dot. Plain splitting, linear in the name's length: the lazy regular expression it replaces backtracked
-    quadratically (8 s for one 40 KB name; a header may hold 100 MB of names)."""
+    dot. Plain splitting, linear in the name's length: a header may hold 100 MB of names, and a lazy regular
+    expression over them backtracks quadratically."""
     parts = name.split(".")
     if len(parts) < 5 or parts[-1] != "weight" or len(name) > MAX_NAME_CHARS:
         return None

@@ -74,12 +74,12 @@ def phase_shape(p: dict[str, Any]) -> str:
 # --- activation estimates: what one call holds beyond the weights, from the config and the stated sizes ---
 
 # Tensors of the largest level alive at once in a VAE or UNet block (its input, the norm's output, the conv's
-# output, the residual sum, and the library's temporaries: 4 undercounted a VAE's decode by 1.6x on the CPU),
-# and the score matrices of one attention (scores and their softmax).
+# output, the residual sum, and the library's temporaries), and the score matrices of one attention (scores
+# and their softmax).
 LIVE_TENSORS = 6
 LIVE_SCORES = 2
-# A Wan VAE's decode measured 5.90 GiB (allocator peak, bf16, 832x480, 81 frames, CUDA): six live tensors
-# of its largest level and its conv cache came to 4.1 GiB of activations; ten cover it with its weights.
+# A causal video VAE's decode holds more (its conv cache, each chunk's temporaries): ten tensors of its largest
+# level cover the Wan 2.2 VAE's measured peak with its weights (docs/models.md, "The Wan 2.2 VAE decode").
 LIVE_TENSORS_VIDEO = 10
 CACHED_FRAMES = 2  # a causal video VAE's conv cache: the last frames of each conv's input
 DEFAULT_VAE_CHANNELS = (128, 256, 512, 512)  # SD's VAE: a class whose config lists none is taken as this

@@ -205,8 +205,8 @@ def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
     """Levels of an LDM UNet (three input blocks each) or VAE (one encoder.down.N each), from the names."""
     pattern = r"^input_blocks\.(\d{1,6})\." if arch == "ldm-unet" else r"^encoder\.down\.(\d{1,6})\."
     per_level = 3 if arch == "ldm-unet" else 1
-    # A block index past MAX_LEVELS levels is no level of a real UNet or VAE (a 38-digit one was echoed as the
-    # level count): it is left out, as a name mpsup does not place.
+    # A block index past MAX_LEVELS levels is no level of a real UNet or VAE: it is left out, as a name mpsup does
+    # not place, so that a crafted index never becomes the level count.
     found = [i for n in tensors if (m := re.match(pattern, n)) and (i := int(m.group(1))) // per_level < MAX_LEVELS]
     if not found:
         return DEFAULT_LEVELS
