@@ -239,7 +239,7 @@ def test_a_video_vae_decodes_and_encodes_the_frames_asked_for() -> None:
     encode = build_phase(diffusers_spec(WAN_VAE, "vae_encode", frames=6), Device("cpu"))
     assert (encode.info or {})["frames"] == 5 and encode.fn().latent_dist.mean.shape == (1, 4, 3, 32, 32)
     one = build_phase(diffusers_spec(WAN_VAE, "vae_decode"), Device("cpu"))
-    assert (one.info or {})["latent"] == "1x4x1x32x32"  # without --frames: one image, as before
+    assert (one.info or {})["latent"] == "1x4x1x32x32"  # a spec naming no frames: one image
     with pytest.raises(Unsupported, match="--frames 5: AutoencoderKL encodes images, not video"):
         build_phase(diffusers_spec(VAE, "vae_decode", frames=5), Device("cpu"))
 

@@ -60,7 +60,7 @@ def priced_bytes(kind: str, dtype: str, params: dict[str, Any]) -> int | None:
     tensors the params do not describe (Metal kernels, whole models): their maker states what they take.
 
     The memory guard compares this with what the device can give before the workload is built, so it must
-    count every tensor: a conv priced without its output passed the guard at 1 MiB and allocated 4 GiB a call."""
+    count every tensor: a conv's output may be thousands of times its weight (1 MiB of weight, 4 GiB a call)."""
     es = ITEMSIZE.get(dtype, 4)
     try:
         if kind == "linear":

@@ -7,7 +7,8 @@ models, `net.` for Cosmos, each needing more than five keys; the Flux marker
 `double_blocks.0.img_attn.norm.key_norm.scale` with `img_in.weight`; Wan's `head.modulation`; SD3's
 `joint_blocks.0.context_block.attn.qkv.weight`; the LDM UNet's `input_blocks.`) and
 `comfy/supported_models_base.py` / `supported_models.py` (`first_stage_model.` or `vae.` for the VAE;
-`cond_stage_model.`, `conditioner.embedders.N.`, `text_encoders.` or `text_encoder.` for text encoders).
+`cond_stage_model.`, `conditioner.embedders.N.`, `text_encoders.` or `text_encoder.` for text encoders) and
+`comfy/sd.py` (the Wan VAE, 2.1 and 2.2 alike, by `decoder.middle.0.residual.0.gamma`).
 Nothing here is ComfyUI's code: only the names it documents by using them."""
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def is_ldm_vae(names: set[str], prefix: str = "") -> bool:
     return prefix + "encoder.conv_in.weight" in names or prefix + "decoder.conv_in.weight" in names
 
 
+WAN_VAE_MARKER = "decoder.middle.0.residual.0.gamma"
+
+
+def vae_architecture(names: set[str], prefix: str = "") -> str | None:
+    """A VAE's architecture from its names: the Wan VAE's (a causal video VAE, 4x in time) or the LDM one's."""
+    if prefix + WAN_VAE_MARKER in names:
+        return "wan-vae"
+    return "ldm-vae" if is_ldm_vae(names, prefix) else None
+
+
 def _strip(tensors: dict[str, TensorInfo], prefix: str) -> dict[str, TensorInfo]:
     return {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
 
@@ -91,9 +102,7 @@ def split(tensors: dict[str, TensorInfo]) -> list[Component] | None:
     if prefix != DIFFUSION_PREFIXES[0] and arch is None and set(parts) <= {"diffusion_model", "other"}:
         return None  # `net.` or `model.model.` alone, with nothing else of a checkpoint: some other model's names
     return [
-        Component(
-            c, ts, arch if c == "diffusion_model" else ("ldm-vae" if c == "vae" and is_ldm_vae(set(ts)) else None)
-        )
+        Component(c, ts, arch if c == "diffusion_model" else (vae_architecture(set(ts)) if c == "vae" else None))
         for c, ts in sorted(parts.items())
     ]
 
@@ -101,9 +110,7 @@ def split(tensors: dict[str, TensorInfo]) -> list[Component] | None:
 def component_for(kind: str, tensors: dict[str, TensorInfo]) -> Component:
     """One file of a repackaged layout (diffusion_models/, vae/, text_encoders/), its architecture told by names."""
     names = set(tensors)
-    arch = (
-        architecture(names) if kind == "diffusion_model" else "ldm-vae" if kind == "vae" and is_ldm_vae(names) else None
-    )
+    arch = architecture(names) if kind == "diffusion_model" else vae_architecture(names) if kind == "vae" else None
     return Component(kind, tensors, arch)
 
 

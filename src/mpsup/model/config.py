@@ -75,8 +75,10 @@ class ModelConfig:
     tie_word_embeddings: bool = True
     sample_size: int | None = None  # None: the default resolution
     levels: int | None = None  # down/up block count; None: the default
-    frames: int | None = None
+    frames: int | None = None  # a video's frames as a user counts them; None: geometry.DEFAULT_VIDEO_FRAMES
+    time_factor: int | None = None  # a video VAE's compression in time; None: Wan's (geometry.WAN_TIME_FACTOR)
     lm_head: bool | None = None  # does the model end in a language-model head? None: the config does not say
+    causal: bool | None = None  # is it a causal LM, run as prefill and decode? None: the config does not say
 
 
 # Architectures whose class ends in a head over the vocabulary (which a tied word embedding doubles as).
@@ -111,6 +113,8 @@ ENCODER_TYPES = frozenset(
     }
 )
 MAX_ARCHITECTURES = 64
+# Architectures run as prefill and decode (model/phases.py), whose head sees the last position only.
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 
 def _bad(source: str, key: str, value: object, expected: str) -> ModelFormatError:
@@ -185,14 +189,26 @@ def _tie(doc: Mapping[str, Any], source: str) -> bool:
     return value
 
 
+def _architectures(doc: Mapping[str, Any], source: str) -> list[str]:
+    archs = doc.get("architectures")
+    if archs is None:
+        return []
+    if not isinstance(archs, list) or len(archs) > MAX_ARCHITECTURES or not all(isinstance(a, str) for a in archs):
+        raise _bad(source, "architectures", archs, f"a list of at most {MAX_ARCHITECTURES} class names")
+    return archs
+
+
+def _causal(doc: Mapping[str, Any], source: str) -> bool | None:
+    """From `architectures` (LlamaForCausalLM: yes; BertForMaskedLM: no); None where it names none."""
+    archs = _architectures(doc, source)
+    return any(a.endswith(CAUSAL_SUFFIXES) for a in archs) if archs else None
+
+
 def _lm_head(doc: Mapping[str, Any], source: str) -> bool | None:
     """From `architectures` (BertModel: no; LlamaForCausalLM: yes), else an encoder's `model_type`."""
-    archs = doc.get("architectures")
-    if archs is not None:
-        if not isinstance(archs, list) or len(archs) > MAX_ARCHITECTURES or not all(isinstance(a, str) for a in archs):
-            raise _bad(source, "architectures", archs, f"a list of at most {MAX_ARCHITECTURES} class names")
-        if archs:
-            return any(a.endswith(LM_HEAD_SUFFIXES) for a in archs)
+    archs = _architectures(doc, source)
+    if archs:
+        return any(a.endswith(LM_HEAD_SUFFIXES) for a in archs)
     model_type = doc.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise _bad(source, "model_type", model_type, "a string")
@@ -232,6 +248,7 @@ def model_config(doc: Mapping[str, Any] | None, source: str) -> ModelConfig:
         levels=_levels(doc, source),
         frames=_positive(doc, "mpsup_frames", source, MAX_FRAMES),
         lm_head=_lm_head(doc, source),
+        causal=_causal(doc, source),
     )
     _size_fields(doc, source)  # after the typed fields, whose own wording names what each must be
     return cfg

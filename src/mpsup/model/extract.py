@@ -11,20 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mpsup.model.comfy import ARCHITECTURE_KEY
-from mpsup.model.config import (
-    MAX_LEVELS,
-    UNET_CLASSES,
-    VAE_CLASSES,
-    ModelConfig,
-    model_config,
-    pipeline_resolution,
-    pipeline_vae_factor,
-    vae_patch,
-)
-from mpsup.model.geometry import VAE_FACTOR, WAN_TIME_FACTOR, check_resolution, geometry, latent_frames, token_rule
+from mpsup.model.comfy import vae_architecture
+from mpsup.model.config import ModelConfig, model_config, pipeline_resolution, pipeline_vae_factor
+from mpsup.model.geometry import check_resolution
 from mpsup.model.gguf import QUANTIZED as GGML_QUANTIZED
 from mpsup.model.safetensors_header import MAX_NAME_CHARS, TensorInfo
+from mpsup.model.sizing import component_plan, conv_frames, conv_resolution, diffusers_plan, has_3d, video_plan
 from mpsup.workloads import Workload
 
 DTYPES = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8"}
@@ -44,6 +36,9 @@ WORD_EMBEDDING = re.compile(r"(embed_tokens|word_embeddings|tok_embeddings|(^|\.
 # Tensors that exist only in a model with an LM head tied to its embedding (BERT's masked-LM head keeps a bias).
 HEAD_HINT = re.compile(r"(^|\.)(cls\.predictions|lm_head|generator_lm_head|vocab_projector)\.")
 QUANT_HINT = re.compile(r"(qweight|qzeros|scales|absmax|quant_map|\.SCB$|weight_format)")
+# llama.cpp's names for a language model's token embedding and its output head: a GGUF that has both is a
+# generating LM, whose runner computes the head's logits for the last position only.
+LLAMA_CPP_LM = ("token_embd.weight", "output.weight")
 
 
 @dataclass
@@ -72,8 +67,8 @@ def _layerless(name: str) -> str:
 
 def per_expert(name: str) -> tuple[str, int, str] | None:
     """`<prefix>.<...>experts.<id>.<proj>.weight` -> (prefix, id, proj), prefix being the text before the first
-    dot. Plain splitting, linear in the name's length: the lazy regular expression it replaces backtracked
-    quadratically (8 s for one 40 KB name; a header may hold 100 MB of names)."""
+    dot. Plain splitting, linear in the name's length: a header may hold 100 MB of names, and a lazy regular
+    expression over them backtracks quadratically."""
     parts = name.split(".")
     if len(parts) < 5 or parts[-1] != "weight" or len(name) > MAX_NAME_CHARS:
         return None
@@ -81,6 +76,125 @@ def per_expert(name: str) -> tuple[str, int, str] | None:
     if not (group.endswith("experts") and DIGITS.fullmatch(expert) and WORD.fullmatch(proj)):
         return None
     return parts[0], int(expert), proj
+
+
+LinearKey = tuple[int, int, str, str, tuple[int, ...]]
+
+
+@dataclass
+class _Tally:
+    """One pass over the tensors: each layer shape counted with the token counts it runs at, the weights' bytes,
+    and what is not measured, with the reason."""
+
+    cfg: ModelConfig
+    tokens: tuple[int, ...]
+    dtype: str | None
+    token_rule: Callable[[str], int] | None
+    tied_head: bool  # the word embedding doubles as the head (until the first one is counted)
+    head_tokens: tuple[int, ...] | None  # the head's token counts where they are not `tokens`
+    linear: Counter[LinearKey] = field(default_factory=Counter)
+    embeddings: Counter[tuple[int, int, str, tuple[int, ...]]] = field(default_factory=Counter)
+    experts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    convs: Counter[tuple[tuple[int, ...], int, str]] = field(default_factory=Counter)
+    fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]] = field(default_factory=Counter)
+    not_measured: list[dict[str, str]] = field(default_factory=list)
+    weight_bytes: int = 0
+    weight_elements: int = 0
+    fp8_bytes: int = 0
+
+    def add(self, name: str, t: TensorInfo) -> None:
+        found = self._compute_dtype(name, t)
+        if found is None:
+            return
+        t, dt, stored_fp8 = found
+        if len(t.shape) < 2 or not name.endswith("weight"):
+            return  # norms, biases, buffers: no layer of their own
+        if self._add_experts(name, t, dt):
+            return
+        if len(t.shape) == 2:
+            self._add_matrix(name, t, dt, stored_fp8)
+        elif len(t.shape) in (4, 5):
+            self.convs[(tuple(t.shape), conv_resolution(name, self.cfg), dt)] += 1
+        else:
+            self.not_measured.append({"tensor": name, "reason": f"{len(t.shape)}-D weight: not a layer mpsup knows"})
+
+    def _compute_dtype(self, name: str, t: TensorInfo) -> tuple[TensorInfo, str, bool] | None:
+        """(the tensor, the dtype its layer computes in, whether it is stored as F8_E4M3), or None: not measured."""
+        if t.dtype in GGML_QUANTIZED:  # a GGUF block-quantized weight: dequantized, then a bf16 matmul
+            self.not_measured.append(
+                {"tensor": name, "reason": f"{t.dtype} dequantization not measured; its matmul is, in bf16"}
+            )
+            t = TensorInfo(name, "BF16", t.shape, t.nbytes)  # nbytes: as stored
+        if QUANT_HINT.search(name) or (t.dtype in ("I8", "U8", "I32", "U32", "I16") and len(t.shape) >= 2):
+            self.not_measured.append({"tensor": name, "reason": f"quantized or packed ({t.dtype}): not measured"})
+            return None
+        if t.dtype not in DTYPES:
+            if len(t.shape) >= 2:
+                self.not_measured.append(
+                    {"tensor": name, "reason": f"dtype {t.dtype} is not a compute dtype mpsup measures"}
+                )
+            return None
+        dt = self.dtype or DTYPES[t.dtype]
+        stored_fp8 = dt == "fp8"
+        if stored_fp8 and (len(t.shape) != 2 or not EMBEDDING.search(name)):
+            dt = "bf16"  # F8_E4M3 weights are upcast to bf16 for the compute, as ComfyUI and Diffusers run them
+        return t, dt, stored_fp8
+
+    def _weights(self, t: TensorInfo) -> None:
+        self.weight_bytes += t.nbytes
+        self.weight_elements += _numel(t.shape)
+
+    def _add_experts(self, name: str, t: TensorInfo, dt: str) -> bool:
+        """A per-expert weight (`...experts.N.proj.weight`) or a stacked 3-D one, grouped; False for others."""
+        m = per_expert(name) if len(t.shape) == 2 else None
+        if m:
+            prefix, expert_id, proj = m
+            g = self.experts.setdefault(
+                (_layerless(prefix) + ".experts", proj), {"ids": set(), "shape": t.shape, "dtype": dt, "layers": set()}
+            )
+            g["ids"].add(expert_id)
+            g["layers"].add(name.split(".experts.")[0])
+        elif len(t.shape) == 3 and ("experts" in name or "_exps." in name):
+            g = self.experts.setdefault(
+                (_layerless(name), "stacked"),
+                {"ids": set(range(t.shape[0])), "shape": t.shape[1:], "dtype": dt, "layers": set()},
+            )
+            g["layers"].add(name)
+        else:
+            return False
+        self._weights(t)
+        return True
+
+    def _add_matrix(self, name: str, t: TensorInfo, dt: str, stored_fp8: bool) -> None:
+        """A 2-D weight: an embedding (and the head it doubles as, tied), else a linear layer of its role."""
+        out_f, in_f = t.shape
+        toks = (self.token_rule(name),) if self.token_rule else self.tokens
+        if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
+            self.embeddings[(out_f, in_f, dt, toks)] += 1
+            if self.tied_head and WORD_EMBEDDING.search(name):
+                head_dt = "bf16" if dt == "fp8" else dt
+                self.linear[(in_f, out_f, "output-head", head_dt, self.head_tokens or toks)] += 1
+                self.tied_head = False  # one head, however many aliases of the embedding (T5's shared + embed_tokens)
+            return
+        role = _role(name)
+        if role == "output-head" and self.head_tokens:
+            toks = self.head_tokens
+        self.linear[(in_f, out_f, role, dt, toks)] += 1
+        if stored_fp8:
+            self.fp8_linear[(in_f, out_f, role, toks)] += 1
+            self.fp8_bytes += t.nbytes
+        self._weights(t)
+
+
+def _role(name: str) -> str:
+    """A linear weight's role, by its name: the output head, a router, a feed-forward, attention, else an MLP."""
+    if OUTPUT_HEAD.search(name):
+        return "output-head"
+    if ROUTER.search(name):
+        return "router"
+    if FEED_FORWARD.search("." + name):
+        return "mlp"
+    return "attention" if ATTENTION.search(name) else "mlp"
 
 
 def extract(
@@ -94,125 +208,78 @@ def extract(
     """token_rule, where given, names the one token count each linear weight runs over (a DiT's image or text
     stream) in place of `tokens`."""
     cfg = config if isinstance(config, ModelConfig) else model_config(config, "the model config")
-    top_k = cfg.top_k
-    linear: Counter[tuple[int, int, str, str, tuple[int, ...]]] = Counter()
-    embeddings: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
-    experts: dict[tuple[str, str], dict[str, Any]] = {}
-    convs: Counter[tuple[tuple[int, ...], int, str]] = Counter()
-    not_measured: list[dict[str, str]] = []
-    weight_bytes = 0
-    weight_elements = 0
-    fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
-    fp8_bytes = 0
     has_head = any(OUTPUT_HEAD.search(n) for n in tensors)
-    tied_head = cfg.tie_word_embeddings and not has_head and _lm_head(tensors, cfg)
+    tally = _Tally(
+        cfg,
+        tokens,
+        dtype,
+        token_rule,
+        tied_head=cfg.tie_word_embeddings and not has_head and _lm_head(tensors, cfg),
+        head_tokens=HEAD_TOKENS if generates(tensors, cfg) else None,
+    )
     for name, t in tensors.items():
-        if t.dtype in GGML_QUANTIZED:  # a GGUF block-quantized weight: dequantized, then a bf16 matmul
-            not_measured.append(
-                {"tensor": name, "reason": f"{t.dtype} dequantization not measured; its matmul is, in bf16"}
-            )
-            t = TensorInfo(name, "BF16", t.shape, t.nbytes)  # nbytes: as stored
-        if QUANT_HINT.search(name) or (t.dtype in ("I8", "U8", "I32", "U32", "I16") and len(t.shape) >= 2):
-            not_measured.append({"tensor": name, "reason": f"quantized or packed ({t.dtype}): not measured"})
-            continue
-        if t.dtype not in DTYPES:
-            if len(t.shape) >= 2:
-                not_measured.append(
-                    {"tensor": name, "reason": f"dtype {t.dtype} is not a compute dtype mpsup measures"}
-                )
-            continue
-        dt = dtype or DTYPES[t.dtype]
-        stored_fp8 = dt == "fp8"
-        if stored_fp8 and (len(t.shape) != 2 or not EMBEDDING.search(name)):
-            dt = "bf16"  # F8_E4M3 weights are upcast to bf16 for the compute, as ComfyUI and Diffusers run them
-        if len(t.shape) < 2 or not name.endswith("weight"):
-            continue  # norms, biases, buffers: no layer of their own
-        m = per_expert(name) if len(t.shape) == 2 else None
-        if m:
-            prefix, expert_id, proj = m
-            key = (_layerless(prefix) + ".experts", proj)
-            g = experts.setdefault(key, {"ids": set(), "shape": t.shape, "dtype": dt, "layers": set()})
-            g["ids"].add(expert_id)
-            g["layers"].add(name.split(".experts.")[0])
-            weight_bytes += t.nbytes
-            weight_elements += _numel(t.shape)
-            continue
-        if len(t.shape) == 3 and ("experts" in name or "_exps." in name):
-            key = (_layerless(name), "stacked")
-            g = experts.setdefault(
-                key, {"ids": set(range(t.shape[0])), "shape": t.shape[1:], "dtype": dt, "layers": set()}
-            )
-            g["layers"].add(name)
-            weight_bytes += t.nbytes
-            weight_elements += _numel(t.shape)
-            continue
-        if len(t.shape) == 2:
-            out_f, in_f = t.shape
-            toks = (token_rule(name),) if token_rule else tokens
-            if EMBEDDING.search(name) and not OUTPUT_HEAD.search(name):
-                embeddings[(out_f, in_f, dt, toks)] += 1
-                if tied_head and WORD_EMBEDDING.search(name):
-                    linear[(in_f, out_f, "output-head", "bf16" if dt == "fp8" else dt, toks)] += (
-                        1  # tied: the embedding doubles as the head
-                    )
-                    tied_head = False  # one head, however many aliases of the embedding (T5's shared + embed_tokens)
-                continue
-            role = (
-                "output-head"
-                if OUTPUT_HEAD.search(name)
-                else "router"
-                if ROUTER.search(name)
-                else "mlp"
-                if FEED_FORWARD.search("." + name)
-                else "attention"
-                if ATTENTION.search(name)
-                else "mlp"
-            )
-            linear[(in_f, out_f, role, dt, toks)] += 1
-            if stored_fp8:
-                fp8_linear[(in_f, out_f, role, toks)] += 1
-                fp8_bytes += t.nbytes
-            weight_bytes += t.nbytes
-            weight_elements += _numel(t.shape)
-            continue
-        if len(t.shape) in (4, 5):
-            convs[(tuple(t.shape), _resolution(name, cfg), dt)] += 1
-            continue
-        not_measured.append({"tensor": name, "reason": f"{len(t.shape)}-D weight: not a layer mpsup knows"})
-    workloads: list[Workload] = []
-    for (in_f, out_f, role, dt, toks), count in linear.items():
-        for tok in toks:
-            workloads.append(
-                Workload(
-                    f"model/linear/{in_f}x{out_f}/t{tok}",
-                    "linear",
-                    "model",
-                    dt,
-                    {"tokens": tok, "in_features": in_f, "out_features": out_f},
-                    tags=(role,),
-                    count=count,
-                    role=role,
-                )
-            )
-    for (vocab, dim, dt, toks), count in embeddings.items():
-        for tok in toks:
-            workloads.append(
-                Workload(
-                    f"model/embedding/{vocab}x{dim}/t{tok}",
-                    "embedding",
-                    "model",
-                    dt,
-                    {"tokens": tok, "num_embeddings": vocab, "embedding_dim": dim},
-                    tags=("embedding",),
-                    count=count,
-                    role="embedding",
-                )
-            )
+        tally.add(name, t)
+    workloads = [
+        *_linear_workloads(tally.linear),
+        *_embedding_workloads(tally.embeddings),
+        *_expert_workloads(tally.experts, tokens, cfg.top_k),
+        *_conv_workloads(tally.convs, conv_frames(cfg)),
+        *_fp8_workloads(tally.fp8_linear),
+    ]
+    heads = tally.head_tokens and any(w.role == "output-head" for w in workloads)
+    return Extraction(
+        distinct(workloads),
+        tally.not_measured,
+        tally.weight_bytes,
+        tally.weight_elements,
+        [HEAD_NOTE] if heads else [],
+        fp8_stored_bytes=tally.fp8_bytes,
+    )
+
+
+def _linear_workloads(linear: Counter[LinearKey]) -> list[Workload]:
+    return [
+        Workload(
+            f"model/linear/{in_f}x{out_f}/t{tok}",
+            "linear",
+            "model",
+            dt,
+            {"tokens": tok, "in_features": in_f, "out_features": out_f},
+            tags=(role,),
+            count=count,
+            role=role,
+        )
+        for (in_f, out_f, role, dt, toks), count in linear.items()
+        for tok in toks
+    ]
+
+
+def _embedding_workloads(embeddings: Counter[tuple[int, int, str, tuple[int, ...]]]) -> list[Workload]:
+    return [
+        Workload(
+            f"model/embedding/{vocab}x{dim}/t{tok}",
+            "embedding",
+            "model",
+            dt,
+            {"tokens": tok, "num_embeddings": vocab, "embedding_dim": dim},
+            tags=("embedding",),
+            count=count,
+            role="embedding",
+        )
+        for (vocab, dim, dt, toks), count in embeddings.items()
+        for tok in toks
+    ]
+
+
+def _expert_workloads(
+    experts: dict[tuple[str, str], dict[str, Any]], tokens: tuple[int, ...], top_k: int
+) -> list[Workload]:
+    out: list[Workload] = []
     for (_prefix, proj), g in sorted(experts.items()):
         out_f, in_f = g["shape"]
         n_exp = len(g["ids"])
         for tok in tokens:
-            workloads.append(
+            out.append(
                 Workload(
                     f"model/experts/{proj}/{n_exp}x{in_f}x{out_f}/t{tok}",
                     "grouped_mm",
@@ -231,15 +298,20 @@ def extract(
                     role="experts",
                 )
             )
+    return out
+
+
+def _conv_workloads(convs: Counter[tuple[tuple[int, ...], int, str]], frames: int) -> list[Workload]:
+    """Each convolution at its level's size; a 3D one over `frames` latent frames, after its causal pad."""
+    out: list[Workload] = []
     for (shape, res, dt), count in convs.items():
         out_c, in_c, *kernel = shape
         pad = kernel[-1] // 2
-        frames = cfg.frames or DEFAULT_FRAMES
         size = f"{res}px/{frames}f" if len(kernel) == 3 else f"{res}px"  # another frame count: another call
         if len(kernel) == 3:
             x_shape = [1, in_c, frames, res, res]
             # Causal 3D convs (Wan-style VAEs) pad time on one side only, then convolve unpadded.
-            workloads.append(
+            out.append(
                 Workload(
                     f"model/pad3d/{in_c}x{frames}x{res}x{res}",
                     "pad",
@@ -256,7 +328,7 @@ def extract(
         else:
             x_shape = [1, in_c, res, res]
             conv_pad = pad
-        workloads.append(
+        out.append(
             Workload(
                 f"model/conv{len(kernel)}d/{in_c}x{out_c}k{'x'.join(map(str, kernel))}/{size}",
                 "conv",
@@ -268,8 +340,7 @@ def extract(
                 role="conv",
             )
         )
-    workloads += _fp8_workloads(fp8_linear)
-    return Extraction(distinct(workloads), not_measured, weight_bytes, weight_elements, fp8_stored_bytes=fp8_bytes)
+    return out
 
 
 def distinct(workloads: list[Workload]) -> list[Workload]:
@@ -333,6 +404,20 @@ def _fp8_workloads(fp8_linear: Counter[tuple[int, int, str, tuple[int, ...]]]) -
     return out
 
 
+# A generating LM's head runs on the last position only, in prefill (generate() keeps that position's logits)
+# and in decode (one token): model/phases.py's prefill and decode run it so.
+HEAD_TOKENS = (1,)
+HEAD_NOTE = "output head over 1 token: prefill keeps the last position's logits, decode has one"
+
+
+def generates(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
+    """Whether the model is a causal LM run as prefill and decode: its config's `architectures` say so, and
+    without one, llama.cpp's names for an LM's embedding and head (a GGUF's) do."""
+    if cfg.causal is not None:
+        return cfg.causal
+    return all(n in tensors for n in LLAMA_CPP_LM)
+
+
 def _lm_head(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
     """Whether the model ends in an LM head: the config says so when it can; without one, a bare BERT-style
     `word_embeddings` with no masked-LM tensors is an encoder, and decoder-style names are taken as LMs."""
@@ -343,178 +428,11 @@ def _lm_head(tensors: dict[str, TensorInfo], cfg: ModelConfig) -> bool:
     return not any(n.endswith("word_embeddings.weight") for n in tensors)
 
 
-# Activation sizes for convolutions: the config's sample_size (latent pixels) halves at each
-# down block and doubles back up; without a config, 64 latent pixels and 4 latent frames.
-DEFAULT_RESOLUTION = 64
-DEFAULT_FRAMES = 4
-MAX_TIME_FACTOR = 64  # far above any video VAE's; a config asking more is not taken at its word
-DEFAULT_LEVELS = 4
-
-
 def _numel(shape: Any) -> int:
     n = 1
     for d in shape:
         n *= int(d)
     return n
-
-
-# Original (LDM/SGM) names, as ComfyUI files keep them: a UNet's input_blocks run three to a level (two res
-# blocks and a downsample), output_blocks three to a level from the lowest up; a VAE's encoder.down.N and
-# decoder.up.N are both indexed by level, the decoder starting from the lowest (its conv_in and the quant convs).
-LDM_LEVEL = re.compile(r"^(input_blocks|output_blocks|encoder\.down|decoder\.up)\.(\d+)\.")
-LDM_LOWEST = re.compile(
-    r"^(middle_block\.|decoder\.conv_in\.|decoder\.mid\.|encoder\.mid\.|quant_conv\.|post_quant_conv\.)"
-)
-
-
-def _ldm_level(name: str, levels: int) -> int | None:
-    m = LDM_LEVEL.match(name)
-    if m:
-        i = int(m.group(2))
-        return {"input_blocks": i // 3, "output_blocks": levels - 1 - i // 3}.get(m.group(1), i)
-    return levels - 1 if LDM_LOWEST.match(name) else None
-
-
-# An upsampler's convolution runs after its 2x interpolation, at the size of the level above its block:
-# Diffusers' `up_blocks.N.upsamplers.0.conv`, an LDM VAE's `decoder.up.N.upsample.conv`, an LDM UNet's
-# `output_blocks.N.{1,2}.conv` (the Upsample module after a res block, and an attention block where present),
-# a Wan VAE decoder's `up_blocks.N.upsampler.resample.1` (its upsample, then this conv).
-AFTER_UPSAMPLE = re.compile(
-    r"(\.upsamplers\.\d+\.conv\.|\.upsample\.conv\.|^output_blocks\.\d+\.[12]\.conv\.|\.upsampler\.resample\.1\.)"
-)
-
-
-def _resolution(name: str, cfg: ModelConfig) -> int:
-    base = cfg.sample_size or DEFAULT_RESOLUTION
-    levels = cfg.levels or DEFAULT_LEVELS
-    ldm = _ldm_level(name, levels)
-    depth = max(0, min(ldm, levels - 1)) if ldm is not None else _diffusers_depth(name, levels)
-    if depth is None:
-        return base
-    if AFTER_UPSAMPLE.search(name):
-        depth = max(0, depth - 1)
-    return max(4, base >> depth)
-
-
-# Diffusers names: down blocks from the top level down, up blocks from the lowest up (a UNet's and a VAE
-# decoder's alike), the mid block and a VAE's latent-side convolutions at the lowest level.
-DIFFUSERS_LEVEL = re.compile(r"(down_blocks|downsamples|up_blocks|upsamples)\.(\d+)")
-DIFFUSERS_LOWEST = re.compile(r"(mid|^encoder\.conv_out\.|^encoder\.conv_norm_out\.)")
-
-
-def _diffusers_depth(name: str, levels: int) -> int | None:
-    """How many levels below the top this weight runs (0: full size); None: a name at no level (the top)."""
-    m = DIFFUSERS_LEVEL.search(name)
-    if m:
-        i = int(m.group(2))
-        depth = i if m.group(1).startswith("down") else levels - 1 - i
-        return max(0, min(depth, levels - 1))
-    return levels - 1 if DIFFUSERS_LOWEST.search(name) else None
-
-
-LDM_TEXT_TOKENS = 77  # CLIP's context length, SD1.x to SDXL
-LDM_VECTOR = re.compile(r"(^time_embed\.|^label_emb\.|\.emb_layers\.)")
-LDM_CONTEXT = re.compile(r"\.attn2\.(to_k|to_v)\.")
-
-
-def _unet_tokens(
-    latent: int, levels: int, vector: re.Pattern[str], depth_of: Callable[[str, int], int | None]
-) -> Callable[[str], int]:
-    """A UNet's linears: the timestep (and SDXL's added) embeddings, named by `vector`, on one vector,
-    cross-attention keys/values on the prompt, the rest (projections, self-attention, feed-forward) on every
-    latent pixel of their level, which `depth_of` reads from the name (LDM's names or Diffusers')."""
-
-    def rule(name: str) -> int:
-        if vector.search(name):
-            return 1
-        if LDM_CONTEXT.search(name):
-            return LDM_TEXT_TOKENS
-        side = max(1, latent >> max(0, min(depth_of(name, levels) or 0, levels - 1)))
-        return side * side
-
-    return rule
-
-
-DIFFUSERS_VECTOR = re.compile(r"(^time_embedding\.|^add_embedding\.|^class_embedding\.|\.time_emb_proj\.)")
-
-
-def _diffusers_plan(
-    config: dict[str, Any], resolution: tuple[int, int], vae_factor: int, component: str, frames: int | None = None
-) -> tuple[ModelConfig, Callable[[str], int], str] | None:
-    """A Diffusers UNet or VAE (its own config.json) at this image size: the convolutions' sizes and the
-    linears' token counts a forward at that size runs, and the statement of both; None for other classes.
-    `frames`: a video VAE's frames (bench --frames), as its 3D convolutions see them once compressed in time."""
-    cls = str(config.get("_class_name", ""))
-    unet = cls in UNET_CLASSES
-    if not unet and not cls.startswith(VAE_CLASSES):
-        return None
-    source = f"{component}/config.json"
-    cfg = model_config(config, source)
-    levels = cfg.levels or DEFAULT_LEVELS
-    width, height = resolution
-    # The UNet runs on latents (the image divided by the VAE factor), the VAE from the image itself, or
-    # from its patches where it first folds pixels into channels (Wan 2.2's VAE: 2x2, 16x in all).
-    size = max(4, min(width, height) // (vae_factor if unet else vae_patch(config, source)))
-    if unet:
-        rule = _unet_tokens(size, levels, DIFFUSERS_VECTOR, _diffusers_depth)
-        what = f"latent {size}px, attention over {size * size} latent tokens at the top level"
-        what += f", {LDM_TEXT_TOKENS} text tokens"
-    else:
-        lowest = max(1, size >> (levels - 1))
-        rule = lambda _name: lowest * lowest  # noqa: E731  (a VAE's only linears: its mid-block attention)
-        what = f"convolutions from {size}px, mid-block attention over {lowest * lowest} tokens"
-    # Layers are sized square, at the shorter side: what a non-square image's extra pixels add is not counted.
-    square = "" if width == height else f" (layers at {min(width, height)}px square)"
-    note = f"{component}: {cls} at {width}x{height}{square}: {what}, {levels} levels"
-    if frames and not unet:
-        latent = latent_frames(frames, _time_factor(config))
-        note += f", {frames} frames ({latent} latent)"
-        cfg = replace(cfg, frames=latent)
-    return replace(cfg, sample_size=size, levels=levels, tie_word_embeddings=False), rule, note
-
-
-def _time_factor(config: dict[str, Any]) -> int:
-    """A video VAE's compression in time, from its config (Wan: scale_factor_temporal; CogVideoX, LTX and
-    HunyuanVideo: temporal_compression_ratio), else Wan's 4. The whole-model phase probes it instead."""
-    for key in ("scale_factor_temporal", "temporal_compression_ratio"):
-        v = config.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_TIME_FACTOR:
-            return v
-    return WAN_TIME_FACTOR
-
-
-def _ldm_levels(tensors: dict[str, TensorInfo], arch: str) -> int:
-    """Levels of an LDM UNet (three input blocks each) or VAE (one encoder.down.N each), from the names."""
-    pattern = r"^input_blocks\.(\d{1,6})\." if arch == "ldm-unet" else r"^encoder\.down\.(\d{1,6})\."
-    per_level = 3 if arch == "ldm-unet" else 1
-    # A block index past MAX_LEVELS levels is no level of a real UNet or VAE (a 38-digit one was echoed as the
-    # level count): it is left out, as a name mpsup does not place.
-    found = [i for n in tensors if (m := re.match(pattern, n)) and (i := int(m.group(1))) // per_level < MAX_LEVELS]
-    if not found:
-        return DEFAULT_LEVELS
-    return max(found) // per_level + 1
-
-
-def _component_plan(
-    part: dict[str, TensorInfo], config: dict[str, Any], resolution: int | tuple[int, int] | None, component: str
-) -> tuple[dict[str, Any] | ModelConfig, Callable[[str], int] | None, str | None]:
-    """A ComfyUI component (its config synthesized with the architecture at load) -> the config extraction
-    uses at this resolution, the DiT token rule, and the statement of what was assumed."""
-    arch = config.get(ARCHITECTURE_KEY) if isinstance(config, dict) else None
-    if not isinstance(arch, str):
-        return config, None, None
-    cfg = model_config(config, component)
-    g = geometry(arch, part, resolution, cfg.frames)
-    if arch in ("ldm-unet", "ldm-vae"):
-        levels = _ldm_levels(part, arch)
-        side = min(g.width, g.height)
-        size = side if arch == "ldm-vae" else side // VAE_FACTOR
-        note = f"{component}: {arch} at {g.width}x{g.height}: convolutions from {size}px over {levels} levels"
-        rule = _unet_tokens(size, levels, LDM_VECTOR, _ldm_level) if arch == "ldm-unet" else None
-        if rule:
-            note += f"; attention over {size * size} latent tokens at the top level, {LDM_TEXT_TOKENS} text tokens"
-        return ModelConfig(top_k=cfg.top_k, tie_word_embeddings=False, sample_size=size, levels=levels), rule, note
-    return cfg, token_rule(g), f"{component}: {g.describe()}"
 
 
 def extract_model(
@@ -537,18 +455,21 @@ def extract_model(
         bare = model_config(config, "the model config")
         if size:
             bare = replace(bare, sample_size=min(size))
-        if frames:
-            bare = replace(bare, frames=frames)
-        return extract(tensors, bare, tokens=tokens, dtype=dtype)
+        video = has_3d(tensors)
+        if video:
+            bare, said = video_plan(bare, config, vae_architecture(set(tensors)), frames, "the model")
+        ex = extract(tensors, bare, tokens=tokens, dtype=dtype)
+        ex.notes[:0] = [said] if video else []
+        return ex
     total = Extraction([])
     factor = pipeline_vae_factor(components)
     image = size or pipeline_resolution(components)
     for component in sorted({n.split("/", 1)[0] for n in tensors}):
         part = {n.split("/", 1)[1]: t for n, t in tensors.items() if n.startswith(component + "/")}
         own = components.get(component, {})
-        video = frames if any(len(t.shape) == 5 for t in part.values()) else None
-        plan = _diffusers_plan(own, image, factor, component, video) if isinstance(own, dict) else None
-        cfg, rule, note = plan or _component_plan(part, own, resolution, component)
+        video = has_3d(part)
+        plan = diffusers_plan(own, image, factor, component, frames, video) if isinstance(own, dict) else None
+        cfg, rule, note = plan or component_plan(part, own, resolution, component, frames)
         if note:
             total.notes.append(note)
         ex = extract(part, cfg, tokens=tokens, dtype=dtype, token_rule=rule)
@@ -567,6 +488,7 @@ def extract_model(
                     w.role,
                 )
             )
+        total.notes += [f"{component}: {n}" for n in ex.notes]
         total.not_measured += [{**n, "tensor": f"{component}/{n['tensor']}"} for n in ex.not_measured]
         total.linear_weight_bytes += ex.linear_weight_bytes
         total.linear_weight_elements += ex.linear_weight_elements

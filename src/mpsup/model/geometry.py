@@ -34,6 +34,9 @@ MAX_PIXELS = 16384
 VAE_FACTOR = 8
 PATCH = 2
 WAN_TIME_FACTOR = 4
+# Without --frames a video VAE runs a short clip, in its phases and its 3D convolutions alike: 13 frames, 4 latent
+# at a 4x time compression, enough for the causal cache to carry over between chunks at a few images' cost.
+DEFAULT_VIDEO_FRAMES = 13
 WAN22_VAE_CHANNELS = 48  # Wan 2.2 TI2V-5B's VAE compresses 16x in space
 
 

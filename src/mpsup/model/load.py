@@ -277,7 +277,7 @@ def _fingerprint(tensors: dict[str, TensorInfo]) -> str:
 
 def pt2_fingerprint(path: Path) -> str:
     """A .pt2 export's fingerprint from its size, its first MiB and its last MiB: at most 2 MiB read,
-    whatever the file's size (reading a 3 GiB export whole took 3 GB of memory and 17 s).
+    whatever the file's size (an export of gigabytes would otherwise be read whole, into memory).
 
     Bounded rather than whole-file: a .pt2 is a zip archive whose central directory, at the end, records
     every member's CRC-32 and size, so a change anywhere (the program, any weight) changes the last MiB;

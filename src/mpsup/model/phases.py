@@ -12,12 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpsup.model.config import MAX_LEVELS, pipeline_resolution, pipeline_vae_factor
-from mpsup.model.geometry import WAN_TIME_FACTOR
+from mpsup.model.config import CAUSAL_SUFFIXES, MAX_LEVELS, pipeline_resolution, pipeline_vae_factor
+from mpsup.model.geometry import DEFAULT_VIDEO_FRAMES, WAN_TIME_FACTOR
 from mpsup.workloads import ITEMSIZE, Workload
 
 PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
-CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 TEXT_TOKENS = 77
 # Of the device's safe memory, what one environment's whole model may take: a paired run holds two models.
 FIT_SHARE = 0.5
@@ -33,7 +32,8 @@ class PhaseOptions:
     depth: int | None = None  # force this many blocks (else: all that fit)
     real_weights: bool = False
     environments: int = 1
-    frames: int | None = None  # a video VAE's frames (None: one image)
+    frames: int | None = None  # a video VAE's frames (None: DEFAULT_VIDEO_FRAMES)
+    video: frozenset[str] = frozenset()  # the components whose weights hold 3D convolutions (a video VAE's)
     weights: dict[str, int] | None = None  # a Diffusers component's weight bytes in the phase dtype, where known
 
 
@@ -74,12 +74,12 @@ def phase_shape(p: dict[str, Any]) -> str:
 # --- activation estimates: what one call holds beyond the weights, from the config and the stated sizes ---
 
 # Tensors of the largest level alive at once in a VAE or UNet block (its input, the norm's output, the conv's
-# output, the residual sum, and the library's temporaries: 4 undercounted a VAE's decode by 1.6x on the CPU),
-# and the score matrices of one attention (scores and their softmax).
+# output, the residual sum, and the library's temporaries), and the score matrices of one attention (scores
+# and their softmax).
 LIVE_TENSORS = 6
 LIVE_SCORES = 2
-# A Wan VAE's decode measured 5.90 GiB (allocator peak, bf16, 832x480, 81 frames, CUDA): six live tensors
-# of its largest level and its conv cache came to 4.1 GiB of activations; ten cover it with its weights.
+# A causal video VAE's decode holds more (its conv cache, each chunk's temporaries): ten tensors of its largest
+# level cover the Wan 2.2 VAE's measured peak with its weights (docs/models.md, "The Wan 2.2 VAE decode").
 LIVE_TENSORS_VIDEO = 10
 CACHED_FRAMES = 2  # a causal video VAE's conv cache: the last frames of each conv's input
 DEFAULT_VAE_CHANNELS = (128, 256, 512, 512)  # SD's VAE: a class whose config lists none is taken as this
@@ -298,9 +298,10 @@ def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: 
                 f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts, step, weights
             )
         elif cls.startswith("Autoencoder"):
-            vae = {**common, "frames": opts.frames} if opts.frames else common
+            frames = opts.frames or (DEFAULT_VIDEO_FRAMES if name in opts.video else None)
+            vae = {**common, "frames": frames} if frames else common
             for phase in ("vae_decode", "vae_encode"):
-                need = vae_activation_bytes(cfg, width, height, opts.frames, size, phase)
+                need = vae_activation_bytes(cfg, width, height, frames, size, phase)
                 out.workloads += _workload(f"model/{name}/{phase}", phase, opts.dtype, vae, path, opts, need, weights)
         elif isinstance(cfg.get("model_type"), str) and not text_done:
             text_done = True

@@ -80,6 +80,7 @@ def _layers(
     from mpsup.model.extract import extract_model
     from mpsup.model.load import CONFIG_ONLY, checkpoint_dtype, load_model
     from mpsup.model.phases import PhaseOptions, model_phases
+    from mpsup.model.sizing import video_components
 
     loaded = load_model(path)
     config_only = loaded.format == CONFIG_ONLY
@@ -109,6 +110,7 @@ def _layers(
             real_weights=whole.real_weights,
             environments=whole.environments,
             frames=whole.frames,
+            video=video_components(loaded.tensors),
             weights=_component_bytes(loaded.tensors, dtype),
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)

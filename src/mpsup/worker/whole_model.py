@@ -14,25 +14,22 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-import json
 import os
 import re
 import sys
-import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .census import _Census, _census_of, _census_strict  # noqa: F401  (_Census: replay.py names it here)
 from .core import DEPRECATIONS, Built, FallbackWatch, Unsupported, dtype_of
 from .device import Device
 
 _NOT_IMPLEMENTED = re.compile(r"operator '([\w:.]+)' is not currently implemented for the MPS device")
 MAX_LAYERS = 10_000
-CENSUS_MAX_ENTRIES = 400  # distinct (op, shapes, dtypes) kept; the rest are counted as "other"
 TEXT_TOKENS = 77  # CLIP's context: what a UNet's cross-attention and a pipeline's text encoder see
 
 
@@ -90,96 +87,6 @@ def _depth_for(
             f"{budget / 2**30:.1f} GiB ({params.get('fit_share', 0.25):.0%} of {limit / 2**30:.1f} GiB)"
         )
     return fits
-
-
-class _Census:
-    """Which aten ops one forward ran, how often, with which shapes and dtypes; and each distinct call as
-    replay.py rebuilds it (the overload, every argument's shape, strides and dtype, the non-tensor arguments,
-    the value range of integer and boolean inputs), so that every op of the phase can be timed alone."""
-
-    def __init__(self, ranges: bool = True, sync: Callable[[], None] | None = None) -> None:
-        self.counts: Counter[tuple[str, str, str]] = Counter()
-        self.calls: dict[str, dict[str, Any]] = {}
-        self.ranges = ranges  # off on the meta device, whose tensors hold no values
-        self.sync = sync  # with it, each call's rough time (synchronised): what ranks the ops worth replaying
-
-    def _record_call(self, func: Any, args: Any, kwargs: dict[str, Any], took: float | None) -> None:
-        from .replay import describe
-
-        ranges: list[list[float]] = []
-        try:
-            call = {"overload": str(func), "args": describe(args, ranges, self.ranges)}
-            if kwargs:
-                call["kwargs"] = describe(kwargs, ranges, self.ranges)
-        except Exception:
-            return  # an argument replay cannot describe: the op stays counted, not replayed
-        key = json.dumps(call, sort_keys=True)
-        seen = self.calls.get(key)
-        if seen is None:
-            if len(self.calls) >= CENSUS_MAX_ENTRIES:
-                return
-            self.calls[key] = {**call, "count": 1, "ranges": ranges}
-            if took is not None:
-                self.calls[key]["rough_s"] = took
-            return
-        seen["count"] += 1
-        if took is not None:
-            seen["rough_s"] = seen.get("rough_s", 0.0) + took
-        for old, new in zip(seen["ranges"], ranges, strict=False):
-            old[0], old[1] = min(old[0], new[0]), max(old[1], new[1])
-
-    def mode(self) -> Any:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        census = self
-
-        class Mode(TorchDispatchMode):  # type: ignore[misc]
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                tensors = [a for a in args if isinstance(a, torch.Tensor)]
-                shapes = " ".join("x".join(str(d) for d in t.shape) or "scalar" for t in tensors)
-                dtypes = " ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
-                census.counts[(str(func.overloadpacket.__name__), shapes, dtypes)] += 1
-                if census.sync is None:
-                    census._record_call(func, args, kwargs or {}, None)
-                    return func(*args, **(kwargs or {}))
-                census.sync()
-                t0 = time.perf_counter()
-                out = func(*args, **(kwargs or {}))
-                census.sync()
-                took = time.perf_counter() - t0
-                census._record_call(func, args, kwargs or {}, took)
-                return out
-
-        return Mode()
-
-    def to_json(self) -> dict[str, Any]:
-        by_op: Counter[str] = Counter()
-        for (op, _, _), n in self.counts.items():
-            by_op[op] += n
-        entries = [
-            {"op": op, "shapes": shapes, "dtypes": dtypes, "count": n}
-            for (op, shapes, dtypes), n in self.counts.most_common(CENSUS_MAX_ENTRIES)
-        ]
-        replay = sorted(self.calls.values(), key=lambda c: -c["count"])
-        doc = {"ops": dict(by_op.most_common()), "calls": sum(by_op.values()), "entries": entries, "replay": replay}
-        doc["replay_missing"] = doc["calls"] - sum(c["count"] for c in replay)
-        return doc
-
-
-def _census_strict(
-    fn: Callable[[], Any], ranges: bool = True, sync: Callable[[], None] | None = None
-) -> dict[str, Any]:
-    census = _Census(ranges, sync)
-    with census.mode():
-        fn()
-    return census.to_json()
-
-
-def _census_of(fn: Callable[[], Any], sync: Callable[[], None] | None = None) -> dict[str, Any] | None:
-    try:
-        return _census_strict(fn, sync=sync)
-    except Exception:
-        return None  # an op the census mode cannot wrap: the timing stands without it
 
 
 def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> list[str]:
@@ -263,12 +170,9 @@ def _activation_bytes(config: Any, tokens: int, itemsize: int) -> int:
     return tokens * (8 * hidden + 3 * inter) * itemsize + heads * tokens * tokens * 4
 
 
-def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
-    tf = _library("transformers")
-    dev = device.torch_device
+def _hf_sizes(tf: Any, params: dict[str, Any]) -> tuple[Any, int, int, int]:
+    """The config, its layer count and the phase's tokens and cache, each checked against what the model takes."""
     config = _hf_config(tf, params["config"])
-    causal = bool(params.get("causal"))
-    auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     if layers > MAX_LAYERS:  # even on the meta device, building millions of blocks would take hours
         raise Unsupported(f"num_hidden_layers {layers} is beyond any real model (at most {MAX_LAYERS})")
@@ -281,6 +185,14 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         and tokens + (cache if params["phase"] == "decode" else 0) > limit_pos
     ):
         raise Unsupported(f"{tokens} tokens (+ cache {cache}) exceed this model's max_position_embeddings {limit_pos}")
+    return config, layers, tokens, cache
+
+
+def _fit_depth(
+    tf: Any, auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device, sizes: tuple[int, ...]
+) -> int:
+    """Blocks to build (the config cut to them): all, --depth, or as many as fit, learnt on the meta device."""
+    layers, tokens, cache = sizes
     itemsize = torch.empty((), dtype=dtype).element_size()
     with torch.device("meta"):
         try:
@@ -299,6 +211,11 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         )
     if depth < layers:
         _set_depth(config, depth)
+    return depth
+
+
+def _hf_model(auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device) -> Any:
+    """The model on the device: the checkpoint's weights where --real-weights asks (all of them), else random."""
     if params.get("weights") == "real" and params.get("path"):
         with _no_deprecations():
             try:
@@ -317,11 +234,21 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
                 f"{params['path']} (first: {missing[0]}) and would be random; give the whole checkpoint, or drop "
                 "--real-weights"
             )
-        model = model.to(dev)
+        model = model.to(device.torch_device)
     else:
-        with torch.device(dev):
+        with torch.device(device.torch_device):
             model = _construct(auto, config, dtype)
     model.eval()
+    return model
+
+
+def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
+    tf = _library("transformers")
+    causal = bool(params.get("causal"))
+    auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
+    config, layers, tokens, cache = _hf_sizes(tf, params)
+    depth = _fit_depth(tf, auto, config, params, dtype, device, (layers, tokens, cache))
+    model = _hf_model(auto, config, params, dtype, device)
     sig = inspect.signature(model.forward).parameters
     architecture = type(model).__name__
     attention = str(getattr(getattr(model, "config", config), "_attn_implementation", None) or "")
@@ -334,16 +261,9 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
             if name in sig:
                 extra_kw[name] = 1
                 break
-    info_logits = {"logits_kept": 1} if extra_kw else {}
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab <= 0:
         raise Unsupported("the config names no vocab_size")
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    phase = params["phase"]
-
-    def ids(n: int) -> torch.Tensor:
-        return torch.randint(0, vocab, (1, n), generator=gen).to(dev)
-
     info: dict[str, Any] = {
         "library": "transformers",
         "library_version": str(tf.__version__),
@@ -352,15 +272,42 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         "layers": layers,
         "depth": depth,
         "tokens": tokens,
-        **info_logits,
+        **({"logits_kept": 1} if extra_kw else {}),
     }
-    if phase == "decode":
-        cache_name = "past_key_values" if "past_key_values" in sig else "cache" if "cache" in sig else None
+    call = _HfCall(model, sig, extra_kw, vocab, device.torch_device)
+    if params["phase"] == "decode":
+        run, items = call.decode(cache), 1
+        info["cache"] = cache
+    else:
+        run, items = call.forward(tokens, causal), tokens
+    return _finish(run, params, model, info, items, device)
+
+
+@dataclass
+class _HfCall:
+    """One timed call of a built Transformers model, on random token ids (seeded)."""
+
+    model: Any
+    sig: Any  # the parameters its forward takes
+    extra_kw: dict[str, Any]
+    vocab: int
+    dev: Any
+
+    def __post_init__(self) -> None:
+        self.gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def ids(self, n: int) -> torch.Tensor:
+        return torch.randint(0, self.vocab, (1, n), generator=self.gen).to(self.dev)
+
+    def decode(self, cache: int) -> Callable[[], Any]:
+        """One token on a KV cache of `cache` tokens, cropped back after every call so each sees the same."""
+        model, extra_kw = self.model, self.extra_kw
+        cache_name = "past_key_values" if "past_key_values" in self.sig else "cache" if "cache" in self.sig else None
         if cache_name is None:
             raise Unsupported(f"{type(model).__name__}.forward takes no KV cache")
         with torch.inference_mode(), _no_deprecations():
-            kv = model(input_ids=ids(cache), use_cache=True, **extra_kw).past_key_values
-        one = ids(1)
+            kv = model(input_ids=self.ids(cache), use_cache=True, **extra_kw).past_key_values
+        one = self.ids(1)
         roll_back = getattr(kv, "crop", None)
         if kv is None or (roll_back is None and not isinstance(kv, tuple)):
             raise Unsupported(f"decode: this model's cache ({type(kv).__name__}) cannot be rolled back between calls")
@@ -372,18 +319,19 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
                     roll_back(-1)  # every timed call sees the same cache length (negative: drop, in every version)
                 return out
 
-        info["cache"] = cache
-        items = 1
-    else:
-        prompt = ids(tokens)
+        return run
+
+    def forward(self, tokens: int, causal: bool) -> Callable[[], Any]:
+        """A prompt of `tokens` (a causal LM's prefill, with a fresh KV cache), or an encoder's forward."""
+        model, extra_kw = self.model, self.extra_kw
+        prompt = self.ids(tokens)
         kw = {"use_cache": True} if causal else {}
 
         def run() -> Any:
             with torch.inference_mode():
                 return model(input_ids=prompt, **kw, **extra_kw)
 
-        items = tokens
-    return _finish(run, params, model, info, items, device)
+        return run
 
 
 # --- Diffusers ---
@@ -415,7 +363,6 @@ def _is_video(vae: torch.nn.Module) -> bool:
 
 def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
     df = _library("diffusers")
-    dev = device.torch_device
     cfg = params["config"]
     width, height = params["resolution"]
     phase = params["phase"]
@@ -431,71 +378,90 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=gen).to(device=dev, dtype=dtype)
+        return torch.randn(shape, generator=gen).to(device=device.torch_device, dtype=dtype)
 
     if phase in ("vae_decode", "vae_encode"):
-        video = _is_video(model)
-        frames = int(params.get("frames") or 1)  # video frames, as a user counts them
-        if frames > 1 and not video:
-            raise Unsupported(f"--frames {frames}: {type(model).__name__} encodes images, not video")
-        channels = int(cfg.get("in_channels", 3) or 3)
-        patch = cfg.get("patch_size")
-        if isinstance(patch, int) and patch > 1 and channels % (patch * patch) == 0:
-            channels //= patch * patch  # Wan 2.2: the image is patchified into in_channels before the first conv
-        # Five frames tell the time compression; one image (the default) needs no such probe, and on a CPU
-        # each probe frame of a full-size video VAE costs seconds.
-        probe, probe_frames = 128, 5 if frames > 1 else 1
-        image = rand(1, channels, probe_frames, probe, probe) if video else rand(1, channels, probe, probe)
-        with torch.inference_mode(), _no_deprecations():
-            small = _latent(model.encode(image))
-        factor = probe // int(small.shape[-1])
-        if width % factor or height % factor:
-            raise Unsupported(f"--resolution {width}x{height} is not a multiple of this VAE's factor {factor}")
-        # A causal video VAE keeps the first frame and compresses the rest in time (Wan: 1 + 4k frames -> 1 + k).
-        per_latent = (probe_frames - 1) // max(1, int(small.shape[2]) - 1) if video and frames > 1 else 1
-        latent_frames = (frames - 1) // per_latent + 1
-        time_dims = (latent_frames,) if video else ()
-        if phase == "vae_decode":
-            latent = rand(1, int(small.shape[1]), *time_dims, height // factor, width // factor)
-
-            def run() -> Any:
-                with torch.inference_mode():
-                    return model.decode(latent)
-
-        else:
-            image = rand(1, channels, *((1 + per_latent * (latent_frames - 1),) if video else ()), height, width)
-
-            def run() -> Any:
-                with torch.inference_mode():
-                    return model.encode(image)
-
-        latent_shape = (1, int(small.shape[1]), *time_dims, height // factor, width // factor)
-        info["latent"] = "x".join(str(d) for d in latent_shape)
-        info["factor"] = factor
-        if video:
-            info["frames"] = 1 + per_latent * (latent_frames - 1)
-        items = 1
+        run = _vae_call(model, params, rand, info)
     elif phase == "step":
-        factor = int(params.get("vae_factor") or 8)
-        sample = rand(1, int(cfg.get("in_channels", 4)), height // factor, width // factor)
-        context = rand(1, TEXT_TOKENS, int(cfg.get("cross_attention_dim") or 768))
-        step_kw: dict[str, Any] = {}
-        if cfg.get("addition_embed_type") == "text_time":  # SDXL: pooled text and size conditioning
-            time_dim = int(cfg.get("addition_time_embed_dim") or 256)
-            pooled = int(cfg.get("projection_class_embeddings_input_dim") or 2816) - 6 * time_dim
-            step_kw["added_cond_kwargs"] = {"text_embeds": rand(1, pooled), "time_ids": rand(1, 6)}
-        timestep = torch.tensor([500], device=dev)
-        unet = _maybe_compiled(model, params)
+        run = _step_call(model, params, rand, device, info)
+    else:
+        raise Unsupported(f"phase {phase!r} is not run for a Diffusers {type(model).__name__}")
+    return _finish(run, params, model, info, 1, device)
+
+
+def _vae_call(
+    model: Any, params: dict[str, Any], rand: Callable[..., torch.Tensor], info: dict[str, Any]
+) -> Callable[[], Any]:
+    """A VAE's decode of a random latent or encode of a random image (a video's frames, in the VAE's own time
+    compression, probed), at the resolution; `info` gets the latent's shape, the factor and the frames."""
+    cfg = params["config"]
+    width, height = params["resolution"]
+    video = _is_video(model)
+    frames = int(params.get("frames") or 1)  # video frames, as a user counts them
+    if frames > 1 and not video:
+        raise Unsupported(f"--frames {frames}: {type(model).__name__} encodes images, not video")
+    channels = int(cfg.get("in_channels", 3) or 3)
+    patch = cfg.get("patch_size")
+    if isinstance(patch, int) and patch > 1 and channels % (patch * patch) == 0:
+        channels //= patch * patch  # the image is patchified into in_channels before the first conv
+    # Five frames tell the time compression; one image needs no such probe, and on a CPU each probe frame of a
+    # full-size video VAE costs seconds.
+    probe, probe_frames = 128, 5 if frames > 1 else 1
+    image = rand(1, channels, probe_frames, probe, probe) if video else rand(1, channels, probe, probe)
+    with torch.inference_mode(), _no_deprecations():
+        small = _latent(model.encode(image))
+    factor = probe // int(small.shape[-1])
+    if width % factor or height % factor:
+        raise Unsupported(f"--resolution {width}x{height} is not a multiple of this VAE's factor {factor}")
+    # A causal video VAE keeps the first frame and compresses the rest in time (Wan: 1 + 4k frames -> 1 + k).
+    per_latent = (probe_frames - 1) // max(1, int(small.shape[2]) - 1) if video and frames > 1 else 1
+    latent_frames = (frames - 1) // per_latent + 1
+    time_dims = (latent_frames,) if video else ()
+    latent_shape = (1, int(small.shape[1]), *time_dims, height // factor, width // factor)
+    info["latent"] = "x".join(str(d) for d in latent_shape)
+    info["factor"] = factor
+    if video:
+        info["frames"] = 1 + per_latent * (latent_frames - 1)
+    if params["phase"] == "vae_decode":
+        latent = rand(*latent_shape)
 
         def run() -> Any:
             with torch.inference_mode():
-                return unet(sample, timestep, encoder_hidden_states=context, **step_kw)
+                return model.decode(latent)
 
-        info["latent"] = "x".join(str(d) for d in sample.shape)
-        items = 1
-    else:
-        raise Unsupported(f"phase {phase!r} is not run for a Diffusers {type(model).__name__}")
-    return _finish(run, params, model, info, items, device)
+        return run
+    image = rand(1, channels, *((1 + per_latent * (latent_frames - 1),) if video else ()), height, width)
+
+    def encode() -> Any:
+        with torch.inference_mode():
+            return model.encode(image)
+
+    return encode
+
+
+def _step_call(
+    model: Any, params: dict[str, Any], rand: Callable[..., torch.Tensor], device: Device, info: dict[str, Any]
+) -> Callable[[], Any]:
+    """One UNet denoising step on a random latent and prompt embedding (SDXL's added conditioning too)."""
+    cfg = params["config"]
+    width, height = params["resolution"]
+    factor = int(params.get("vae_factor") or 8)
+    sample = rand(1, int(cfg.get("in_channels", 4)), height // factor, width // factor)
+    context = rand(1, TEXT_TOKENS, int(cfg.get("cross_attention_dim") or 768))
+    step_kw: dict[str, Any] = {}
+    if cfg.get("addition_embed_type") == "text_time":  # SDXL: pooled text and size conditioning
+        time_dim = int(cfg.get("addition_time_embed_dim") or 256)
+        pooled = int(cfg.get("projection_class_embeddings_input_dim") or 2816) - 6 * time_dim
+        step_kw["added_cond_kwargs"] = {"text_embeds": rand(1, pooled), "time_ids": rand(1, 6)}
+    timestep = torch.tensor([500], device=device.torch_device)
+    unet = _maybe_compiled(model, params)
+
+    def run() -> Any:
+        with torch.inference_mode():
+            return unet(sample, timestep, encoder_hidden_states=context, **step_kw)
+
+    info["latent"] = "x".join(str(d) for d in sample.shape)
+    return run
 
 
 def _latent(encoded: Any) -> torch.Tensor:
