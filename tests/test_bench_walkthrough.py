@@ -61,6 +61,7 @@ def _model_record() -> dict[str, Any]:
         doc["status"] = "ok"
         doc["envs"] = {"baseline": _env(doc.pop("_m"))}
     return {
+        "schema": "mpsup.run/1",
         "id": RUN_ID,
         "mode": "single",
         "device": "cpu",

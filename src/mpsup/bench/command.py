@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from mpsup.bench.events import CensusStarted
 from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.errors import UserError
 from mpsup.host.affinity import Affinity, choose
 from mpsup.model.config import MAX_FRAMES
-from mpsup.progress import Progress
+from mpsup.progress import Progress, ignore
 from mpsup.workloads import Workload, select
 
 DTYPES = ("bf16", "fp16", "fp32")
@@ -213,7 +214,7 @@ def census_phases(plan: BenchPlan) -> list[Workload]:
     return [w for w in plan.workloads if w.kind == "model_phase" and w.params.get("library") in CENSUS_LIBRARIES]
 
 
-def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> dict[str, PhaseCensus]:
+def list_census(plan: BenchPlan, progress: Progress = ignore) -> dict[str, PhaseCensus]:
     """`bench --list`: each phase's op census by workload name, from ONE worker in the baseline environment
     (its transformers and diffusers decide the ops). Never raises for the census's sake: a phase that
     cannot be counted, or a worker that cannot start, is a reason on each phase, and the list stands."""
@@ -239,8 +240,7 @@ def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) 
             **out,
             **{w.name: PhaseCensus(None, "the baseline is MLX: the census counts torch's ops") for w in eager},
         }
-    if progress is not None:
-        progress(f"op census of {len(eager)} phase(s) on the {CENSUS_DEVICE} device, in {python}")
+    progress(CensusStarted(len(eager), CENSUS_DEVICE, str(python)))
     worker: WorkerProcess | None = None
     failure = ""
     try:

@@ -1,7 +1,8 @@
-"""What a bench run reports while it measures: one frozen dataclass per event (mpsup.progress.Event).
+"""What bench reports while it works: one frozen dataclass per event (mpsup.progress.Event).
 
-The progress renderer (bench/progress_bar.py) dispatches on these types; an event it does not know raises,
-so a new event without a rendering fails its test instead of vanishing from the screen."""
+The renderers (bench/progress_bar.py for a run, bench/listing.py for `--list`) dispatch on these types; an
+event a renderer does not know raises, so a new event without a rendering fails its test instead of vanishing
+from the screen."""
 
 from __future__ import annotations
 
@@ -92,3 +93,13 @@ class SecondVisitDone(Event):
     """A workload's second visit ended: all its planned visits are done."""
 
     name: str
+
+
+@dataclass(frozen=True)
+class CensusStarted(Event):
+    """`bench --list` takes the op census of `phases` whole-model phases on `device`, in the interpreter
+    `python`."""
+
+    phases: int
+    device: str
+    python: str

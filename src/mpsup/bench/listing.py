@@ -8,9 +8,11 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from mpsup.bench.events import CensusStarted
 from mpsup.bench.screen_text import is_narrow, plural
 from mpsup.console import NARROW, emit_json, printable, safe
 from mpsup.model.phases import phase_shape
+from mpsup.progress import Event, Progress
 from mpsup.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -139,3 +141,17 @@ def census_line(name: str, c: PhaseCensus, device: str) -> str:
     more = ", ..." if len(top) > CENSUS_TOP_OPS else ""
     calls = int(c.census.get("calls") or 0)
     return f"{safe(name)}: {calls} aten calls, {len(ops)} ops ({named}{more}) on the {safe(device)} device"
+
+
+def census_progress(console: Console) -> Progress:
+    """`--list`'s progress on `console`: one line when the op census starts (it runs a worker)."""
+
+    def show(event: Event) -> None:
+        match event:
+            case CensusStarted():
+                line = f"op census of {event.phases} phase(s) on the {event.device} device, in {event.python}"
+                console.print(safe(line), highlight=False, soft_wrap=True)
+            case _:
+                raise TypeError(f"the --list progress has no rendering for {type(event).__name__}")
+
+    return show

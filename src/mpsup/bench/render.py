@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mpsup.bench.listing import print_plan_notes, render_list
+from mpsup.bench.listing import census_progress, print_plan_notes, render_list
 from mpsup.bench.progress_bar import bench_progress
 from mpsup.bench.screen import render_run
 from mpsup.bench.summary import run_summary
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from mpsup.bench.command import BenchResult
 
-__all__ = ["bench_progress", "print_plan_notes", "render_list", "render_result"]
+__all__ = ["bench_progress", "census_progress", "print_plan_notes", "render_list", "render_result"]
 
 
 def render_result(

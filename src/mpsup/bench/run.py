@@ -294,15 +294,16 @@ class Schedule:
     stops: StopSignals
     start_s: float = 0.0
     expand: Expand | None = None
-    measured: list[WorkloadMeasurement] = field(default_factory=list)
-    took: list[float] = field(default_factory=list)  # each first visit, as the run's clock saw it
-    spent: list[float] = field(default_factory=list)  # each workload's visits so far, as the runner timed them
-    open_: list[bool] = field(default_factory=list)  # unconverged after its latest visit
-    sizes: list[float] = field(default_factory=list)  # what the ETA scales an unvisited workload's time by
-    extra_weight: dict[str, float] = field(default_factory=dict)  # budget units of the workloads `expand` added
-    pool: float = 0.0  # leftover seconds the unconverged workloads did not spend
-    base: int = 0
-    last_phase: int = -1  # the first pass's index after which `expand` adds the phases' ops
+    # Per workload, by its index in `workloads`:
+    measured: list[WorkloadMeasurement] = field(default_factory=list, init=False)
+    took: list[float] = field(default_factory=list, init=False)  # its first visit, as the run's clock saw it
+    spent: list[float] = field(default_factory=list, init=False)  # its visits so far, as the runner timed them
+    open_: list[bool] = field(default_factory=list, init=False)  # unconverged after its latest visit
+    sizes: list[float] = field(default_factory=list, init=False)  # what the ETA scales its unvisited time by
+    extra_weight: dict[str, float] = field(default_factory=dict, init=False)  # budget units of what `expand` added
+    pool: float = field(default=0.0, init=False)  # leftover seconds the unconverged workloads did not spend
+    base: int = field(default=0, init=False)
+    last_phase: int = field(default=-1, init=False)  # the first pass's index after which `expand` adds ops
 
     def __post_init__(self) -> None:
         self.sizes = [float(w.memory_bytes) for w in self.workloads]

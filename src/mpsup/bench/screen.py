@@ -19,7 +19,7 @@ from mpsup.bench.guidance import (
     time_lines,
 )
 from mpsup.bench.phase_table import render_phases
-from mpsup.bench.screen_text import names, plural, print_lines, print_wrapped
+from mpsup.bench.screen_text import name_list, plural, print_lines, print_wrapped
 from mpsup.bench.tables import is_measured, part_tables, smoke_cell, smoke_table, top_workloads
 from mpsup.console import printable, safe
 from mpsup.runs.schema import RunRecord, SmokeResult, WorkloadRun, as_record
@@ -184,7 +184,7 @@ def _unmeasured_lines(view: RunView) -> list[str]:
             metal += 1
         else:
             _add_reasons(groups, w.name, unmeasured, len(labels))
-    lines = [f"{names(stopped)}: {why}" for why, stopped in groups.items()]
+    lines = [f"{name_list(stopped)}: {why}" for why, stopped in groups.items()]
     if slow:
         lines.append(_too_slow_line(slow, view.run))
     if metal:
@@ -200,11 +200,11 @@ def _not_passing(view: RunView, console: Console) -> None:
     lines = _unmeasured_lines(view)
     if smoke:
         passed, metal_smoke, smoke_groups = _failed_smoke(view)
-        off = f"; {names(metal_smoke)} cannot run off a Mac" if metal_smoke else ""
+        off = f"; {name_list(metal_smoke)} cannot run off a Mac" if metal_smoke else ""
         rest = ((";" if off else ",") + " the rest:") if smoke_groups else "."
         print_wrapped(console, f"Smoke tests (device vs CPU reference): {passed} of {len(smoke)} pass{off}{rest}")
         for why, stopped in smoke_groups.items():
-            print_wrapped(console, f"{names(stopped)}: {why}", bullet=True, style="yellow")
+            print_wrapped(console, f"{name_list(stopped)}: {why}", bullet=True, style="yellow")
         if lines:
             # Without it the workloads' lines would read as more of the smoke tests that did not pass.
             console.print("Workloads not measured:", highlight=False)
@@ -224,7 +224,7 @@ def _too_slow_line(slow: list[WorkloadRun], run: RunRecord) -> str:
         hint = f"`--budget {max(needed):g}` measures them all, {hint}"
     budget = run.options.get("budget_s")
     at = f" at --budget {budget:g}" if isinstance(budget, (int, float)) else ""
-    return f"{names([w.name for w in slow])}: too slow to measure{at}{span}; skipped ({hint})"
+    return f"{name_list([w.name for w in slow])}: too slow to measure{at}{span}; skipped ({hint})"
 
 
 def _add_reasons(groups: dict[str, list[str]], what: str, failed: Mapping[str, _Failed], envs: int) -> None:

@@ -52,7 +52,7 @@ def print_lines(lines: list[str], console: Console) -> None:
         console.print(line, highlight=False, soft_wrap=line.startswith(COMMAND_PREFIX))
 
 
-def names(names: list[str]) -> str:
+def name_list(names: list[str]) -> str:
     """`linear/a, linear/b`, or `moe/* (12)` when many share a first path segment: a reason's line stays short."""
     if len(names) <= 3:
         return ", ".join(names)

@@ -9,6 +9,8 @@ from mpsup.model.coverage import census, phase_figures
 
 
 def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
+    """The run as `--json` prints it, read key for key from the document bench wrote (`path`: where it was saved):
+    its keys and values are an interface scripts read, so this takes the JSON, not the typed record."""
     counts: dict[str, int] = {}
     for w in record["workloads"]:
         counts[w["status"]] = counts.get(w["status"], 0) + 1

@@ -20,6 +20,11 @@ class NeedsMetal(Unsupported):
     worker's answer says so in a field (`needs_metal: true`, see answer_fields), so bench reads no error text."""
 
 
+# Answers name an error by its class: this one reads as any feature the device lacks (`Unsupported: ...`),
+# so a record's reasons keep one wording and the field alone tells the two apart.
+NeedsMetal.__name__ = Unsupported.__name__
+
+
 def answer_fields(exc: BaseException) -> dict[str, bool]:
     """What an error answer (a setup's, a smoke test's) adds for `exc`: `needs_metal` for a NeedsMetal."""
     return {"needs_metal": True} if isinstance(exc, NeedsMetal) else {}
