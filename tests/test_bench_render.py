@@ -177,3 +177,16 @@ def test_every_bench_event_has_a_rendering_and_an_unknown_one_raises():
                     assert f"no rendering for {cls.__name__}" in str(exc)
             assert drawn == (0 if cls is Unknown else 1), cls.__name__
     assert "op census of 1 phase(s) on the linear/a device" in console.export_text()
+
+
+def test_a_two_argument_callback_gets_each_event_by_its_class_name_and_fields():
+    """What bench.command.run does with a caller's callback: one argument gets the event, two get its name and
+    fields (bisect hands bench a callback of either shape)."""
+    from mpsup.bench.command import as_progress
+
+    named: list[tuple[str, dict]] = []
+    as_progress(lambda name, fields: named.append((name, fields)))(ev.WorkloadStarted("linear/a", 3.0))
+    assert named == [("WorkloadStarted", {"name": "linear/a", "eta_s": 3.0})]
+    typed: list[Event] = []
+    as_progress(typed.append)(ev.WorkloadDone("linear/a", "ok"))
+    assert typed == [ev.WorkloadDone("linear/a", "ok")]
