@@ -267,17 +267,19 @@ def test_ctrl_c_keeps_a_partial_marked_record(mpsup_home: Path):
 
 def test_progress_total_is_what_list_shows_and_smoke_steps_are_apart(mpsup_home: Path):
     from mpsup.bench import command
+    from mpsup.bench.events import BenchStarted, WorkloadDone, WorkloadStarted
+    from mpsup.progress import Event
 
     only = "linear/896x128/*,roofline/copy*"
     listed = json.loads(run_cli("bench", "--list", "--json", "--device", "cpu", "--only", only).stdout)
     plan = command.prepare(command.BenchRequest(device="cpu", budget=0.01, only=only, smoke=True))
-    events: list[tuple[str, dict]] = []
-    result = command.run(plan, progress=lambda e, info: events.append((e, info)), warn=lambda _m: None)
-    start = next(info for e, info in events if e == "start")
-    assert start["total"] == len(listed) == len(result.record["workloads"])
-    assert start["smoke"] == len(result.record["smoke"]) > 0
-    assert [e for e, _ in events].count("done") == len(listed)
-    etas = [info["eta_s"] for e, info in events if e == "workload"]
+    events: list[Event] = []
+    result = command.run(plan, progress=events.append, warn=lambda _m: None)
+    start = next(e for e in events if isinstance(e, BenchStarted))
+    assert start.total == len(listed) == len(result.record["workloads"])
+    assert start.smoke == len(result.record["smoke"]) > 0
+    assert sum(isinstance(e, WorkloadDone) for e in events) == len(listed)
+    etas = [e.eta_s for e in events if isinstance(e, WorkloadStarted) and e.eta_s is not None]
     assert len(etas) == len(listed) and all(x >= 0 for x in etas)
     # Each workload's time is recorded, and the second pass never adds a workload twice.
     assert all(w["elapsed_s"] > 0 for w in result.record["workloads"])

@@ -8,8 +8,10 @@ from contextlib import nullcontext
 
 import pytest
 
+from mpsup.bench.events import VisitStarted, WorkersRestarting, WorkloadStarted
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import SamplingPolicy, eta_s, predict_visits
+from mpsup.progress import Event
 from mpsup.workloads import Workload
 
 MB = 2**20
@@ -67,7 +69,7 @@ def _suite() -> list[Workload]:
     ]
 
 
-def _run(budget: float, spread: float) -> tuple[list[tuple[float, str, dict]], float]:
+def _run(budget: float, spread: float) -> tuple[list[tuple[float, Event]], float]:
     """The real two passes over the fake workers: each progress event with the fake time it came at."""
     from mpsup.bench.run import _two_passes
     from mpsup.bench.runner import BenchOptions
@@ -76,7 +78,7 @@ def _run(budget: float, spread: float) -> tuple[list[tuple[float, str, dict]], f
     start_s = 1.0
     runner = _Runner(clock, start_s, spread)
     record: dict = {"workloads": []}
-    events: list[tuple[float, str, dict]] = []
+    events: list[tuple[float, Event]] = []
 
     class _Stops:
         def critical(self):  # type: ignore[no-untyped-def]
@@ -89,7 +91,7 @@ def _run(budget: float, spread: float) -> tuple[list[tuple[float, str, dict]], f
         opts,
         record,
         lambda kind, doc: record[kind].append(doc),
-        lambda e, info: events.append((clock[0], e, info)),
+        lambda e: events.append((clock[0], e)),
         None,
         _Stops(),  # type: ignore[arg-type]
         start_s,
@@ -100,8 +102,8 @@ def _run(budget: float, spread: float) -> tuple[list[tuple[float, str, dict]], f
 
 def test_before_the_second_pass_the_eta_still_holds_the_second_visits():
     events, end = _run(budget=0.05, spread=0.05)
-    firsts = [(t, info["eta_s"]) for t, e, info in events if e == "workload"]
-    restart_at = next(t for t, e, _ in events if e == "restart")
+    firsts = [(t, e.eta_s) for t, e in events if isinstance(e, WorkloadStarted)]
+    restart_at = next(t for t, e in events if isinstance(e, WorkersRestarting))
     second_pass = end - restart_at
     assert second_pass > 0.4 * end  # the case the bug hid: half the run still to come
     # The last first-pass workload: its own visit, then fresh workers and every second visit.
@@ -110,7 +112,7 @@ def test_before_the_second_pass_the_eta_still_holds_the_second_visits():
     assert eta == pytest.approx(end - t, rel=0.2)
     # Once a few visits are timed, every ETA (both passes) is within a third of what was left, and it
     # falls to about nothing at the end instead of restarting from zero at the second pass.
-    timed = [(t, info["eta_s"]) for t, e, info in events if "eta_s" in info][5:]
+    timed = [(t, eta) for t, e in events if (eta := getattr(e, "eta_s", None)) is not None][5:]
     for t, eta in timed:
         assert eta == pytest.approx(end - t, rel=0.35, abs=0.5), (t, eta, end - t)
     assert timed[-1][1] < 0.1 * end
@@ -119,8 +121,8 @@ def test_before_the_second_pass_the_eta_still_holds_the_second_visits():
 def test_the_eta_counts_the_leftover_pass_when_there_is_time_to_give():
     # A generous budget and noisy rounds: every workload ends unconverged and gets leftover time.
     events, end = _run(budget=1.0, spread=0.3)
-    assert [e for _, e, _ in events].count("extend") > len(_suite())  # second visits, then leftover ones
-    t, eta = next((t, info["eta_s"]) for t, e, info in events if e == "workload" and t > 0.2 * end)
+    assert sum(isinstance(e, VisitStarted) for _, e in events) > len(_suite())  # second visits, then leftover ones
+    t, eta = next((t, e.eta_s) for t, e in events if isinstance(e, WorkloadStarted) and t > 0.2 * end)
     assert eta == pytest.approx(end - t, rel=0.35)
 
 

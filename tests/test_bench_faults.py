@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mpsup.bench.events import WorkloadDone
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.run import run_bench
 from mpsup.bench.runner import BenchOptions, EnvSpec
@@ -212,7 +213,7 @@ def test_crash_in_the_statistics_mid_run_keeps_finished_workloads(mpsup_home: Pa
         return real(values, *a, **kw)
 
     monkeypatch.setattr(policy_mod, "median_ci", broken)
-    record, path = _bench(3, progress=lambda ev, _i: armed.append(1) if ev == "done" else None)
+    record, path = _bench(3, progress=lambda ev: armed.append(1) if isinstance(ev, WorkloadDone) else None)
     assert path is not None and record["partial"] is True and "ZeroDivisionError" in record["failure"]
     stored = load_record(path).to_json()
     assert [w["name"] for w in stored["workloads"]] == ["w0"] and stored["workloads"][0]["envs"]["baseline"]["samples"]

@@ -217,48 +217,50 @@ def test_a_slow_request_for_samples_is_a_progress_event_the_bar_shows() -> None:
 
     from rich.console import Console
 
-    from mpsup.bench.render import bench_progress
+    from mpsup.bench.events import BenchStarted, SamplesTaken, VisitStarted, WorkloadStarted
+    from mpsup.bench.progress_bar import bench_progress
+    from mpsup.progress import Event
 
-    events: list[tuple[str, dict]] = []
+    events: list[Event] = []
     opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.01), smoke=False, slow_sample_s=0.0)
-    runner = Runner([EnvSpec("baseline", Path(sys.executable))], opts, lambda e, i: events.append((e, i)))
+    runner = Runner([EnvSpec("baseline", Path(sys.executable))], opts, events.append)
     runner.start()
     try:
         assert runner.measure(_tiny("linear/8x8/t2")).status == "ok"
     finally:
         runner.close()
-    samples = [i for e, i in events if e == "sample"]
-    assert samples and {i["env"] for i in samples} == {"baseline"}
-    assert any(i["warmup"] for i in samples) and any(not i["warmup"] for i in samples)
-    measured = [i["samples"] for i in samples if not i["warmup"]]
+    samples = [e for e in events if isinstance(e, SamplesTaken)]
+    assert samples and {e.env for e in samples} == {"baseline"}
+    assert any(e.warmup for e in samples) and any(not e.warmup for e in samples)
+    measured = [e.samples for e in samples if not e.warmup]
     assert measured == sorted(measured) and measured[-1] >= 6  # a running count, up to the six the interval needs
     buf = io.StringIO()
     with bench_progress(Console(file=buf, width=150, color_system=None, force_terminal=True)) as on_event:
-        on_event("start", {"total": 1, "visits": 1})
-        on_event("workload", {"name": "model/vae/vae_decode", "eta_s": 90})
-        on_event("sample", {"env": "candidate", "warmup": False, "samples": 3, "took_s": 84.2})
+        on_event(BenchStarted(total=1, visits=1))
+        on_event(WorkloadStarted("model/vae/vae_decode", 90))
+        on_event(SamplesTaken("candidate", warmup=False, samples=3, took_s=84.2))
     assert "model/vae/vae_decode: candidate samples 3 (84.20 s a request)" in buf.getvalue()
     buf = io.StringIO()
     with bench_progress(Console(file=buf, width=150, color_system=None, force_terminal=True)) as on_event:
-        on_event("start", {"total": 2, "visits": 2})
-        on_event("workload", {"name": "model/vae/vae_decode", "eta_s": 90})
-        on_event("workload", {"name": "model/linear/8x8/t1", "eta_s": 60})
-        on_event("extend", {"name": "model/vae/vae_decode", "eta_s": 60})  # its second visit, after the others
-        on_event("sample", {"env": "baseline", "warmup": False, "samples": 9, "took_s": 84.2})
+        on_event(BenchStarted(total=2, visits=2))
+        on_event(WorkloadStarted("model/vae/vae_decode", 90))
+        on_event(WorkloadStarted("model/linear/8x8/t1", 60))
+        on_event(VisitStarted("model/vae/vae_decode", 60))  # its second visit, after the others
+        on_event(SamplesTaken("baseline", warmup=False, samples=9, took_s=84.2))
     assert "model/vae/vae_decode: baseline samples 9" in buf.getvalue()
     # below the threshold (the default, 1 s) a fast workload sends none
-    quiet: list[str] = []
+    quiet: list[Event] = []
     runner = Runner(
         [EnvSpec("baseline", Path(sys.executable))],
         BenchOptions(device="cpu", smoke=False, policy=SamplingPolicy(budget_s=0.01)),
-        lambda e, i: quiet.append(e),
+        quiet.append,
     )
     runner.start()
     try:
         runner.measure(_tiny("linear/8x8/t2"))
     finally:
         runner.close()
-    assert "sample" not in quiet
+    assert not any(isinstance(e, SamplesTaken) for e in quiet)
 
 
 def test_a_paired_sample_of_a_second_or_more_discards_no_block_after_the_switch() -> None:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
+
 from rich.console import Console
 
-from mpsup.bench.render import bench_progress, render_run
+from mpsup.bench import events as ev
+from mpsup.bench.progress_bar import bench_progress
+from mpsup.bench.screen import render_run
+from mpsup.progress import Event
 
 
 def _record() -> dict:
     env = {"status": "ok", "median": 1e-3, "ci_low": 9e-4, "ci_high": 1.1e-3, "samples": [1e-3] * 6, "memory": {}}
     return {
+        "schema": "mpsup.run/1",
         "id": "run[/x]",
         "device": "cpu",
         "partial": True,
@@ -78,21 +86,21 @@ def test_render_run_shows_hostile_text_literally():
 def test_progress_shows_a_hostile_workload_name():
     console = Console(record=True, width=300, color_system=None, force_terminal=False)
     with bench_progress(console) as on_event:
-        on_event("start", {"total": 1})
-        on_event("workload", {"name": "w[/x]"})
+        on_event(ev.BenchStarted(total=1))
+        on_event(ev.WorkloadStarted("w[/x]"))
     assert "w[/x]" in console.export_text()
 
 
 def test_progress_shows_an_eta_and_keeps_smoke_steps_apart():
-    from mpsup.bench.render import fmt_eta
+    from mpsup.bench.progress_bar import fmt_eta
 
     console = Console(record=True, width=200, color_system=None, force_terminal=False)
     with bench_progress(console) as on_event:
-        on_event("start", {"total": 3, "smoke": 2})
-        on_event("smoke", {"feature": "fp8_cast", "env": "baseline", "status": "pass"})
-        on_event("smoke", {"feature": "fp8_cast", "env": "candidate", "status": "pass"})  # one step, not two
-        on_event("workload", {"name": "linear/a", "eta_s": 125.0})
-        on_event("done", {"name": "linear/a", "status": "ok"})
+        on_event(ev.BenchStarted(total=3, smoke=2))
+        on_event(ev.SmokeStepDone("fp8_cast", "baseline", "pass"))
+        on_event(ev.SmokeStepDone("fp8_cast", "candidate", "pass"))  # one step, not two
+        on_event(ev.WorkloadStarted("linear/a", 125.0))
+        on_event(ev.WorkloadDone("linear/a", "ok"))
     text = console.export_text()
     assert "smoke" in text and "1/2" in text
     assert "workloads" in text and "1/3" in text
@@ -101,24 +109,24 @@ def test_progress_shows_an_eta_and_keeps_smoke_steps_apart():
 
 
 def test_a_paired_run_counts_a_workload_once_both_visits_are_done():
-    first_pass = [("start", {"total": 3, "visits": 2})]
+    first_pass: list[Event] = [ev.BenchStarted(total=3, visits=2)]
     for name in ("a", "b", "c"):
-        first_pass += [("workload", {"name": name, "eta_s": 10.0}), ("done", {"name": name, "status": "ok"})]
+        first_pass += [ev.WorkloadStarted(name, 10.0), ev.WorkloadDone(name, "ok")]
     middle = [
         *first_pass,
-        ("second-visits", {"count": 2}),  # c failed on its first visit: no second one, done now
-        ("restart", {"eta_s": 5.0}),
-        ("extend", {"name": "a", "eta_s": 5.0}),
-        ("visited", {"name": "a"}),
+        ev.SecondVisitsPlanned(2),  # c failed on its first visit: no second one, done now
+        ev.WorkersRestarting(5.0),
+        ev.VisitStarted("a", 5.0),
+        ev.SecondVisitDone("a"),
     ]
-    end = [*middle, ("extend", {"name": "b", "eta_s": 2.0}), ("visited", {"name": "b"})]
+    end = [*middle, ev.VisitStarted("b", 2.0), ev.SecondVisitDone("b")]
 
-    def shown(events: list[tuple[str, dict]]) -> str:
+    def shown(events: list[Event]) -> str:
         # A console that is no terminal draws the bar once, when it stops: one run per state.
         console = Console(record=True, width=200, color_system=None, force_terminal=False)
         with bench_progress(console) as on_event:
-            for event, info in events:
-                on_event(event, info)
+            for event in events:
+                on_event(event)
         return console.export_text()
 
     assert "0/3" in shown(first_pass)  # before: 3/3 with half the time still to come
@@ -127,9 +135,58 @@ def test_a_paired_run_counts_a_workload_once_both_visits_are_done():
 
 
 def test_every_part_of_the_suite_has_a_title():
-    from mpsup.bench.render import PART_TITLES
     from mpsup.bench.suite import build_suite
+    from mpsup.bench.tables import PART_TITLES
 
     for device in ("mps", "cuda", "cpu"):
         parts = {w.part for w in build_suite(device, None)}
         assert parts <= PART_TITLES.keys(), parts - PART_TITLES.keys()
+
+
+def _example(annotation: object) -> object:
+    """A value of a field's type (the first of a union's non-None members)."""
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    return {str: "linear/a", int: 1, float: 2.0, bool: False}[kinds[0]]  # type: ignore[index]
+
+
+def test_every_bench_event_has_a_rendering_and_an_unknown_one_raises():
+    """Each event class of bench/events.py is drawn by the run's bar or by `--list`'s progress; both raise on
+    an event they do not know."""
+    from mpsup.bench.listing import census_progress
+
+    classes = [c for _, c in inspect.getmembers(ev, inspect.isclass) if issubclass(c, Event) and c is not Event]
+    assert len(classes) >= 11
+    console = Console(record=True, width=200, color_system=None, force_terminal=False)
+
+    @dataclasses.dataclass(frozen=True)
+    class Unknown(Event):
+        pass
+
+    with bench_progress(console) as bar:
+        bar(ev.BenchStarted(total=2, smoke=1, visits=2))
+        renderers = [bar, census_progress(console)]
+        for cls in [*classes, Unknown]:
+            hints = typing.get_type_hints(cls)
+            event = cls(**{f.name: _example(hints[f.name]) for f in dataclasses.fields(cls)})
+            drawn = 0
+            for render in renderers:
+                try:
+                    render(event)
+                    drawn += 1
+                except TypeError as exc:
+                    assert f"no rendering for {cls.__name__}" in str(exc)
+            assert drawn == (0 if cls is Unknown else 1), cls.__name__
+    assert "op census of 1 phase(s) on the linear/a device" in console.export_text()
+
+
+def test_a_two_argument_callback_gets_each_event_by_its_class_name_and_fields():
+    """What bench.command.run does with a caller's callback: one argument gets the event, two get its name and
+    fields (bisect hands bench a callback of either shape)."""
+    from mpsup.bench.command import as_progress
+
+    named: list[tuple[str, dict]] = []
+    as_progress(lambda name, fields: named.append((name, fields)))(ev.WorkloadStarted("linear/a", 3.0))
+    assert named == [("WorkloadStarted", {"name": "linear/a", "eta_s": 3.0})]
+    typed: list[Event] = []
+    as_progress(typed.append)(ev.WorkloadDone("linear/a", "ok"))
+    assert typed == [ev.WorkloadDone("linear/a", "ok")]

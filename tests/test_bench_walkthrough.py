@@ -16,7 +16,9 @@ from rich.console import Console
 
 from mpsup.bench.command import BenchResult
 from mpsup.bench.figures import model_forward_estimate
-from mpsup.bench.render import print_workload_list, render_result, render_run
+from mpsup.bench.listing import print_workload_list
+from mpsup.bench.render import render_result
+from mpsup.bench.screen import render_run
 from mpsup.units import fmt_time
 from mpsup.workloads import Workload
 from tests.conftest import run_cli
@@ -59,6 +61,7 @@ def _model_record() -> dict[str, Any]:
         doc["status"] = "ok"
         doc["envs"] = {"baseline": _env(doc.pop("_m"))}
     return {
+        "schema": "mpsup.run/1",
         "id": RUN_ID,
         "mode": "single",
         "device": "cpu",
@@ -239,12 +242,18 @@ def test_workloads_not_measured_have_their_own_lead_in():
     rec["smoke"] = [
         {"feature": "fp8_cast", "envs": {lb: {"status": "pass"} for lb in labels}},
         {"feature": "fp8_index", "envs": {lb: {"status": "unsupported", "message": "no FP8 gather"} for lb in labels}},
-        {"feature": "metal_kernels", "envs": {lb: {"status": "unsupported", "message": metal} for lb in labels}},
+        {
+            "feature": "metal_kernels",
+            "envs": {lb: {"status": "unsupported", "message": metal, "needs_metal": True} for lb in labels},
+        },
     ]
     _too_slow(rec)
     rec["workloads"].append(
         {"name": "metal/copy_f32", "kind": "metal", "part": "roofline", "count": 1, "status": "unsupported"}
-        | {"reason": metal, "envs": {}}
+        | {
+            "reason": metal,
+            "envs": {lb: {"status": "unsupported", "reason": metal, "needs_metal": True} for lb in labels},
+        }
     )
     console, buf = _console(120)
     render_run(rec, console)
@@ -344,15 +353,16 @@ def test_the_last_progress_frame_has_no_time_left_to_estimate():
 
     from rich.console import Console
 
-    from mpsup.bench.render import bench_progress
+    from mpsup.bench.events import BenchStarted, WorkloadDone, WorkloadStarted
+    from mpsup.bench.progress_bar import bench_progress
 
     out = io.StringIO()
     console = Console(file=out, width=100, force_terminal=True, color_system=None)
     with bench_progress(console) as on_event:
-        on_event("start", {"total": 2, "visits": 1})
+        on_event(BenchStarted(total=2, visits=1))
         for name in ("linear/a", "linear/b"):
-            on_event("workload", {"name": name, "eta_s": 14.0})
-            on_event("done", {"name": name, "eta_s": 14.0})
+            on_event(WorkloadStarted(name, 14.0))
+            on_event(WorkloadDone(name, "ok"))
     last = [ln for ln in out.getvalue().replace("\r", "\n").splitlines() if "workloads" in ln][-1]
     assert "2/2" in last and "ETA" not in last and "linear/b" not in last and "done" in last
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from mpsup.bench.events import WorkloadsAdded
 from mpsup.model.op_replay import (
     MIN_OPS,
     OP_KIND,
@@ -22,6 +23,7 @@ from mpsup.model.op_replay import (
     op_weight,
     op_workloads,
 )
+from mpsup.progress import Event
 from mpsup.worker.build import build
 from mpsup.worker.core import Unsupported
 from mpsup.worker.device import Device
@@ -283,7 +285,7 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
         return [(Workload(f"model/op/x/{i}", OP_KIND, "op", "fp32", {}), 0.25) for i in range(3)]
 
     record: dict[str, Any] = {"workloads": []}
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[Event] = []
     opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=1.0, split_pairs=False, leftover=False))
     _two_passes(
         _Runner(),  # type: ignore[arg-type]
@@ -291,7 +293,7 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
         opts,
         record,
         lambda kind, doc: record[kind].append(doc),
-        lambda e, info: events.append((e, info)),
+        events.append,
         None,
         _Stops(),  # type: ignore[arg-type]
         0.0,
@@ -305,5 +307,5 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
         "model/op/x/1",
         "model/op/x/2",
     ]
-    assert ("more", {"count": 3, "total": 5, "what": "ops"}) in events
+    assert WorkloadsAdded(count=3, total=5, what="ops") in events
     assert math.isclose(shares["model/op/x/0"], 0.25 * shares["model/linear/a"])

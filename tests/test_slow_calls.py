@@ -13,9 +13,9 @@ from rich.console import Console
 
 from mpsup.bench import command
 from mpsup.bench.policy import SLOW_CALL_BUDGETS, SamplingPolicy
-from mpsup.bench.render import render_run
 from mpsup.bench.run import run_bench
 from mpsup.bench.runner import BenchOptions, EnvSpec
+from mpsup.bench.screen import render_run
 from mpsup.workloads import Workload, priced_flops
 
 

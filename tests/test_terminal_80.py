@@ -9,8 +9,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mpsup.bench.render import compact_shape, meaning_lines, print_workload_list, render_run, smoke_cell
+from mpsup.bench.guidance import meaning_lines
+from mpsup.bench.listing import compact_shape, print_workload_list
+from mpsup.bench.screen import render_run
 from mpsup.bench.suite import build_suite
+from mpsup.bench.tables import smoke_cell
 from mpsup.report.analysis import analyze
 from mpsup.report.render import render_terminal, summary_lines
 from mpsup.runs import select
@@ -86,7 +89,7 @@ def test_run_tables_at_80_columns(mpsup_home: Path):
             "count": 1,
             "status": "unsupported",
             "reason": "Unsupported: Metal kernels need the mps device",
-            "envs": {},
+            "envs": {"baseline": {"status": "unsupported", "needs_metal": True}},
         }
     )
     console, buf = _console()
@@ -130,11 +133,9 @@ def test_paired_run_tables_say_whose_figures_they_are_and_point_at_the_report():
 def test_rates_and_smoke_cells_read_well():
     assert fmt_rate(87.7e9, "FLOP/s") == "87.7 GFLOP/s"
     assert fmt_rate(2.5e12, "FLOP/s") == "2.5 TFLOP/s"
-    assert (
-        smoke_cell({"status": "unsupported", "message": "Unsupported: needs macOS 14"}) == "unsupported: needs macOS 14"
-    )
-    assert smoke_cell({"status": "fail", "message": "max error 0.5"}) == "fail: max error 0.5"
-    assert smoke_cell({"status": "pass", "message": "ignored"}) == "pass"
+    assert smoke_cell("unsupported", "Unsupported: needs macOS 14") == "unsupported: needs macOS 14"
+    assert smoke_cell("fail", "max error 0.5") == "fail: max error 0.5"
+    assert smoke_cell("pass", "ignored") == "pass"
 
 
 def test_single_run_ends_with_meaning_and_next_step():
@@ -302,7 +303,10 @@ def _main_job_record(paired: bool = False) -> dict:
         {"feature": f"feature_{i}", "envs": {label: {"status": "pass"} for label in labels}} for i in range(12)
     ] + [
         {"feature": "fp8_index", "envs": {label: {"status": "unsupported", "message": FP8_REASON} for label in labels}},
-        {"feature": "metal_kernels", "envs": {label: {"status": "unsupported", "message": METAL} for label in labels}},
+        {
+            "feature": "metal_kernels",
+            "envs": {label: {"status": "unsupported", "message": METAL, "needs_metal": True} for label in labels},
+        },
     ]
     copy = {"status": "ok", "median": 0.01, "ci_low": 0.0099, "ci_high": 0.0101, "bytes_per_call": 2**27}
     rec["workloads"].append(
@@ -326,7 +330,7 @@ def _main_job_record(paired: bool = False) -> dict:
                 "count": 1,
                 "status": "unsupported",
                 "reason": METAL,
-                "envs": {},
+                "envs": {label: {"status": "unsupported", "reason": METAL, "needs_metal": True} for label in labels},
             }
         )
     return rec

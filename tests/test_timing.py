@@ -8,8 +8,10 @@ import random
 
 import pytest
 
+from mpsup.bench.events import WorkloadDone, WorkloadStarted
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import SamplingPolicy
+from mpsup.progress import Event
 from mpsup.stats import median_ci
 from mpsup.worker.timing import calibrate_calls, time_block
 
@@ -353,7 +355,7 @@ def _two_pass_run(
         Workload(n, "linear", "linear", "bf16", {"tokens": 1, "in_features": 8, "out_features": 8}) for n in spreads
     ]
     record = {"workloads": []} if record is None else record
-    events: list[tuple[str, dict]] = []
+    events: list[Event] = []
 
     class _Stops:
         def critical(self):
@@ -366,7 +368,7 @@ def _two_pass_run(
         opts,
         record,
         lambda kind, doc: record[kind].append(doc),
-        lambda e, info: events.append((e, info)),
+        events.append,
         journal,
         _Stops(),  # type: ignore[arg-type]
     )
@@ -418,9 +420,9 @@ def test_two_passes_split_every_workload_over_two_process_pairs_and_feed_the_noi
     assert leftover and leftover[0] == "wild"
     assert len(by_name["wild"]["ratios"]) > len(by_name["mild"]["ratios"]) >= 12
     # The progress total matches the workloads; every first-pass step carries an ETA.
-    firsts = [info for e, info in events if e == "workload"]
-    assert len(firsts) == len(spreads) and all(info["eta_s"] >= 0 for info in firsts)
-    assert [e for e, _ in events].count("done") == len(spreads)
+    firsts = [e for e in events if isinstance(e, WorkloadStarted)]
+    assert len(firsts) == len(spreads) and all(e.eta_s is not None and e.eta_s >= 0 for e in firsts)
+    assert sum(isinstance(e, WorkloadDone) for e in events) == len(spreads)
 
 
 def test_two_passes_spend_no_more_than_the_budgets_plus_the_floors():

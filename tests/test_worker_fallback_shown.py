@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from mpsup.bench.render import render_run
+from mpsup.bench.screen import render_run
 from mpsup.report.analysis import _smoke_changes
 from mpsup.runs.schema import RunRecord
 from tests.synthetic import paired_record
@@ -52,13 +52,13 @@ def test_the_report_says_an_op_moved_onto_the_device() -> None:
 def test_a_phase_s_cpu_ops_are_not_listed_as_a_layer_timed_partly_on_the_cpu() -> None:
     """A record written with the ops both in the phase's info and the environment's own list: the phase table
     says them; the layers' lines do not list the phase again."""
-    from mpsup.bench.render import _on_the_cpu
+    from mpsup.bench.screen import RunView, _on_the_cpu
 
     rec = _record()
     layer = rec["workloads"][0]
     phase = {**layer, "name": "model/prefill", "kind": "model_phase"}
     rec["workloads"].append(phase)
     out = io.StringIO()
-    _on_the_cpu(rec, Console(file=out, width=160, color_system=None))
+    _on_the_cpu(RunView(RunRecord.from_json(rec, "x"), rec), Console(file=out, width=160, color_system=None))
     assert f"{layer['name']} (baseline): aten::_int_mm" in out.getvalue()
     assert "model/prefill" not in out.getvalue()

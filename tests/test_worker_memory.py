@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from mpsup.bench.render import _memory
+from mpsup.bench.tables import memory_cell
 from mpsup.errors import UserError
-from mpsup.runs.schema import RunRecord
+from mpsup.runs.schema import EnvRun, RunRecord
 from mpsup.worker import device as device_mod
 from mpsup.worker.main import Worker
 from tests.synthetic import paired_record
@@ -98,7 +98,7 @@ def test_no_figure_without_proc_status(monkeypatch: pytest.MonkeyPatch, tmp_path
     ],
 )
 def test_peak_mem_column_shows_only_a_workloads_own_peak(memory: dict[str, Any], shown: str):
-    assert _memory({"memory": memory}) == shown
+    assert memory_cell(EnvRun.from_json({"memory": memory}, "env")) == shown
 
 
 @needs_reset

@@ -196,7 +196,7 @@ def bench(
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
     from mpsup.bench import command
-    from mpsup.bench.render import bench_progress, print_plan_notes, render_list, render_result
+    from mpsup.bench.render import bench_progress, census_progress, print_plan_notes, render_list, render_result
 
     request = command.BenchRequest(
         device=device.value if device else None,
@@ -226,9 +226,7 @@ def bench(
     plan = command.prepare(request)
     print_plan_notes(plan, stderr_console)
     if list_only:
-        censuses = command.list_census(
-            plan, progress=lambda line: stderr_console.print(safe(line), highlight=False, soft_wrap=True)
-        )
+        censuses = command.list_census(plan, progress=census_progress(stderr_console))
         render_list(plan, as_json, stdout_console, censuses)
         return
     estimate = command.time_estimate(plan)

@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from mpsup.bench.events import CensusStarted
 from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.errors import UserError
 from mpsup.host.affinity import Affinity, choose
 from mpsup.model.config import MAX_FRAMES
+from mpsup.progress import Progress, ignore
 from mpsup.workloads import Workload, select
 
 DTYPES = ("bf16", "fp16", "fp32")
 # Seconds per workload. The floor: under a millisecond not even one sample fits. The ceiling, an hour:
 # far more than any workload needs to reach its rounds (a multi-second model forward takes minutes),
-# while the bundled suite would already run for days; past it lie only typos and `inf`, which used to
-# get as far as sizing the rounds and end the run in an OverflowError.
+# while the bundled suite would already run for days; past it lie only typos and `inf`, which would
+# reach the sizing of the rounds and end the run in an OverflowError.
 BUDGET_RANGE_S = (0.001, 3600.0)
 NOT_PINNED = Affinity(None, "not pinned")
 CENSUS_DEVICE = "meta"
@@ -211,7 +214,7 @@ def census_phases(plan: BenchPlan) -> list[Workload]:
     return [w for w in plan.workloads if w.kind == "model_phase" and w.params.get("library") in CENSUS_LIBRARIES]
 
 
-def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> dict[str, PhaseCensus]:
+def list_census(plan: BenchPlan, progress: Progress = ignore) -> dict[str, PhaseCensus]:
     """`bench --list`: each phase's op census by workload name, from ONE worker in the baseline environment
     (its transformers and diffusers decide the ops). Never raises for the census's sake: a phase that
     cannot be counted, or a worker that cannot start, is a reason on each phase, and the list stands."""
@@ -237,8 +240,7 @@ def list_census(plan: BenchPlan, progress: Callable[[str], None] | None = None) 
             **out,
             **{w.name: PhaseCensus(None, "the baseline is MLX: the census counts torch's ops") for w in eager},
         }
-    if progress is not None:
-        progress(f"op census of {len(eager)} phase(s) on the {CENSUS_DEVICE} device, in {python}")
+    progress(CensusStarted(len(eager), CENSUS_DEVICE, str(python)))
     worker: WorkerProcess | None = None
     failure = ""
     try:
@@ -286,8 +288,27 @@ def _line(text: object, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: Callable[[str], None]) -> BenchResult:
-    """Check the environments, measure, save the record; the exit code says what happened."""
+# A caller's callback of the other shape: each event's class name and its fields.
+NamedProgress = Callable[[str, dict[str, Any]], None]
+
+
+def as_progress(callback: Progress | NamedProgress) -> Progress:
+    """`callback` as a Progress. One that takes two arguments gets each event as its class name and its fields
+    (`"WorkloadStarted", {"name": ..., "eta_s": ...}`): a caller with a callback of that shape keeps working."""
+    try:
+        params = inspect.signature(callback).parameters.values()
+    except (TypeError, ValueError):
+        return cast(Progress, callback)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) != 2:
+        return cast(Progress, callback)
+    named = cast(NamedProgress, callback)
+    return lambda event: named(type(event).__name__, asdict(event))
+
+
+def run(plan: BenchPlan, progress: Progress | NamedProgress, warn: Callable[[str], None]) -> BenchResult:
+    """Check the environments, measure, save the record; the exit code says what happened. `progress` gets the
+    events of bench/events.py (a two-argument callback gets them as as_progress says)."""
     from mpsup.bench.policy import SamplingPolicy
     from mpsup.bench.run import run_bench
     from mpsup.bench.runner import BenchOptions
@@ -311,7 +332,7 @@ def run(plan: BenchPlan, progress: Callable[[str, dict[str, Any]], None], warn: 
         options,
         mode=mode,
         model=plan.model_doc,
-        progress=progress,
+        progress=as_progress(progress),
         warn=warn,
         exiting=True,
         # An MLX side cannot replay torch's ops: attribution is torch against torch.

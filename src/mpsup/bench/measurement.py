@@ -60,6 +60,7 @@ class EnvMeasurement:
     summary_error: str | None = None
     phase: dict[str, Any] | None = None  # a whole model's setup facts (worker/whole_model.py), kept as sent
     fallback_ops: list[str] | None = None  # ops the build or first call ran on the CPU (no MPS kernel)
+    needs_metal: bool = False  # setup failed for a Metal kernel off MPS (the worker's `needs_metal` field)
     # What one sample costs by the latest setup's estimate: it sizes the batches. Never saved.
     sample_s: float = field(default=0.0, repr=False)
 
@@ -80,9 +81,11 @@ class EnvMeasurement:
         )
 
     @classmethod
-    def failed(cls, status: str, reason: str, stderr: str | None = None) -> EnvMeasurement:
+    def failed(
+        cls, status: str, reason: str, stderr: str | None = None, *, needs_metal: bool = False
+    ) -> EnvMeasurement:
         """A setup that did not finish: nothing was measured."""
-        return cls(status=status, reason=reason, stderr=stderr)
+        return cls(status=status, reason=reason, stderr=stderr, needs_metal=needs_metal)
 
     @property
     def ok(self) -> bool:
@@ -112,6 +115,8 @@ class EnvMeasurement:
                 doc["reason"] = self.reason
             if self.stderr is not None:
                 doc["stderr"] = self.stderr
+            if self.needs_metal:
+                doc["needs_metal"] = True
             return doc
         doc.update(
             calls=self.calls,

@@ -10,34 +10,27 @@ from statistics import median
 
 from mpsup.stats import median_ci, round_ratio_ci
 
-# Seconds per workload, warmup included (both environments together when paired). Half a second: on the
-# H200 a paired run at 0.5 s found 47 of 49 clear cuBLASLt changes with no flat shape flagged (before the
-# visits were counterbalanced), 19 A/A runs flagged nothing, and the median half-widths (1.3-2.2% over 120
-# linears, under 0.85% above 100 us) met the 3% / 1% targets; 1 s took about 1.6x the wall time for
-# little (docs/history.md, fourth round).
+# Seconds per workload, warmup included (both environments together when paired): the shortest budget whose
+# paired runs still find clear changes, flag no flat workload and meet the 3% / 1% half-width targets; twice
+# that costs far more wall time for little (docs/evidence/history.md).
 DEFAULT_BUDGET_S = 0.5
 
-# One environment alone is only ever compared with another run, made by other processes (measured on the H200
-# only; nothing here has run on a Mac); in the 19 H200
-# A/A runs two processes' medians of the same workload already disagreed by 0.76% at the median, 1.6% at
-# the 75th percentile and 3% at the 90th (benchmarks/aa_summary.py). An interval narrower than that buys
-# nothing, and +-1% cost a single run's noisiest launch-bound layers their whole budget. The replay of the
-# recorded 0.5 s single run (benchmarks/replay_single.py) put the saving of +-2% at ~10 s of 61 s, and
-# a warmup window of two samples at ~2 s more, its samples 0.02% from the timed median.
+# One environment alone is only ever compared with another run's processes, whose medians of the same workload
+# already differ by about 1-3% (benchmarks/aa_summary.py): an interval narrower than +-2% buys nothing and costs
+# the noisiest layers their whole budget, and a warmup window of two samples settles as well as three
+# (benchmarks/replay_single.py; figures in docs/evidence/).
 SINGLE_TARGET_REL_CI = 0.02
 SINGLE_WARMUP_WINDOW = 2
 
-# Budget units a whole-model phase (bench --model, part "phase") takes: on a CPU a 190 ms prefill got 6
-# paired rounds at the default budget (0.74x, 95% CI 0.58-0.83x, left uncalled). Ten units gave a 33 ms
-# decode 12 rounds; a 174 ms prefill still got 6, its visits spent mostly in warmup (docs/figures/cpu_whole_model.txt).
+# Budget units a whole-model phase (bench --model, part "phase") takes: each of its calls is a whole forward,
+# and it must reach the rounds a paired call needs (docs/evidence/figures/cpu_whole_model.txt).
 PHASE_BUDGET_FACTOR = 10.0
 
 
 # A workload of the default suite whose fewest calls (fewest_calls) would take more than this many of its
-# budgets is skipped, said so with its call time, rather than measured: on this 2-vCPU VM, quiet, 19 workloads
-# of 0.18-2.3 s a call (int8 _int_mm and vocabulary heads at 16 tokens, the bf16 matmul probe) took 139 s of a
-# 219 s main job at a 0.5 s budget; skipped, the job takes 85-93 s (docs/figures/cpu_speed_main.txt). Three,
-# as the most the second pass gives one workload (max_extension): no workload's bare minimum may cost more.
+# budgets is skipped, said so with its call time, rather than measured: a few such workloads would otherwise
+# take most of a main job (docs/evidence/figures/cpu_speed_main.txt). Three, as the most the second pass gives
+# one workload (max_extension): no workload's bare minimum may cost more.
 SLOW_CALL_BUDGETS = 3.0
 
 
@@ -66,22 +59,22 @@ class SamplingPolicy:
     # one pair of processes has (placement, allocator state, per-process library heuristics) shows up as
     # spread between rounds instead of a consistent lean that the sign test would call a change.
     split_pairs: bool = True
-    # The second visit starts, sets up and warms up the other environment first (recorded, so runs from
-    # before it, whose baseline always went first, can be told apart).
+    # The second visit starts, sets up and warms up the other environment first, so whatever going first
+    # gives falls to each environment in turn (recorded: a record without it had the baseline always first).
     counterbalance: bool = True
     # In the second pass one workload may take at most this many budgets: one wild workload must not
     # eat every other's time.
     max_extension: float = 3.0
     # The second pass visits only workloads it can bring within the target in the time it could give them
-    # (an interval narrowing as 1/sqrt(time)). One environment's intervals describe, they call nothing:
-    # on an H100 a single run's 55 leftover visits took 30 s of 76 and left those intervals at a median
-    # +-4.4% (their noise is between-process levels, which more samples of one process do not narrow).
-    # A paired run keeps feeding its noisiest: a narrower interval there can turn "too wide" into a call.
+    # (an interval narrowing as 1/sqrt(time)). One environment's intervals describe, they call nothing, and
+    # their noise is between-process levels that more samples of one process do not narrow (figures in
+    # docs/evidence/). A paired run keeps feeding its noisiest: a narrower interval there can turn "too wide"
+    # into a call.
     leftover_reachable_only: bool = False
     # Paired samples this long or longer get no discarded block after a switch: what a switch costs (a
     # context, caches, clocks ramping up, milliseconds) is under 1% of a second-long call, and discarding
-    # it doubled the calls of a whole-model phase (one wasted call per side and round, a minute each for a
-    # VAE decode on a CPU). Shorter ones keep it: without it an H200 A/A over 118 linears flagged 10.
+    # it doubles the calls of a whole-model phase (one wasted call per side and round). Shorter ones keep it:
+    # without it A/A runs of small layers flag changes (docs/evidence/figures/cpu_long_sample_discard.txt).
     discard_up_to_s: float = 1.0
 
     @classmethod
@@ -176,8 +169,8 @@ class SamplingPolicy:
         that bound an interval at all), up to five-fold, and three rounds at ten-fold. `min_rounds`: the
         rounds this visit must reach (half of them on a first visit that a second, in fresh processes,
         completes). `reach_min`: no overrun cap before min_rounds, for a whole-model phase: it is the
-        verdict, and below 12 rounds the sign test can call nothing (a 2.3 s VAE decode got 6 and read "too
-        wide to tell" whatever changed)."""
+        verdict, and below 12 rounds the sign test can call nothing (six rounds read "too wide to tell" whatever
+        changed)."""
         least = self.min_rounds if min_rounds is None else min_rounds
         n = len(ratios)
         if n >= self.max_samples:
@@ -247,7 +240,7 @@ def predict_visits(
     """What each visit still to come will take (`sizes`: its workload's bytes), from what the finished
     ones took: a least-squares line of time over bytes. A visit costs a fixed part (setups, warmup, rounds
     of the shortest samples) and a part that grows with the data once a call outlasts the sample target;
-    the mean alone let a suite's few vocabulary-sized heads, met early, triple the ETA. A slope the data do
+    the mean alone would let a suite's few vocabulary-sized heads, met early, triple the ETA. A slope the data do
     not support (no spread in size, or negative) leaves the mean; before any visit, `prior_s` (the share)."""
     if not times_done:
         return [prior_s] * len(sizes)
@@ -258,7 +251,7 @@ def predict_visits(
     slope = max(0.0, slope)
     fixed = max(0.0, mean_t - slope * mean_x)
     # Never beyond the longest visit seen: across kinds (FP8, int8, linears) bytes do not price time alike,
-    # and an unclamped line priced twelve FP8 visits at 102 s that took about 10 s.
+    # and an unclamped line prices a dozen FP8 visits at about ten times what they take.
     longest = max(times_done)
     return [min(fixed + slope * x, longest) for x in sizes]
 

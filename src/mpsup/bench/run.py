@@ -12,14 +12,25 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from mpsup.bench.events import (
+    BenchStarted,
+    SecondVisitDone,
+    SecondVisitsPlanned,
+    VisitStarted,
+    WorkersRestarting,
+    WorkloadDone,
+    WorkloadsAdded,
+    WorkloadStarted,
+)
 from mpsup.bench.measurement import WorkloadMeasurement
 from mpsup.bench.policy import (
     PHASE_BUDGET_FACTOR,
+    SamplingPolicy,
     converged,
     eta_s,
     net_of_overrun,
@@ -28,10 +39,11 @@ from mpsup.bench.policy import (
     widest_first,
     within_reach,
 )
-from mpsup.bench.runner import BenchOptions, EnvSpec, Progress, Runner, _no_progress
+from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
 from mpsup.host.hygiene import conditions_changed, hygiene_now
+from mpsup.progress import Progress, ignore
 from mpsup.runs.journal import Journal, JournalWriteError, Warn, recover_journals
 from mpsup.runs.store import new_record, new_run_id, save_record
 from mpsup.workloads import Workload
@@ -89,7 +101,7 @@ class StopSignals:
         raise KeyboardInterrupt
 
     def hold(self) -> None:
-        """From now on, signals are noted and never raise (the run is being finished)."""
+        """From here on, signals are noted and never raise (the run is being finished)."""
         self.stopping = True
 
     @property
@@ -129,7 +141,7 @@ def run_bench(
     *,
     mode: str = "single",
     model: dict[str, object] | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = ignore,
     save: bool = True,
     warn: Warn = _no_warn,
     exiting: bool = False,
@@ -154,6 +166,40 @@ def run_bench(
             journal.close()
 
 
+def _start_workers(
+    runner: Runner, options: BenchOptions, journal: Journal | None, stops: StopSignals
+) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """The conditions before the run, the workers' facts and what starting them took. A run stopped here
+    measured nothing: its journal goes."""
+    try:
+        before = hygiene_now()
+        t0 = options.clock()
+        facts = runner.start()
+        return before, facts, options.clock() - t0
+    except KeyboardInterrupt:
+        stops.hold()
+        if journal is not None:
+            journal.discard_unused()
+        raise Interrupted("interrupted while the workers were starting; nothing was measured", stops.first) from None
+    except BaseException:
+        if journal is not None:
+            journal.discard_unused()
+        raise
+
+
+def _options_doc(options: BenchOptions) -> dict[str, Any]:
+    """The record's `options`: what the run was asked to do."""
+    return {
+        "budget_s": options.policy.budget_s,
+        "threads": options.threads,
+        "cpus": list(options.cpus) if options.cpus else None,
+        "thread_cpus": list(options.thread_cpus) if options.thread_cpus else None,
+        "memory_share": options.memory_share,
+        "allow_cpu_fallback": options.allow_cpu_fallback,
+        "policy": dict(asdict(options.policy).items()),
+    }
+
+
 def _measure(
     runner: Runner,
     workloads: list[Workload],
@@ -165,34 +211,8 @@ def _measure(
     stops: StopSignals,
     expand: Expand | None = None,
 ) -> dict[str, Any]:
-    try:
-        before = hygiene_now()
-        t0 = options.clock()
-        facts = runner.start()
-        start_s = options.clock() - t0
-    except KeyboardInterrupt:
-        stops.hold()
-        if journal is not None:
-            journal.discard_unused()
-        raise Interrupted("interrupted while the workers were starting; nothing was measured", stops.first) from None
-    except BaseException:
-        if journal is not None:
-            journal.discard_unused()
-        raise
-    record = new_record(
-        mode,
-        options.device,
-        facts,
-        {
-            "budget_s": options.policy.budget_s,
-            "threads": options.threads,
-            "cpus": list(options.cpus) if options.cpus else None,
-            "thread_cpus": list(options.thread_cpus) if options.thread_cpus else None,
-            "memory_share": options.memory_share,
-            "allow_cpu_fallback": options.allow_cpu_fallback,
-            "policy": dict(asdict(options.policy).items()),
-        },
-    )
+    before, facts, start_s = _start_workers(runner, options, journal, stops)
+    record = new_record(mode, options.device, facts, _options_doc(options))
     if journal is not None:
         record["id"] = journal.run_id
     record["model"] = model
@@ -211,7 +231,7 @@ def _measure(
         smoke_steps = len(runner.smoke_features()) if options.smoke else 0
         # The bar counts a workload once all its planned visits are done.
         visits = options.policy.visits(len(runner.sessions) == 2)
-        progress("start", {"total": len(workloads), "smoke": smoke_steps, "visits": visits})
+        progress(BenchStarted(len(workloads), smoke_steps, visits))
         if options.smoke:
             from mpsup.metal import load_manifest
 
@@ -237,178 +257,247 @@ def _measure(
     return record
 
 
+Keep = Callable[[str, dict[str, object]], None]
+
+
 def _two_passes(
     runner: Runner,
     workloads: list[Workload],
     options: BenchOptions,
     record: dict[str, Any],
-    keep: Callable[[str, dict[str, object]], None],
+    keep: Keep,
     progress: Progress,
     journal: Journal | None,
     stops: StopSignals,
     start_s: float = 0.0,
     expand: Expand | None = None,
 ) -> None:
+    """Every pass the policy plans over `workloads` (see Schedule)."""
+    Schedule(runner, workloads, options, record, keep, progress, journal, stops, start_s, expand).run()
+
+
+@dataclass
+class Schedule:
     """First pass: every workload until its interval is within target or its first share is spent.
     Paired, with `split_pairs`: the first pass takes half the rounds, then fresh worker processes take
     the other half of every workload (its units span two process pairs). Last pass: what unconverged
     workloads did not spend goes to them again, widest interval first. `start_s`: what starting the workers
-    took, the cost the progress ETA expects of each restart."""
-    pol = options.policy
-    clock = options.clock
-    budget, first = pol.budget_s, pol.first_share_s
-    paired = len(runner.sessions) == 2
-    visits = pol.visits(paired)
-    split = visits == 2
-    half_rounds = math.ceil(pol.min_rounds / 2)
-    share1 = first / 2 if split else first
-    n = len(workloads)
-    base = len(record["workloads"])  # workload i is record["workloads"][base + i]
-    measured: list[WorkloadMeasurement] = []
-    took: list[float] = []  # each first visit, as the run's clock saw it
-    spent: list[float] = []  # each workload's visits so far, as the runner timed them
-    open_: list[bool] = []  # unconverged after its latest visit
-    pool = 0.0
-    sizes = [float(w.memory_bytes) for w in workloads]  # what the ETA scales an unvisited workload's time by
-    extra_weight: dict[str, float] = {}  # budget units of the workloads `expand` added
-    last_phase = max((k for k, w in enumerate(workloads) if w.part == "phase"), default=-1) if expand else -1
+    took, the cost the progress ETA expects of each restart. Workload i is record["workloads"][base + i]."""
 
-    def weight(w: Workload) -> float:
+    runner: Runner
+    workloads: list[Workload]
+    options: BenchOptions
+    record: dict[str, Any]
+    keep: Keep
+    progress: Progress
+    journal: Journal | None
+    stops: StopSignals
+    start_s: float = 0.0
+    expand: Expand | None = None
+    # Per workload, by its index in `workloads`:
+    measured: list[WorkloadMeasurement] = field(default_factory=list, init=False)
+    took: list[float] = field(default_factory=list, init=False)  # its first visit, as the run's clock saw it
+    spent: list[float] = field(default_factory=list, init=False)  # its visits so far, as the runner timed them
+    open_: list[bool] = field(default_factory=list, init=False)  # unconverged after its latest visit
+    sizes: list[float] = field(default_factory=list, init=False)  # what the ETA scales its unvisited time by
+    extra_weight: dict[str, float] = field(default_factory=dict, init=False)  # budget units of what `expand` added
+    pool: float = field(default=0.0, init=False)  # leftover seconds the unconverged workloads did not spend
+    base: int = field(default=0, init=False)
+    last_phase: int = field(default=-1, init=False)  # the first pass's index after which `expand` adds ops
+
+    def __post_init__(self) -> None:
+        self.sizes = [float(w.memory_bytes) for w in self.workloads]
+        self.base = len(self.record["workloads"])
+        if self.expand is not None:
+            self.last_phase = max((k for k, w in enumerate(self.workloads) if w.part == "phase"), default=-1)
+
+    @property
+    def pol(self) -> SamplingPolicy:
+        return self.options.policy
+
+    @property
+    def paired(self) -> bool:
+        return len(self.runner.sessions) == 2
+
+    @property
+    def visits(self) -> int:
+        return self.pol.visits(self.paired)
+
+    @property
+    def split(self) -> bool:
+        return self.visits == 2
+
+    @property
+    def half_rounds(self) -> int:
+        return math.ceil(self.pol.min_rounds / 2)
+
+    @property
+    def share1(self) -> float:
+        """A first visit's share of the budget: half of it where the rounds are split over two visits."""
+        return self.pol.first_share_s / 2 if self.split else self.pol.first_share_s
+
+    def run(self) -> None:
+        self.first_pass()
+        if self.split and not self.second_pass():
+            return
+        self.leftover_pass()
+
+    def weight(self, w: Workload) -> float:
         # A whole-model phase is the verdict, and each of its calls is a whole forward: it gets the budget of
         # PHASE_BUDGET_FACTOR workloads, so it reaches the rounds a call needs (six bound nothing at q=0.05).
-        if w.name in extra_weight:
-            return extra_weight[w.name]
+        if w.name in self.extra_weight:
+            return self.extra_weight[w.name]
         return PHASE_BUDGET_FACTOR if w.part == "phase" else 1.0
 
-    def eta(unvisited: int, revisit: Sequence[int] = (), restart: bool = False) -> float:
+    def eta(self, unvisited: int, revisit: Sequence[int] = (), restart: bool = False) -> float:
         """Everything still planned: `unvisited` first visits, the second visits of `revisit` (measured
         workloads), a `restart` of the workers still to come, and the leftover pass they all lead to."""
-        ahead = predict_visits(sizes[: len(took)], took, sizes[n - unvisited :], share1)
-        ok_share = sum(m.status == "ok" for m in measured) / len(measured) if measured else 1.0
+        pol, budget, n = self.pol, self.pol.budget_s, len(self.workloads)
+        ahead = predict_visits(self.sizes[: len(self.took)], self.took, self.sizes[n - unvisited :], self.share1)
+        ok_share = sum(m.status == "ok" for m in self.measured) / len(self.measured) if self.measured else 1.0
         # Only the first pass has unvisited workloads, and there open_ is still each first visit's outcome.
-        open_share = sum(open_) / len(open_) if open_ else 1.0
+        open_share = sum(self.open_) / len(self.open_) if self.open_ else 1.0
         # The pool as it will stand after every planned visit: a second visit still to come will take
         # about what the first one did.
         later = set(revisit)
         pool_s = (
-            sum(max(0.0, budget - spent[i] * (visits if i in later else 1)) for i, o in enumerate(open_) if o)
+            sum(
+                max(0.0, budget - self.spent[i] * (self.visits if i in later else 1))
+                for i, o in enumerate(self.open_)
+                if o
+            )
             if pol.leftover
             else 0.0
         )
         # Fresh workers come before the second visits, or (paired, unsplit) before a leftover pass.
-        restarts = restart and (split or (pol.leftover and (pool_s > 0 or unvisited > 0)))
+        restarts = restart and (self.split or (pol.leftover and (pool_s > 0 or unvisited > 0)))
         return eta_s(
             budget,
             ahead,
-            visits=visits,
+            visits=self.visits,
             ok_share=ok_share,
             open_share=open_share if pol.leftover else 0.0,
-            revisits_s=sum(took[i] for i in later),
-            restart_s=start_s if restarts else 0.0,
+            revisits_s=sum(self.took[i] for i in later),
+            restart_s=self.start_s if restarts else 0.0,
             pool_s=pool_s,
         )
 
-    for i, w in enumerate(workloads):
-        revisit = [k for k, m in enumerate(measured) if m.status == "ok"] if split else []
-        progress("workload", {"name": w.name, "eta_s": eta(n - i, revisit, restart=paired), "pass": 1})
-        t0 = clock()
-        m = runner.measure(w, share1 * weight(w), half_rounds if split else None)
-        keep("workloads", m.to_json())
-        measured.append(m)
-        took.append(clock() - t0)
-        spent.append(took[-1] if m.elapsed_s is None else m.elapsed_s)
-        unconverged = m.status == "ok" and not converged(m.interval_width(), pol.target_rel_ci)
-        open_.append(unconverged)
-        if unconverged:
-            pool += max(0.0, budget - spent[-1])
-        progress("done", {"name": w.name, "status": m.status})
-        if i == last_phase and expand is not None:
-            phases = [d for d in record["workloads"][base : base + i + 1] if d.get("part") == "phase"]
-            known = {x.name for x in workloads}
-            added = [(x, u) for x, u in expand(phases, sum(weight(x) for x in workloads)) if x.name not in known]
-            extra_weight.update((x.name, u) for x, u in added)
-            workloads.extend(x for x, _ in added)
-            sizes.extend(float(x.memory_bytes) for x, _ in added)
-            n = len(workloads)
-            progress("more", {"count": len(added), "total": n, "what": "ops"})
+    def first_pass(self) -> None:
+        # The list grows while it is walked: `expand` appends the phases' ops after the last phase.
+        for i, w in enumerate(self.workloads):
+            self._first_visit(i, w)
+            if i == self.last_phase and self.expand is not None:
+                self._add_ops(i, self.expand)
 
-    def extend(i: int, share_s: float, min_new: int = 2) -> bool:
+    def _first_visit(self, i: int, w: Workload) -> None:
+        revisit = [k for k, m in enumerate(self.measured) if m.status == "ok"] if self.split else []
+        n = len(self.workloads)
+        self.progress(WorkloadStarted(w.name, self.eta(n - i, revisit, restart=self.paired)))
+        t0 = self.options.clock()
+        m = self.runner.measure(w, self.share1 * self.weight(w), self.half_rounds if self.split else None)
+        self.keep("workloads", m.to_json())
+        self.measured.append(m)
+        self.took.append(self.options.clock() - t0)
+        self.spent.append(self.took[-1] if m.elapsed_s is None else m.elapsed_s)
+        unconverged = m.status == "ok" and not converged(m.interval_width(), self.pol.target_rel_ci)
+        self.open_.append(unconverged)
+        if unconverged:
+            self.pool += max(0.0, self.pol.budget_s - self.spent[-1])
+        self.progress(WorkloadDone(w.name, m.status))
+
+    def _add_ops(self, i: int, expand: Expand) -> None:
+        """The workloads `expand` derives from the phases measured so far, each with its budget units."""
+        entries = self.record["workloads"][self.base : self.base + i + 1]
+        phases = [d for d in entries if d.get("part") == "phase"]
+        known = {x.name for x in self.workloads}
+        units = sum(self.weight(x) for x in self.workloads)
+        added = [(x, u) for x, u in expand(phases, units) if x.name not in known]
+        self.extra_weight.update((x.name, u) for x, u in added)
+        self.workloads.extend(x for x, _ in added)
+        self.sizes.extend(float(x.memory_bytes) for x, _ in added)
+        self.progress(WorkloadsAdded(len(added), len(self.workloads), "ops"))
+
+    def extend(self, i: int, share_s: float, min_new: int = 2) -> bool:
         try:
-            extended = runner.extend(workloads[i], measured[i], share_s, min_new=min_new)
+            extended = self.runner.extend(self.workloads[i], self.measured[i], share_s, min_new=min_new)
         finally:
             # Whatever stops the visit, the record holds what it took (as the saved record always has);
             # the journal only gets a finished visit.
-            record["workloads"][base + i] = measured[i].to_json()
-        if extended and journal is not None:
+            self.record["workloads"][self.base + i] = self.measured[i].to_json()
+        if extended and self.journal is not None:
             # Its own kind, with the workload's position: a recovery puts the visit in its place, and a
             # journal cut off before it still has the first visit's entry, whole.
-            with stops.critical():
-                journal.append("workload-extended", {"index": base + i, "workload": record["workloads"][base + i]})
+            with self.stops.critical():
+                entry = {"index": self.base + i, "workload": self.record["workloads"][self.base + i]}
+                self.journal.append("workload-extended", entry)
         return extended
 
-    per = sum(took) / len(took) if took else first
-    if split:
-        ok = [i for i, m in enumerate(measured) if m.status == "ok"]
-        progress("second-visits", {"count": len(ok)})  # the others (failed, unsupported) are done
+    def second_pass(self) -> bool:
+        """Fresh workers visit every measured workload again; False where none was measured."""
+        ok = [i for i, m in enumerate(self.measured) if m.status == "ok"]
+        self.progress(SecondVisitsPlanned(len(ok)))  # the others (failed, unsupported) are done
         if not ok:
-            return
-        progress("restart", {"eta_s": eta(0, ok, restart=True)})
-        runner.restart()
+            return False
+        self.progress(WorkersRestarting(self.eta(0, ok, restart=True)))
+        self.runner.restart()
+        target = self.pol.target_rel_ci
         for j, i in enumerate(ok):
-            progress("extend", {"name": measured[i].name, "eta_s": eta(0, ok[j:])})
+            m = self.measured[i]
+            self.progress(VisitStarted(m.name, self.eta(0, ok[j:])))
             # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
             # overrun cap), so both process pairs weigh alike and the caps still bound the time.
-            extend(i, share1 * weight(workloads[i]), min_new=min(half_rounds, len(measured[i].ratios)))
-            spent[i] = measured[i].elapsed_s or spent[i]
-            open_[i] = not converged(measured[i].interval_width(), pol.target_rel_ci)
-            progress("visited", {"name": measured[i].name})
-        pool = sum(
-            max(0.0, budget - (m.elapsed_s or 0.0))
-            for m in measured
-            if m.status == "ok" and not converged(m.interval_width(), pol.target_rel_ci)
+            self.extend(i, self.share1 * self.weight(self.workloads[i]), min_new=min(self.half_rounds, len(m.ratios)))
+            self.spent[i] = m.elapsed_s or self.spent[i]
+            self.open_[i] = not converged(m.interval_width(), target)
+            self.progress(SecondVisitDone(m.name))
+        self.pool = sum(
+            max(0.0, self.pol.budget_s - (m.elapsed_s or 0.0))
+            for m in self.measured
+            if m.status == "ok" and not converged(m.interval_width(), target)
         )
-    # Without this a CPU main job whose slow workloads had overrun still spent 6-10 s on second visits.
-    pool = net_of_overrun(
-        pool, [budget * weight(w) for w in workloads[: len(measured)]], [m.elapsed_s or 0.0 for m in measured]
-    )
-    if not pol.leftover or pool <= 0:
-        return
-    widths = {str(i): m.interval_width() for i, m in enumerate(measured) if m.status == "ok"}
-    order = [int(k) for k in widest_first(widths, pol.target_rel_ci)]
+        return True
 
-    def reachable(i: int, more_s: float) -> bool:
-        spent_i = measured[i].elapsed_s or 0.0
-        return not pol.leftover_reachable_only or within_reach(widths[str(i)], spent_i, more_s, pol.target_rel_ci)
+    def leftover_pass(self) -> None:
+        """What unconverged workloads did not spend goes to them again, widest interval first."""
+        pol, budget = self.pol, self.pol.budget_s
+        per = sum(self.took) / len(self.took) if self.took else pol.first_share_s
+        # A workload that overran its share already spent time the pool counted as left.
+        allowances = [budget * self.weight(w) for w in self.workloads[: len(self.measured)]]
+        pool = net_of_overrun(self.pool, allowances, [m.elapsed_s or 0.0 for m in self.measured])
+        if not pol.leftover or pool <= 0:
+            return
+        widths = {i: m.interval_width() for i, m in enumerate(self.measured) if m.status == "ok"}
+        cap = pol.max_extension * budget
+        order = [int(k) for k in widest_first({str(i): w for i, w in widths.items()}, pol.target_rel_ci)]
+        order = [i for i in order if self._reachable(widths[i], i, cap)]
+        # Too little time for a visit to add anything: a setup and two rounds cost about this much.
+        least = max(0.1 * budget, 0.05)
+        if not order or next_allotment(pool, [widths[i] for i in order], cap) < least:
+            return
+        if self.paired and not self.split:
+            eta = eta_s(budget, restart_s=self.start_s, pool_s=pool, leftover_visits=len(order), per_visit_s=per)
+            self.progress(WorkersRestarting(eta))
+            self.runner.restart()
+        for j, i in enumerate(order):
+            allot = next_allotment(pool, [widths[k] for k in order[j:]], cap)
+            if allot < least:
+                break
+            m = self.measured[i]
+            if m.elapsed_s and m.visits and allot < 0.5 * m.elapsed_s / m.visits:
+                continue  # a setup and two rounds of this workload alone cost more than it would be given
+            if not self._reachable(widths[i], i, allot):
+                continue  # its share flows to the ones after it
+            eta = eta_s(budget, pool_s=pool, leftover_visits=len(order) - j, per_visit_s=per)
+            self.progress(VisitStarted(m.name, eta))
+            t0 = self.options.clock()
+            self.extend(i, allot)
+            pool -= self.options.clock() - t0
+            if pool <= 0:
+                break
 
-    order = [i for i in order if reachable(i, pol.max_extension * budget)]
-    # Too little time for a visit to add anything: a setup and two rounds cost about this much.
-    least = max(0.1 * budget, 0.05)
-    if not order or next_allotment(pool, [widths[str(i)] for i in order], pol.max_extension * budget) < least:
-        return
-    if paired and not split:
-        progress(
-            "restart",
-            {"eta_s": eta_s(budget, restart_s=start_s, pool_s=pool, leftover_visits=len(order), per_visit_s=per)},
-        )
-        runner.restart()
-    for j, i in enumerate(order):
-        allot = next_allotment(pool, [widths[str(k)] for k in order[j:]], pol.max_extension * budget)
-        if allot < least:
-            break
-        m = measured[i]
-        if m.elapsed_s and m.visits and allot < 0.5 * m.elapsed_s / m.visits:
-            continue  # a setup and two rounds of this workload alone cost more than it would be given
-        if not reachable(i, allot):
-            continue  # its share flows to the ones after it
-        progress(
-            "extend",
-            {"name": m.name, "eta_s": eta_s(budget, pool_s=pool, leftover_visits=len(order) - j, per_visit_s=per)},
-        )
-        t0 = clock()
-        extend(i, allot)
-        pool -= clock() - t0
-        if pool <= 0:
-            break
+    def _reachable(self, width: float, i: int, more_s: float) -> bool:
+        spent_i = self.measured[i].elapsed_s or 0.0
+        return not self.pol.leftover_reachable_only or within_reach(width, spent_i, more_s, self.pol.target_rel_ci)
 
 
 def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> Path | None:

@@ -15,19 +15,15 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from mpsup.bench.events import SamplesTaken, SmokeStepDone
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, mlx_pin_env, worker_env
 from mpsup.errors import UserError
+from mpsup.progress import Progress, ignore
 from mpsup.units import fmt_time
 from mpsup.workloads import Workload, working_bytes
-
-Progress = Callable[[str, dict[str, Any]], None]
-
-
-def _no_progress(_event: str, _info: dict[str, Any]) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,7 @@ class BenchOptions:
     # costs, and so is a whole-model phase.
     skip_slow: bool = False
     # A request for samples this long is a progress event of its own: a whole-model phase at seconds a call
-    # (the Wan 2.2 VAE's decode took 84 s on the CPU) otherwise shows nothing moving for minutes.
+    # (a VAE decode on a CPU takes over a minute) otherwise shows nothing moving for minutes.
     slow_sample_s: float = 1.0
 
 
@@ -189,7 +185,7 @@ def _guard(w: Workload, sessions: list[EnvSession], share: float, device: str = 
 
 
 class Runner:
-    def __init__(self, envs: list[EnvSpec], options: BenchOptions, progress: Progress = _no_progress) -> None:
+    def __init__(self, envs: list[EnvSpec], options: BenchOptions, progress: Progress = ignore) -> None:
         self.options = options
         self.sessions = [EnvSession(e, options) for e in envs]
         self.progress = progress
@@ -236,7 +232,8 @@ class Runner:
         except WorkerDied as exc:
             return EnvMeasurement.failed("crash", str(exc), exc.stderr_tail[-1000:])
         if ans.get("type") == "error":
-            return EnvMeasurement.failed(ans.get("status", "error"), ans.get("message", ""))
+            needs_metal = ans.get("needs_metal") is True
+            return EnvMeasurement.failed(ans.get("status", "error"), ans.get("message", ""), needs_metal=needs_metal)
         return EnvMeasurement.ready(ans)
 
     def _sample(self, s: EnvSession, r: EnvMeasurement, count: int, *, warmup: bool, discard: int = 0) -> list[float]:
@@ -256,7 +253,7 @@ class Runner:
         took = self.options.clock() - t0
         if took >= self.options.slow_sample_s:
             done = r.warmup if warmup else r.samples
-            self.progress("sample", {"env": s.env.label, "warmup": warmup, "samples": len(done), "took_s": took})
+            self.progress(SamplesTaken(s.env.label, warmup, len(done), took))
         return host
 
     def _teardown(self, s: EnvSession, r: EnvMeasurement) -> None:
@@ -322,7 +319,7 @@ class Runner:
         paired = len(self.sessions) == 2
         if w.part == "phase":
             # Measured whatever the suite's skip says, but never unbounded: at most PHASE_SLOW_BUDGETS of its
-            # own budget (a full-size Wan 2.2 VAE decode on a CPU, 84 s a call, would otherwise take ~34 min).
+            # own budget (a full-size VAE decode on a CPU, over a minute a call, would otherwise take half an hour).
             return self.options.policy.slow_call_s(paired, _phase_weight())
         if not self.options.skip_slow:
             return None
@@ -367,10 +364,10 @@ class Runner:
         rounds_before = len(m.ratios)
         samples_before = sum(len(r.samples) for r in m.envs.values())
         try:
-            # An even visit sets up in the other order: on the H200 the two visits of an A/A run agreed on
-            # their lean for layers above 30 us (correlation 0.57 over 321 of them), as if setting up first
-            # (the first claim on device memory) gave something; reversed, that lean cancels between visits
-            # and shows as their disagreement, which the report's between-process floor reads.
+            # An even visit sets up in the other order: whatever setting up first gives (the first claim on
+            # device memory) leans both visits of an A/A run alike; reversed, that lean cancels between visits
+            # and shows as their disagreement, which the report's between-process floor reads (figures in
+            # docs/evidence/).
             order = live[::-1] if self.options.policy.counterbalance and (m.visits or 1) % 2 else live
             for s in order:
                 fresh = self._setup(s, w, calls)
@@ -503,7 +500,7 @@ class Runner:
             except WorkerDied as exc:
                 ans = {"status": "crash", "message": str(exc)}
             envs[s.env.label] = ans
-            self.progress("smoke", {"feature": feature, "env": s.env.label, "status": ans["status"]})
+            self.progress(SmokeStepDone(feature, s.env.label, str(ans["status"])))
         return {"feature": feature, "envs": envs}
 
     def smoke(self, features: tuple[str, ...] = SMOKE_FEATURES) -> list[dict[str, object]]:

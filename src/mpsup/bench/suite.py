@@ -227,8 +227,8 @@ def fp8_workloads(device: str) -> list[Workload]:
         )
         for d in ("to_fp8", "to_bf16")
     ]
-    # 1 token: 2.15's MPS decode kernels take 1-4 rows; CUDA's FP8 GEMMs want multiples of 16, so
-    # CUDA decodes at 16. A CPU emulates FP8 matmul (0.1 s for 16x4096x4096): small shapes only there.
+    # 1 token: MPS's FP8 decode kernels take 1-4 rows; CUDA's FP8 GEMMs want multiples of 16, so
+    # CUDA decodes at 16. A CPU emulates FP8 matmul (a tenth of a second at 16x4096x4096): small shapes only.
     decode = 16 if device == "cuda" else 1
     cases = [(decode, 4096, 4096, "tensorwise"), (decode, 4096, 4096, "rowwise")]
     if decode != 16:

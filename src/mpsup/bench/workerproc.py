@@ -350,9 +350,9 @@ def worker_env(
     # run as if the device had it, and a smoke test would pass on the CPU's answer.
     env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1" if cpu_fallback else "0"
     if threads_on:
-        # Bound when libgomp (or libomp) loads, i.e. at `import torch`. On a 2-vCPU VM the scheduler packed a
-        # worker's two threads onto one vCPU or spread them over two, a state that outlived a small layer's
-        # whole measurement (~235 vs ~130 us a call) and leaned A/A runs (issue 28).
+        # Bound when libgomp (or libomp) loads, i.e. at `import torch`: unbound, the scheduler may pack a
+        # worker's threads onto one CPU or spread them, a state that outlives a small layer's whole measurement
+        # and leans A/A runs (docs/evidence/cpu-aa-bias.md).
         env["OMP_PROC_BIND"] = "close"
         env["OMP_PLACES"] = ",".join(f"{{{c}}}" for c in threads_on)
         threads = threads or len(threads_on)

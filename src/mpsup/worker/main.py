@@ -18,6 +18,7 @@ import torch
 from .build import build
 from .core import Built, FallbackWatch, is_unsupported_error
 from .device import Device
+from .metal import answer_fields
 from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
 from .whole_model import census_phase
@@ -240,6 +241,7 @@ def _answer(worker: Worker, handlers: dict[str, Any], req: Any) -> dict[str, Any
             "status": _classify(exc),
             "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
             "traceback": traceback.format_exc(limit=4),
+            **answer_fields(exc),
         }
     return answer
 

@@ -14,6 +14,22 @@ import torch
 from .core import Built, Unsupported
 from .device import Device
 
+
+class NeedsMetal(Unsupported):
+    """A Metal kernel asked of a device that is not MPS: says nothing about this torch, only where it runs. The
+    worker's answer says so in a field (`needs_metal: true`, see answer_fields), so bench reads no error text."""
+
+
+# Answers name an error by its class: this one reads as any feature the device lacks (`Unsupported: ...`),
+# so a record's reasons keep one wording and the field alone tells the two apart.
+NeedsMetal.__name__ = Unsupported.__name__
+
+
+def answer_fields(exc: BaseException) -> dict[str, bool]:
+    """What an error answer (a setup's, a smoke test's) adds for `exc`: `needs_metal` for a NeedsMetal."""
+    return {"needs_metal": True} if isinstance(exc, NeedsMetal) else {}
+
+
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "uint8": torch.uint8}
 
 
@@ -103,7 +119,7 @@ def reference(entry: dict[str, Any], src: torch.Tensor, grid: int) -> torch.Tens
 
 def compile_library(source: str, device: Device) -> Any:
     if device.kind != "mps":
-        raise Unsupported(f"Metal kernels need the mps device (this run is on {device.kind})")
+        raise NeedsMetal(f"Metal kernels need the mps device (this run is on {device.kind})")
     compile_shader = getattr(torch.mps, "compile_shader", None)
     if compile_shader is None:
         raise Unsupported("torch.mps.compile_shader does not exist in this torch (public since 2.7)")

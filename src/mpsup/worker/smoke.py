@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .core import FallbackWatch
 from .device import Device
-from .metal import check_grid, reference, run_kernel
+from .metal import answer_fields, check_grid, reference, run_kernel
 from .ops import Unsupported, dtype_of, grouped_mm_fn, is_unsupported_error, scaled_mm_op, scaled_mm_scales
 
 # A feature returns its error size, or (error size, a note on how it ran: the API, the backend).
@@ -388,7 +388,7 @@ def run_feature(name: str, device: Device, kernels: list[dict[str, Any]]) -> dic
         return {"status": "fail", "error": exc.error, "message": str(exc)}
     except Exception as exc:
         if is_unsupported_error(exc):
-            return {"status": "unsupported", "message": _short(exc)}
+            return {"status": "unsupported", "message": _short(exc), **answer_fields(exc)}
         return {"status": "fail", "error": None, "message": _short(exc)}
     error, note = outcome if isinstance(outcome, tuple) else (outcome, "")
     if watch.ops:
