@@ -62,6 +62,24 @@ AllowCpuFallbackOpt = Annotated[
 ]
 
 
+class DeviceChoice(StrEnum):
+    mps = "mps"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+# Options several commands take with the same meaning: declared once, so their help cannot drift apart.
+DeviceOpt = Annotated[
+    DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
+]
+TokensOpt = Annotated[
+    str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
+]
+ModelOpt = Annotated[
+    Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
+]
+
+
 def _print_version(value: bool) -> None:
     if value:
         from mpsup import __version__
@@ -105,17 +123,9 @@ def doctor(
     raise typer.Exit(result.exit_code)
 
 
-class DeviceChoice(StrEnum):
-    mps = "mps"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
 @app.command(cls=_Command)
 def bench(
-    device: Annotated[
-        DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
-    ] = None,
+    device: DeviceOpt = None,
     budget: Annotated[
         float,
         # Checked in command.check_budget, not by click's range: its refusal is a usage box, not one line,
@@ -126,9 +136,7 @@ def bench(
         str | None, typer.Option("--only", help="Glob(s) on name, kind, part or tag; comma-separated; re:REGEX.")
     ] = None,
     python: PythonOpt = None,
-    tokens: Annotated[
-        str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
-    ] = None,
+    tokens: TokensOpt = None,
     threads: Annotated[
         int | None, typer.Option("--threads", min=1, help="CPU threads in the worker (default: torch's own; recorded).")
     ] = None,
@@ -149,9 +157,7 @@ def bench(
     details: Annotated[
         bool, typer.Option("--details", help="Print every table (each workload, each smoke test), not one screen.")
     ] = False,
-    model: Annotated[
-        Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
-    ] = None,
+    model: ModelOpt = None,
     resolution: Annotated[
         str | None, typer.Option("--resolution", help="Diffusion models: image size, e.g. 1024 or 832x480.")
     ] = None,
@@ -432,18 +438,12 @@ def bisect(
     only: Annotated[
         str | None, typer.Option("--only", help="The workload(s) that regressed: glob(s) as bench --only takes them.")
     ] = None,
-    model: Annotated[
-        Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
-    ] = None,
-    device: Annotated[
-        DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
-    ] = None,
+    model: ModelOpt = None,
+    device: DeviceOpt = None,
     budget: Annotated[
         float, typer.Option("--budget", help="Seconds per workload and step (doubled for a step measured again).")
     ] = DEFAULT_BUDGET_S,
-    tokens: Annotated[
-        str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
-    ] = None,
+    tokens: TokensOpt = None,
     dtype: Annotated[
         str | None, typer.Option("--dtype", help="--model: override the checkpoint's dtype: bf16, fp16, fp32.")
     ] = None,
