@@ -483,11 +483,10 @@ def bisect(
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
-    from mpsup.bench.render import bench_progress
-    from mpsup.bisect import command
-    from mpsup.bisect.render import progress_printer, render_result
+    from mpsup.bisect.request import BisectRequest
+    from mpsup.bisect.terminal import run_and_render
 
-    request = command.BisectRequest(
+    request = BisectRequest(
         environments=tuple(environments or ()),
         only=only,
         model=model,
@@ -506,11 +505,7 @@ def bisect(
         keep_envs=keep_envs,
         allow_cpu_fallback=allow_cpu_fallback,
     )
-    result = command.run(
-        request, progress_printer(stderr_console), bar=lambda: bench_progress(stderr_console), warn=warning_line
-    )
-    render_result(result, stdout_console, as_json)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(run_and_render(request, as_json))
 
 
 def main() -> None:
