@@ -16,11 +16,11 @@ from mpsup.stats import PRACTICAL_THRESHOLD
 
 
 class _FlagsShowNoType:
-    """typer 0.29 (which vendors click as typer._click) prints each option's type in help as `<type>`
-    (TyperOption.display_type_rich) and does not leave flags out, so every flag showed `<bool>` although
-    it takes no value; so did `--help`, which the vendored click builds itself (Command.get_help_option),
-    out of reach of any option we declare. That method prints a metavar, when set, instead of the type:
-    an empty one on every flag a command has, `--help` included, set here once rather than per option."""
+    """Help shows no `<bool>` after a flag, which takes no value: typer (which vendors click as typer._click)
+    prints each option's type in help as `<type>` (TyperOption.display_type_rich), flags included, and
+    `--help` too, which the vendored click builds itself (Command.get_help_option), out of reach of any
+    option declared here. Help prints a metavar, when set, instead of the type: an empty one on every flag
+    a command has, `--help` included, set here once rather than per option."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
@@ -28,7 +28,7 @@ class _FlagsShowNoType:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
             elif getattr(param, "nargs", 1) == -1 and param.param_type_name == "argument":
-                # A repeated argument's type showed as `<list[str]>`: the usage line already says `[ENV]...`.
+                # No `<list[str]>` after a repeated argument: the usage line's `[ENV]...` says it already.
                 param.display_type_rich = lambda ctx: None
         return params
 

@@ -89,7 +89,7 @@ def progress_printer(console: Console) -> Progress:
 
 
 def throwaway_lines(t: Throwaway) -> list[str]:
-    """What a bisect over nightlies installed, and where it is now."""
+    """What a bisect over nightlies installed, and where it is at the end."""
     n = len(t.installed)
     lines = [
         f"Installed {n} of the {t.builds} builds over this bisect"
@@ -179,7 +179,7 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
         needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
         if needed <= console.width:
             p(table)
-        else:  # squeezed, the table cut environment paths and figures to "/tm…" and "1.0…": a line per step
+        else:  # a line per step: squeezed, the table would cut paths and figures to "/tm…" and "1.0…"
             for k, s in enumerate(result.steps, 1):
                 p(safe(step_line(s, result.environments[s.index], k)), highlight=False, soft_wrap=True)
     if result.steps:  # the legend of figures shown, not of a table that is not there
