@@ -33,6 +33,8 @@ class StepStarted(Event):
 
 @dataclass(frozen=True)
 class StepFinished(Event):
+    """A paired run ended and was called: its figures and verdict."""
+
     step: Step
     environment: str
     number: int

@@ -122,10 +122,8 @@ def _env(facts: EnvFacts) -> str:
     return f"torch {facts.torch or '?'}, git {rev}"
 
 
-def render_result(result: BisectResult, console: Console, as_json: bool) -> None:
-    if as_json:
-        emit_json(result.to_json())
-        return
+def _print_answer(result: BisectResult, console: Console) -> None:
+    """The headline: the first bad and last good builds, what is left open, or where the bisect stopped."""
     d = result.done
     names = result.environments
     p = console.print
@@ -166,6 +164,16 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+def render_result(result: BisectResult, console: Console, as_json: bool) -> None:
+    if as_json:
+        emit_json(result.to_json())
+        return
+    _print_answer(result, console)
+    d = result.done
+    names = result.environments
+    p = console.print
     n = len(names)
     resumed = f"; {result.resumed_steps} of them from the journal" if result.resumed_steps else ""
     p(
