@@ -25,11 +25,13 @@ import pytest
 
 from mpsup.bisect import command
 from mpsup.bisect.command import BisectRequest, Step
+from mpsup.bisect.events import Installed, Released, Reused, ThrowawaysRemoved
 from mpsup.bisect.logic import BAD, GOOD, Figure, Measure
 from mpsup.bisect.nightlies import parse_endpoint, select_builds
 from mpsup.envs.index import IndexFile
 from mpsup.envs.tags import target_from_probe
 from mpsup.errors import OperationFailed, UserError
+from mpsup.progress import Event
 from tests.conftest import run_cli
 from tests.pkgindex import LINUX_PROBE, build_wheel, fake_torch_files, serve, shim_torch_files, write_index
 
@@ -144,8 +146,8 @@ def _venvs(home: Path) -> list[Path]:
     return sorted(p.parent for p in home.rglob("pyvenv.cfg")) if home.is_dir() else []
 
 
-def _events(log: list[tuple[str, dict[str, Any]]], name: str) -> list[str]:
-    return [str(info["version"]) for event, info in log if event == name]
+def _events(log: list[Event], kind: type[Installed | Released | Reused]) -> list[str]:
+    return [event.version for event in log if isinstance(event, kind)]
 
 
 # -- what the user types, and which builds -------------------------------------------------------------------------
@@ -265,11 +267,11 @@ def test_only_the_probed_builds_are_installed_and_nothing_is_left(
     monkeypatch.setattr(command._Session, "measure", _fake_measure(FIRST_BAD))
     seen: list[list[Path]] = []
     wheels: list[Path] = []
-    log: list[tuple[str, dict[str, Any]]] = []
+    log: list[Event] = []
 
-    def progress(event: str, info: dict[str, Any]) -> None:
-        log.append((event, info))
-        if event == "installed":
+    def progress(event: Event) -> None:
+        log.append(event)
+        if isinstance(event, Installed):
             seen.append(_venvs(mpsup_home))
             wheels.extend(mpsup_home.rglob("*.whl"))  # downloaded, then deleted once the environment holds it
 
@@ -282,11 +284,11 @@ def test_only_the_probed_builds_are_installed_and_nothing_is_left(
     )
     # the ends, then the midpoints the bisect probed; never the builds it did not need
     probed = [BUILDS[i] for i in (0, 7, 3, 5, 4)]
-    assert _events(log, "installed") == probed and len(probed) <= math.log2(len(BUILDS)) + 2
+    assert _events(log, Installed) == probed and len(probed) <= math.log2(len(BUILDS)) + 2
     assert [s.index for s in result.steps] == [7, 3, 5, 4]
     # never more than the good build and the one being measured: each other one goes once its step is called
     assert [len(s) for s in seen] == [1, 2, 2, 2, 2]
-    assert _events(log, "release") == [BUILDS[i] for i in (7, 3, 5)]
+    assert _events(log, Released) == [BUILDS[i] for i in (7, 3, 5)]
     assert wheels == []
     assert all(p.parent.parent == mpsup_home / "bisect-envs" for p in seen[-1])
     t = result.throwaway
@@ -309,23 +311,23 @@ def test_an_interrupted_bisect_keeps_its_installs_and_resume_reuses_them(
 ) -> None:
     _shield(monkeypatch, tmp_path, index["fake"], uv=True)
     monkeypatch.setattr(command._Session, "measure", _fake_measure(FIRST_BAD, stop_at_step=3))
-    first: list[tuple[str, dict[str, Any]]] = []
-    stopped = command.run(_request(bare_python, index["fake"]), lambda e, i: first.append((e, i)))
+    first: list[Event] = []
+    stopped = command.run(_request(bare_python, index["fake"]), first.append)
     # Ctrl-C in step 3 (build 6 of 8, just installed): exit 130, the four installs kept for the rerun, and said so
     assert stopped.interrupted == "SIGINT" and stopped.exit_code == 130 and stopped.paired_runs == 2
-    assert _events(first, "installed") == [BUILDS[i] for i in (0, 7, 3, 5)]
+    assert _events(first, Installed) == [BUILDS[i] for i in (0, 7, 3, 5)]
     t = stopped.throwaway
     # the good build and the one whose step was stopped; the two whose steps were called are gone already
     assert t is not None and t.state == "kept-for-resume" and len(t.left) == 2 == len(_venvs(mpsup_home))
-    assert _events(first, "release") == [BUILDS[7], BUILDS[3]]
+    assert _events(first, Released) == [BUILDS[7], BUILDS[3]]
 
     monkeypatch.setattr(command._Session, "measure", _fake_measure(FIRST_BAD))
-    again: list[tuple[str, dict[str, Any]]] = []
-    done = command.run(BisectRequest(resume=True), lambda e, i: again.append((e, i)))
+    again: list[Event] = []
+    done = command.run(BisectRequest(resume=True), again.append)
     assert done.done is not None and done.done.status == "found" and done.resumed_steps == 2
     assert done.environments[done.done.first_bad] == BUILDS[FIRST_BAD]
     # the good build and build 6 were reused as they were; only build 5 was new
-    assert _events(again, "reuse") == [BUILDS[0], BUILDS[5]] and _events(again, "installed") == [BUILDS[4]]
+    assert _events(again, Reused) == [BUILDS[0], BUILDS[5]] and _events(again, Installed) == [BUILDS[4]]
     t = done.throwaway
     assert t is not None and t.state == "removed" and t.reused == (BUILDS[0], BUILDS[5])
     assert t.installed == tuple(BUILDS[i] for i in (0, 7, 3, 5, 4))  # each once over both runs
@@ -338,13 +340,13 @@ def test_a_failed_install_removes_what_the_bisect_installed(
 ) -> None:
     _shield(monkeypatch, tmp_path, index["broken"], uv=True)
     monkeypatch.setattr(command._Session, "measure", _fake_measure(FIRST_BAD))
-    log: list[tuple[str, dict[str, Any]]] = []
+    log: list[Event] = []
     with pytest.raises(OperationFailed, match="install failed"):
-        command.run(_request(bare_python, index["broken"]), lambda e, i: log.append((e, i)))
+        command.run(_request(bare_python, index["broken"]), log.append)
     # the ends were installed and measured; the fourth build's wheel is no zip: everything goes, the step stays
-    assert _events(log, "installed") == [BUILDS[0], BUILDS[7]]
-    assert _events(log, "release") == [BUILDS[7]]  # its step called, before the failed install
-    assert [info["removed"] for event, info in log if event == "cleanup"] == [1]
+    assert _events(log, Installed) == [BUILDS[0], BUILDS[7]]
+    assert _events(log, Released) == [BUILDS[7]]  # its step called, before the failed install
+    assert [event.removed for event in log if isinstance(event, ThrowawaysRemoved)] == [1]
     assert _venvs(mpsup_home) == [] and not (mpsup_home / "bisect-envs").exists()
     (journal,) = (mpsup_home / "bisect").glob("*.json")
     assert len(json.loads(journal.read_text())["steps"]) == 1

@@ -16,11 +16,11 @@ from mpsup.stats import PRACTICAL_THRESHOLD
 
 
 class _FlagsShowNoType:
-    """typer 0.29 (which vendors click as typer._click) prints each option's type in help as `<type>`
-    (TyperOption.display_type_rich) and does not leave flags out, so every flag showed `<bool>` although
-    it takes no value; so did `--help`, which the vendored click builds itself (Command.get_help_option),
-    out of reach of any option we declare. That method prints a metavar, when set, instead of the type:
-    an empty one on every flag a command has, `--help` included, set here once rather than per option."""
+    """Help shows no `<bool>` after a flag, which takes no value: typer (which vendors click as typer._click)
+    prints each option's type in help as `<type>` (TyperOption.display_type_rich), flags included, and
+    `--help` too, which the vendored click builds itself (Command.get_help_option), out of reach of any
+    option declared here. Help prints a metavar, when set, instead of the type: an empty one on every flag
+    a command has, `--help` included, set here once rather than per option."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
@@ -28,7 +28,7 @@ class _FlagsShowNoType:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
             elif getattr(param, "nargs", 1) == -1 and param.param_type_name == "argument":
-                # A repeated argument's type showed as `<list[str]>`: the usage line already says `[ENV]...`.
+                # No `<list[str]>` after a repeated argument: the usage line's `[ENV]...` says it already.
                 param.display_type_rich = lambda ctx: None
         return params
 
@@ -59,6 +59,24 @@ AllowCpuFallbackOpt = Annotated[
         "--allow-cpu-fallback",
         help="Run ops without an MPS kernel on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1); default: they fail.",
     ),
+]
+
+
+class DeviceChoice(StrEnum):
+    mps = "mps"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+# Options several commands take with the same meaning: declared once, so their help cannot drift apart.
+DeviceOpt = Annotated[
+    DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
+]
+TokensOpt = Annotated[
+    str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
+]
+ModelOpt = Annotated[
+    Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
 ]
 
 
@@ -105,17 +123,9 @@ def doctor(
     raise typer.Exit(result.exit_code)
 
 
-class DeviceChoice(StrEnum):
-    mps = "mps"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
 @app.command(cls=_Command)
 def bench(
-    device: Annotated[
-        DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
-    ] = None,
+    device: DeviceOpt = None,
     budget: Annotated[
         float,
         # Checked in command.check_budget, not by click's range: its refusal is a usage box, not one line,
@@ -126,9 +136,7 @@ def bench(
         str | None, typer.Option("--only", help="Glob(s) on name, kind, part or tag; comma-separated; re:REGEX.")
     ] = None,
     python: PythonOpt = None,
-    tokens: Annotated[
-        str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
-    ] = None,
+    tokens: TokensOpt = None,
     threads: Annotated[
         int | None, typer.Option("--threads", min=1, help="CPU threads in the worker (default: torch's own; recorded).")
     ] = None,
@@ -149,9 +157,7 @@ def bench(
     details: Annotated[
         bool, typer.Option("--details", help="Print every table (each workload, each smoke test), not one screen.")
     ] = False,
-    model: Annotated[
-        Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
-    ] = None,
+    model: ModelOpt = None,
     resolution: Annotated[
         str | None, typer.Option("--resolution", help="Diffusion models: image size, e.g. 1024 or 832x480.")
     ] = None,
@@ -430,18 +436,12 @@ def bisect(
     only: Annotated[
         str | None, typer.Option("--only", help="The workload(s) that regressed: glob(s) as bench --only takes them.")
     ] = None,
-    model: Annotated[
-        Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
-    ] = None,
-    device: Annotated[
-        DeviceChoice | None, typer.Option("--device", help="mps, cuda or cpu (default: mps on a Mac, else cpu).")
-    ] = None,
+    model: ModelOpt = None,
+    device: DeviceOpt = None,
     budget: Annotated[
         float, typer.Option("--budget", help="Seconds per workload and step (doubled for a step measured again).")
     ] = DEFAULT_BUDGET_S,
-    tokens: Annotated[
-        str | None, typer.Option("--tokens", help="Decode and prefill sizes (default: 1,512; 1,16 on cpu).")
-    ] = None,
+    tokens: TokensOpt = None,
     dtype: Annotated[
         str | None, typer.Option("--dtype", help="--model: override the checkpoint's dtype: bf16, fp16, fp32.")
     ] = None,
@@ -481,11 +481,10 @@ def bisect(
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
-    from mpsup.bench.render import bench_progress
-    from mpsup.bisect import command
-    from mpsup.bisect.render import progress_printer, render_result
+    from mpsup.bisect.request import BisectRequest
+    from mpsup.bisect.terminal import run_and_render
 
-    request = command.BisectRequest(
+    request = BisectRequest(
         environments=tuple(environments or ()),
         only=only,
         model=model,
@@ -504,11 +503,7 @@ def bisect(
         keep_envs=keep_envs,
         allow_cpu_fallback=allow_cpu_fallback,
     )
-    result = command.run(
-        request, progress_printer(stderr_console), bar=lambda: bench_progress(stderr_console), warn=warning_line
-    )
-    render_result(result, stdout_console, as_json)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(run_and_render(request, as_json))
 
 
 def main() -> None:

@@ -87,7 +87,7 @@ def one_line(text: object, limit: int = 200) -> str:
 
 def md_code(text: object, *, table: bool = False, limit: int = 200) -> str:
     """Record text for a GitHub Markdown body: a plain word or version as it is, anything else as a code span,
-    where GitHub links no @mention or #123 and renders no HTML, link, image or emphasis. The span's backtick
+    where GitHub links no @mention or #N reference and renders no HTML, link, image or emphasis. The span's backtick
     fence is longer than any run of backticks inside, so nothing inside can close it; on one line, so nothing
     can start a heading or a fence; in a table cell `|` is escaped, which GFM splits cells on even in a span."""
     value = one_line(text, limit)

@@ -13,6 +13,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,32 @@ SCHEMA = "mpsup.bisect/1"
 MAX_JOURNAL_BYTES = 16 << 20
 # A journal's key is the hash journal_key writes, and the file's name: never a path.
 KEY = re.compile(r"[0-9a-f]{16}")
-# What each argument may be, as _args and _nightly_args write them (bool is no number here).
-_ARG_TYPES: dict[str, tuple[str, tuple[type, ...]]] = {
-    "only": ("a string or null", (str, type(None))),
-    "model": ("a string or null", (str, type(None))),
-    "device": ("a string or null", (str, type(None))),
-    "budget": ("a number", (int, float)),
-    "threads": ("an integer or null", (int, type(None))),
-    "tokens": ("a string or null", (str, type(None))),
-    "affinity": ("a string or null", (str, type(None))),
-    "dtype": ("a string or null", (str, type(None))),
-    "resolution": ("a string or null", (str, type(None))),
-    "threshold": ("a number", (int, float)),
-}
+
+
+@dataclass(frozen=True)
+class ArgField:
+    """A measurement setting of a bisect, journaled under its request field's name (also bench's option)."""
+
+    name: str
+    what: str  # the journal's refusal of another type names this
+    types: tuple[type, ...]  # bool is no number here
+
+
+_TEXT = ("a string or null", (str, type(None)))
+_NUMBER = ("a number", (int, float))
+# The settings that make two bisects the same one, in the order a journal's args hold them (after `pythons`).
+ARG_FIELDS = (
+    ArgField("only", *_TEXT),
+    ArgField("model", *_TEXT),
+    ArgField("device", *_TEXT),
+    ArgField("budget", *_NUMBER),
+    ArgField("threads", "an integer or null", (int, type(None))),
+    ArgField("tokens", *_TEXT),
+    ArgField("affinity", *_TEXT),
+    ArgField("dtype", *_TEXT),
+    ArgField("resolution", *_TEXT),
+    ArgField("threshold", *_NUMBER),
+)
 _STATUSES = ("running", "done")
 
 
@@ -123,11 +137,11 @@ def _problem(doc: dict[str, Any], path: Path) -> str | None:
     args = doc.get("args")
     if not isinstance(args, dict):
         return "args must be an object"
-    for name, (what, types) in _ARG_TYPES.items():
-        v = args.get(name)
-        wrong = not isinstance(v, types) or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v))
-        if wrong and name in args:  # an argument left out takes its default
-            return f"args.{name} must be {what}, found {type(v).__name__}"
+    for arg in ARG_FIELDS:
+        v = args.get(arg.name)
+        wrong = not isinstance(v, arg.types) or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v))
+        if wrong and arg.name in args:  # an argument left out takes its default
+            return f"args.{arg.name} must be {arg.what}, found {type(v).__name__}"
     pythons = args.get("pythons", [])
     if not (isinstance(pythons, list) and all(isinstance(p, str) for p in pythons)):
         return "args.pythons must be a list of strings"

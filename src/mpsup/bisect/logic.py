@@ -58,7 +58,7 @@ class Done:
 
 def max_paired_runs(n: int) -> int:
     """What a bisect of n environments takes when no step needs a second measurement: the ends, then a
-    halving of the n-2 environments between them. Within the issue's log2(n) + 2."""
+    halving of the n-2 environments between them: within log2(n) + 2, the most a bisect should take."""
     return 1 + (math.ceil(math.log2(n - 1)) if n > 2 else 0)
 
 

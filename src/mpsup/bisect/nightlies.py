@@ -22,6 +22,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from mpsup.bisect.events import Installed, Installing, Released, Reused
 from mpsup.envs.discover import pick_wheel, wheels_of
 from mpsup.envs.index import (
     Fetched,
@@ -38,13 +39,12 @@ from mpsup.envs.tags import Target, target_from_probe
 from mpsup.envs.venvs import remove_tree, venv_python
 from mpsup.errors import OperationFailed, UserError
 from mpsup.paths import bisect_envs_dir
+from mpsup.progress import Progress
 
 MAX_BUILDS = 1024  # as many as a bisect over named environments takes
 _DATE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})")
 _MAX_TYPED = 100
 WHEELS = ".wheels"  # inside a bisect's folder: a downloaded wheel until its environment holds it
-
-Progress = Callable[[str, dict[str, Any]], None]
 
 
 # -- what the user typed -------------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ class Throwaways:
         self.doc, self.entry, self.folder, self.index = doc, entry, folder, index
         self.progress, self.save = progress, save
         self.versions = [str(v) for v in doc["environments"]]
-        self.ready: dict[int, Path] = {}
+        self.pythons: dict[int, Path] = {}
         self.reused: list[str] = []
         self._probes: dict[Path, dict[str, Any]] = {}
 
@@ -361,10 +361,10 @@ class Throwaways:
         return len(self.versions)
 
     def known(self, i: int) -> Path | None:
-        return self.ready.get(i)
+        return self.pythons.get(i)
 
     def probed(self, i: int) -> dict[str, Any] | None:
-        python = self.ready.get(i)
+        python = self.pythons.get(i)
         return self._probes.get(python) if python else None
 
     def _probe(self, python: Path) -> dict[str, Any] | None:
@@ -378,15 +378,15 @@ class Throwaways:
         return doc
 
     def python(self, i: int) -> Path:
-        if i not in self.ready:
+        if i not in self.pythons:
             found = self._installed(self.versions[i])
             if found is not None:
                 self.reused.append(self.versions[i])
-                self.progress("reuse", {"version": self.versions[i], "prefix": str(found)})
-                self.ready[i] = venv_python(found)
+                self.progress(Reused(self.versions[i], str(found)))
+                self.pythons[i] = venv_python(found)
             else:
-                self.ready[i] = self._install(i)
-        return self.ready[i]
+                self.pythons[i] = self._install(i)
+        return self.pythons[i]
 
     def _installed(self, version: str) -> Path | None:
         """The environment of `version` in this bisect's folder: one with its install record, which is written
@@ -422,14 +422,11 @@ class Throwaways:
         if local_path(plan.wheel.url) is None:
             # Downloaded beside the environments, not into install-rc's downloads/: it goes with them.
             plan = replace(plan, wheel_path=self.folder / WHEELS / plan.wheel.filename)
-        self.progress(
-            "install",
-            {"version": version, "prefix": str(plan.prefix), "size": plan.wheel.size, "installer": plan.installer},
-        )
+        self.progress(Installing(version, str(plan.prefix), plan.wheel.size, plan.installer))
         t0 = time.monotonic()
         result = install_side_by_side(plan, progress=_Quiet(), probe=self._probe)
         if local_path(plan.wheel.url) is None:
-            plan.wheel_path.unlink(missing_ok=True)  # the environment holds it now
+            plan.wheel_path.unlink(missing_ok=True)  # the environment holds its contents
         seconds = time.monotonic() - t0
         self.entry["installs"].append(
             {
@@ -443,7 +440,7 @@ class Throwaways:
             }
         )
         self.save()
-        self.progress("installed", {"version": version, "prefix": str(plan.prefix), "seconds": seconds})
+        self.progress(Installed(version, str(plan.prefix), seconds))
         return Path(result.record.python)
 
     def release(self, keep: set[int]) -> None:
@@ -461,10 +458,10 @@ class Throwaways:
             if i is None or i in keep:
                 continue
             remove_tree(rec.parent)
-            self.ready.pop(i, None)
+            self.pythons.pop(i, None)
             self.entry.setdefault("released", []).append({"index": i, "version": self.versions[i], "at": now_iso()})
             self.save()
-            self.progress("release", {"version": self.versions[i], "prefix": str(rec.parent)})
+            self.progress(Released(self.versions[i], str(rec.parent)))
 
     def present(self) -> list[Path]:
         if not self.folder.is_dir():
@@ -485,7 +482,7 @@ class Throwaways:
         """Every environment of this bisect, and its folder (downloads and interrupted builds included)."""
         gone = self.present()
         remove_folder(self.folder)
-        self.ready.clear()
+        self.pythons.clear()
         if gone or self.entry["installs"]:
             self.entry["removed"] = now_iso()
             self.save()

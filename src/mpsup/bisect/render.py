@@ -4,88 +4,92 @@ the end (stdout), or one JSON document."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from mpsup.bisect.command import BisectResult, EnvFacts, Step
-from mpsup.bisect.logic import max_paired_runs
+from mpsup.bisect.events import (
+    Installed,
+    Installing,
+    NightliesListed,
+    Released,
+    Resumed,
+    Reused,
+    StepFinished,
+    StepStarted,
+    ThrowawaysRemoved,
+)
+from mpsup.bisect.logic import Figure, max_paired_runs
 from mpsup.bisect.nightlies import Throwaway
+from mpsup.bisect.results import BisectResult, EnvFacts, Step
 from mpsup.console import emit_json, safe
-from mpsup.units import fmt_bytes
+from mpsup.progress import Event, Progress
+from mpsup.units import fmt_bytes, fmt_interval
 
 
-def _iv(low: float | None, high: float | None) -> str:
-    if low is None or high is None:
-        return "n/a"
-    return f"[{low:.3f}, {high:.3f}]"
-
-
-def _x(v: float | None) -> str:
-    return f"{v:.3f}x" if v is not None else "n/a"
+def _figure(f: Figure) -> str:
+    return fmt_interval(f.speedup, f.low, f.high)
 
 
 def step_line(step: Step, environment: str, number: int) -> str:
     """One finished step, as plain text: what the progress line and the docs show."""
-    figs = "; ".join(f"{f.name} {_x(f.speedup)} {_iv(f.low, f.high)} {f.change}" for f in step.figures) or "no figures"
+    figs = "; ".join(f"{f.name} {_figure(f)} {f.change}" for f in step.figures) or "no figures"
     return f"step {number}: {environment} -> {step.verdict} ({figs}; run {step.run_id}, {step.seconds:.0f} s)"
 
 
-def progress_printer(console: Console) -> Any:
-    def on_event(event: str, info: dict[str, Any]) -> None:
-        if event == "resume":
-            console.print(
-                f"continuing from the journal: {info['steps']} step(s) done ({safe(info['journal'])})",
-                highlight=False,
-                soft_wrap=True,
+def event_line(event: Event) -> str | None:
+    """One progress event as rich markup, every value escaped; None where it has nothing to say. An event this
+    has no case for raises TypeError: a new event is never dropped in silence."""
+    match event:
+        case Resumed():
+            return f"continuing from the journal: {event.steps} step(s) done ({safe(event.journal)})"
+        case StepStarted():
+            again = f", again at {event.budget_s:g} s (twice the budget)" if event.attempt > 1 else ""
+            return (
+                f"[bold]step {event.number}[/]: {safe(event.environment)} (torch {safe(event.torch)}) "
+                f"against {safe(event.good)}, {event.budget_s:g} s per workload{again}"
             )
-        elif event == "step":
-            again = f", again at {info['budget_s']:g} s (twice the budget)" if info["attempt"] > 1 else ""
-            console.print(
-                f"[bold]step {info['number']}[/]: {safe(info['environment'])} (torch {safe(info['torch'])}) "
-                f"against {safe(info['good'])}, {info['budget_s']:g} s per workload{again}",
-                highlight=False,
-                soft_wrap=True,
+        case StepFinished():
+            return safe(step_line(event.step, event.environment, event.number))
+        case NightliesListed():
+            skipped = f" ({event.skipped} without a wheel for this Python left out)" if event.skipped else ""
+            return safe(
+                f"{event.builds} nightly builds from {event.first} to {event.last} on {event.index_url}{skipped}; "
+                f"installed one at a time as the bisect probes them ({event.at_most} when every call is clear) "
+                f"under {event.folder}"
             )
-        elif event == "step-done":
-            console.print(
-                safe(step_line(info["step"], info["environment"], info["number"])), highlight=False, soft_wrap=True
+        case Installing():
+            size = f", a {fmt_bytes(event.size)} wheel" if event.size else ""
+            return safe(f"installing torch {event.version} with {event.installer}{size} into {event.prefix}")
+        case Installed():
+            return safe(f"installed torch {event.version} in {event.seconds:.0f} s")
+        case Released():
+            return safe(
+                f"removed torch {event.version}: its step is called, the bisect needs it no more ({event.prefix})"
             )
-        else:
-            line = nightly_line(event, info)
-            if line:
-                console.print(safe(line), highlight=False, soft_wrap=True)
+        case Reused():
+            return safe(f"reusing torch {event.version}, installed by an earlier run of this bisect ({event.prefix})")
+        case ThrowawaysRemoved():
+            if not event.removed:
+                return None
+            return safe(f"removed the {event.removed} throwaway environment(s) this bisect installed ({event.folder})")
+    raise TypeError(f"bisect progress has no line for {type(event).__name__}")
+
+
+def progress_printer(console: Console) -> Progress:
+    """The bisect's progress as a line per event on `console`."""
+
+    def on_event(event: Event) -> None:
+        line = event_line(event)
+        if line is not None:
+            console.print(line, highlight=False, soft_wrap=True)
 
     return on_event
 
 
-def nightly_line(event: str, info: dict[str, Any]) -> str | None:
-    """--nightlies' own progress, as plain text: the builds, each install, what was removed after a failure."""
-    if event == "nightlies":
-        skipped = f" ({info['skipped']} without a wheel for this Python left out)" if info["skipped"] else ""
-        return (
-            f"{info['builds']} nightly builds from {info['first']} to {info['last']} on {info['index_url']}{skipped}; "
-            f"installed one at a time as the bisect probes them ({info['at_most']} when every call is clear) "
-            f"under {info['folder']}"
-        )
-    if event == "install":
-        size = f", a {fmt_bytes(info['size'])} wheel" if info.get("size") else ""
-        return f"installing torch {info['version']} with {info['installer']}{size} into {info['prefix']}"
-    if event == "installed":
-        return f"installed torch {info['version']} in {info['seconds']:.0f} s"
-    if event == "release":
-        return f"removed torch {info['version']}: its step is called, the bisect needs it no more ({info['prefix']})"
-    if event == "reuse":
-        return f"reusing torch {info['version']}, installed by an earlier run of this bisect ({info['prefix']})"
-    if event == "cleanup" and info["removed"]:
-        return f"removed the {info['removed']} throwaway environment(s) this bisect installed ({info['folder']})"
-    return None
-
-
 def throwaway_lines(t: Throwaway) -> list[str]:
-    """What a bisect over nightlies installed, and where it is now."""
+    """What a bisect over nightlies installed, and where it is at the end."""
     n = len(t.installed)
     lines = [
         f"Installed {n} of the {t.builds} builds over this bisect"
@@ -118,10 +122,8 @@ def _env(facts: EnvFacts) -> str:
     return f"torch {facts.torch or '?'}, git {rev}"
 
 
-def render_result(result: BisectResult, console: Console, as_json: bool) -> None:
-    if as_json:
-        emit_json(result.to_json())
-        return
+def _print_answer(result: BisectResult, console: Console) -> None:
+    """The headline: the first bad and last good builds, what is left open, or where the bisect stopped."""
     d = result.done
     names = result.environments
     p = console.print
@@ -162,6 +164,16 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+def render_result(result: BisectResult, console: Console, as_json: bool) -> None:
+    if as_json:
+        emit_json(result.to_json())
+        return
+    _print_answer(result, console)
+    d = result.done
+    names = result.environments
+    p = console.print
     n = len(names)
     resumed = f"; {result.resumed_steps} of them from the journal" if result.resumed_steps else ""
     p(
@@ -175,7 +187,7 @@ def render_result(result: BisectResult, console: Console, as_json: bool) -> None
         needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
         if needed <= console.width:
             p(table)
-        else:  # squeezed, the table cut environment paths and figures to "/tm…" and "1.0…": a line per step
+        else:  # a line per step: squeezed, the table would cut paths and figures to "/tm…" and "1.0…"
             for k, s in enumerate(result.steps, 1):
                 p(safe(step_line(s, result.environments[s.index], k)), highlight=False, soft_wrap=True)
     if result.steps:  # the legend of figures shown, not of a table that is not there
@@ -203,7 +215,7 @@ def _steps_table(result: BisectResult) -> Table:
     torch_col = any(result.facts.get(s.index, EnvFacts()).torch != result.environments[s.index] for s in result.steps)
     cols = ("step", "environment", *(("torch",) if torch_col else ()), "budget", "workload", "speedup")
     table = Table(box=None, pad_edge=False)
-    for col in (*cols, "95% interval", "call", "step is"):
+    for col in (*cols, "call", "step is"):
         table.add_column(col, justify="right" if col in ("step", "speedup", "budget") else "left")
     table.add_column("run", no_wrap=True)
     for k, s in enumerate(result.steps, 1):
@@ -217,8 +229,7 @@ def _steps_table(result: BisectResult) -> Table:
                 *(torch if first else ("",) * len(torch)),
                 f"{s.budget_s:g} s" if first else "",
                 safe(f.name),
-                _x(f.speedup),
-                _iv(f.low, f.high),
+                _figure(f),
                 f.change,
                 s.verdict if first else "",
                 safe(s.run_id or "") if first else "",
@@ -226,6 +237,6 @@ def _steps_table(result: BisectResult) -> Table:
         if not s.figures:
             blank = ("",) * len(torch)
             table.add_row(
-                str(k), safe(result.environments[s.index]), *blank, f"{s.budget_s:g} s", "", "", "", "", s.verdict
+                str(k), safe(result.environments[s.index]), *blank, f"{s.budget_s:g} s", "", "", "", s.verdict
             )
     return table

@@ -8,7 +8,7 @@ import itertools
 from mpsup.envs.tags import python_tag as python_tag  # one definition, shared with install-rc
 
 # Recent releases (2.9 onwards) publish macOS arm64 wheels for these CPython tags.
-# cp313t had wheels for a while and was dropped; cp314t is published.
+# The free-threaded 3.13 build (cp313t) is left out: not every recent release publishes it; cp314t is.
 MACOS_ARM64_WHEEL_TAGS: tuple[str, ...] = ("cp311", "cp312", "cp313", "cp314", "cp314t")
 MIN_PYTHON = (3, 11)
 # The upgrade this doctor prepares for, and the macOS its MPS needs.

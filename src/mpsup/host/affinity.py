@@ -1,10 +1,9 @@
 """Which CPUs the workers run on (`bench --affinity`), as pyperf's `--affinity` does.
 
 Why pin at all: a GPU layer of 15-30 us is bound by the host issuing it, and two worker processes of
-the same torch left to the scheduler were measured issuing at persistently different speeds (on the
-H200's virtual machine, ~16 us in one and ~23 us in the other, for the life of the processes:
-docs/history.md, "Pinning the workers"). Both environments pinned to the same CPU take turns on
-the same core, so that difference cannot lean one way.
+the same torch left to the scheduler can issue at persistently different speeds for the life of the
+processes (measured: docs/history.md, "Pinning the workers"). Both environments pinned to the same CPU
+take turns on the same core, so that difference cannot lean one way.
 
 macOS has no CPU affinity interface (threads only get QoS classes), so there `auto` means "not pinned"
 and a list is refused."""
@@ -59,9 +58,9 @@ def choose(text: str | None, device: str) -> Affinity:
     """`auto` (the default) pins CUDA workers to one CPU, the last this process may use (CPU 0 takes
     most interrupts): a GPU launch is single-threaded. CPU workers keep every core, but each intra-op
     thread is bound to one of them, the calling thread to the last, in both environments alike: left to
-    the scheduler, a worker's two threads ran on one vCPU or on two for the life of a layer's
-    measurement (~235 vs ~130 us a call for linear/896x896/t1 on a 2-vCPU VM), and which one a worker
-    got leaned a CPU A/A run ~20% one way (issue 28, docs/cpu-aa-bias.md)."""
+    the scheduler, a worker's two threads share one CPU or spread over two for the life of a layer's
+    measurement, and which of the two a worker gets leans a CPU A/A run one way (measured:
+    docs/cpu-aa-bias.md)."""
     choice = (AUTO if text is None else text).strip().lower()
     allowed = allowed_cpus()
     if choice == NONE:

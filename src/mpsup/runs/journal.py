@@ -353,7 +353,7 @@ def recover_one(path: Path, warn: Warn) -> Path | None:
 
 
 def recover_journals(warn: Warn, directory: Path | None = None) -> list[Path]:
-    """Recover every journal left by a run that is no longer alive; live benches are left alone."""
+    """Recover every journal left by a run whose bench has exited; live benches are left alone."""
     d = directory or runs_dir()
     try:
         journals = sorted(p for p in d.glob(f"*{SUFFIX}") if not p.name.startswith("."))

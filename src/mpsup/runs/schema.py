@@ -103,9 +103,9 @@ class Environment:
     device_name: str | None = None
     python: str | None = None
     event_timing: str | None = None  # what its device samples measure; see report.analysis.device_time_semantics
-    # The MPS variables its worker saw (PYTORCH_ENABLE_MPS_FALLBACK...); None: a record from before they were kept.
+    # The MPS variables its worker saw (PYTORCH_ENABLE_MPS_FALLBACK...); None: a record that does not hold them.
     mps_env: Mapping[str, str] | None = None
-    stack: str | None = None  # "torch" (absent in older records) or "mlx": which worker measured it
+    stack: str | None = None  # "torch" (also when absent) or "mlx": which worker measured it
     extra: Mapping[str, Any] = field(default_factory=dict)
     layout: Layout = field(default=Layout(), compare=False, repr=False)
 

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -193,8 +194,23 @@ def _quantize(model: Any, config: dict[str, Any], bits: int) -> None:
     quantize_model(model, dict(config), GROUP_SIZE, bits)
 
 
-def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, Any], Any]:
-    """(fn, items per call, phase info, model) for one whole-model phase."""
+@dataclass(frozen=True)
+class _Phase:
+    """One whole-model phase as the spec asks for it, every value checked."""
+
+    phase: str  # prefill or decode
+    dtype: Any
+    model_cls: Any  # mlx_lm's classes for the config's model_type
+    args_cls: Any
+    config: dict[str, Any]
+    layers: int
+    tokens: int
+    cache_len: int
+    vocab: int
+
+
+def _check_phase(spec: dict[str, Any], bits: int | None) -> tuple[str, Any]:
+    """The phase and MLX dtype of a workload MLX can run here; Unsupported, in one line, for any other."""
     kind = spec.get("kind")
     params = spec.get("params") or {}
     library = params.get("library")
@@ -214,7 +230,13 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
     dtype_name = str(spec.get("dtype") or "fp32")
     if dtype_name not in DTYPES:
         raise Unsupported(f"dtype {dtype_name!r} has no MLX counterpart here")
-    dtype = DTYPES[dtype_name]
+    return str(phase), DTYPES[dtype_name]
+
+
+def _read_phase(spec: dict[str, Any], bits: int | None) -> _Phase:
+    """The spec's phase with its model's sizes, each within what a real model has."""
+    phase, dtype = _check_phase(spec, bits)
+    params = spec.get("params") or {}
     config = dict(params.get("config") or {})
     model_cls, args_cls = _classes(config)
     layers = int(config.get("num_hidden_layers") or 0)
@@ -230,19 +252,30 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
     vocab = int(config.get("vocab_size") or 0)
     if vocab <= 0:
         raise Unsupported("the config names no vocab_size")
-    mx.random.seed(0)  # the same random weights in every process, as the torch worker's torch.manual_seed(0)
-    # MLX is lazy: building the model allocates nothing until mx.eval, so its size is read first, as the torch
-    # worker reads it on the meta device, and a model too large is cut to the blocks that fit.
-    model = _construct(model_cls, args_cls, config)
-    model.set_dtype(dtype)
+    return _Phase(phase, dtype, model_cls, args_cls, config, layers, tokens, cache_len, vocab)
+
+
+def _fitting_depth(model: Any, p: _Phase, params: dict[str, Any]) -> int:
+    """Blocks of `model` (built, not yet evaluated) to keep: MLX is lazy, so its size is read before anything is
+    allocated, as the torch worker reads it on the meta device, and a model too large is cut to what fits."""
     total = _bytes_of(model.parameters())
     blocks = getattr(model, "layers", None)
-    depth = layers
-    if layers and isinstance(blocks, list) and len(blocks) == layers:
-        block = _bytes_of(blocks[0].parameters())
-        kv = _kv_bytes_per_block(config, cache_len + 1 if phase == "decode" else tokens, int(dtype.size))
-        depth = _depth_for(params, total + _activation_bytes(config, tokens, int(dtype.size)), block, kv, layers)
-    if depth < layers:
+    if not (p.layers and isinstance(blocks, list) and len(blocks) == p.layers):
+        return p.layers
+    block = _bytes_of(blocks[0].parameters())
+    itemsize = int(p.dtype.size)
+    kv = _kv_bytes_per_block(p.config, p.cache_len + 1 if p.phase == "decode" else p.tokens, itemsize)
+    return _depth_for(params, total + _activation_bytes(p.config, p.tokens, itemsize), block, kv, p.layers)
+
+
+def _load_model(p: _Phase, params: dict[str, Any], bits: int | None) -> tuple[Any, int, str]:
+    """(model with its parameters evaluated, blocks built, "random" or "real" weights)."""
+    mx.random.seed(0)  # the same random weights in every process, as the torch worker's torch.manual_seed(0)
+    model = _construct(p.model_cls, p.args_cls, p.config)
+    model.set_dtype(p.dtype)
+    depth = _fitting_depth(model, p, params)
+    config = dict(p.config)
+    if depth < p.layers:
         config["num_hidden_layers"] = depth
         for key in ("layer_types",):
             if isinstance(config.get(key), list):
@@ -253,71 +286,87 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
 
         del model
         model, _ = load_model(
-            Path(str(params["path"])), lazy=True, strict=depth == layers, model_config={"num_hidden_layers": depth}
+            Path(str(params["path"])), lazy=True, strict=depth == p.layers, model_config={"num_hidden_layers": depth}
         )
-        model.set_dtype(dtype)
+        model.set_dtype(p.dtype)
         weights = "real"
-    elif depth < layers:
-        model = _construct(model_cls, args_cls, config)
-        model.set_dtype(dtype)
+    elif depth < p.layers:
+        model = _construct(p.model_cls, p.args_cls, config)
+        model.set_dtype(p.dtype)
     if bits:
         _quantize(model, config, bits)
     mx.eval(model.parameters())
-    weight_bytes = _bytes_of(model.parameters())
+    return model, depth, weights
+
+
+def _phase_info(model: Any, p: _Phase, depth: int, weights: str, bits: int | None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "library": "mlx_lm",
         "library_version": mlx_lm_version(),
         "mlx_version": str(mx.__version__),
         "architecture": f"{type(model).__module__.rsplit('.', 1)[-1]}.{type(model).__name__}",
-        "layers": layers,
+        "layers": p.layers,
         "depth": depth,
-        "tokens": tokens,
+        "tokens": p.tokens,
         "weights": weights,
-        "weights_bytes": weight_bytes,
+        "weights_bytes": _bytes_of(model.parameters()),
         "compiled": False,
         "fallback_ops": [],
     }
     if bits:
         info["quantized"] = {"bits": bits, "group_size": GROUP_SIZE, "mode": "affine"}
+    return info
 
-    def ids(n: int) -> Any:
-        return mx.random.randint(0, vocab, (1, n))
 
-    if phase == "decode":
+def _decode_call(model: Any, p: _Phase, info: dict[str, Any]) -> Any:
+    """One token on a cache of `cache_len` tokens, rolled back by one inside every call."""
+    cache = make_prompt_cache(model)
+    if not can_trim_prompt_cache(cache):
+        raise Unsupported("decode: this model's mlx_lm cache cannot be rolled back between calls")
+    model(mx.random.randint(0, p.vocab, (1, p.cache_len)), cache=cache)
+    mx.eval([c.state for c in cache])
+    one = mx.random.randint(0, p.vocab, (1, 1))
+    mx.eval(one)
+
+    def run() -> None:
+        logits = model(one, cache=cache)
+        mx.eval(logits)
+        trim_prompt_cache(cache, 1)  # every timed call sees the same cache length
+
+    info["cache"] = p.cache_len
+    return run
+
+
+def _prefill_call(model: Any, p: _Phase, info: dict[str, Any]) -> Any:
+    """`tokens` prompt tokens on a fresh cache, the head applied to the last position where the model allows."""
+    trunk = getattr(model, "model", None)
+    if isinstance(trunk, nn.Module):
+        model.model = LastOnly(trunk)
+    prompt = mx.random.randint(0, p.vocab, (1, p.tokens))
+    mx.eval(prompt)
+    probe = model(prompt[:, :2], cache=make_prompt_cache(model))
+    if probe.ndim == 3 and probe.shape[1] == 1:
+        info["logits_kept"] = 1
+    elif isinstance(trunk, nn.Module):
+        model.model = trunk  # a trunk whose output is not (batch, positions, hidden): the head runs on all
+
+    def run() -> None:
         cache = make_prompt_cache(model)
-        if not can_trim_prompt_cache(cache):
-            raise Unsupported("decode: this model's mlx_lm cache cannot be rolled back between calls")
-        model(ids(cache_len), cache=cache)
-        mx.eval([c.state for c in cache])
-        one = ids(1)
-        mx.eval(one)
+        logits = model(prompt, cache=cache)
+        mx.eval(logits, [c.state for c in cache])
 
-        def run() -> None:
-            logits = model(one, cache=cache)
-            mx.eval(logits)
-            trim_prompt_cache(cache, 1)  # every timed call sees the same cache length
+    return run
 
-        info["cache"] = cache_len
-        items = 1
-    else:
-        trunk = getattr(model, "model", None)
-        if isinstance(trunk, nn.Module):
-            model.model = LastOnly(trunk)
-        prompt = ids(tokens)
-        mx.eval(prompt)
-        probe = model(prompt[:, :2], cache=make_prompt_cache(model))
-        if probe.ndim == 3 and probe.shape[1] == 1:
-            info["logits_kept"] = 1
-        elif isinstance(trunk, nn.Module):
-            model.model = trunk  # a trunk whose output is not (batch, positions, hidden): the head runs on all
 
-        def run() -> None:
-            cache = make_prompt_cache(model)
-            logits = model(prompt, cache=cache)
-            mx.eval(logits, [c.state for c in cache])
-
-        items = tokens
-    return run, items, info, model
+def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, Any], Any]:
+    """(fn, items per call, phase info, model) for one whole-model phase."""
+    p = _read_phase(spec, bits)
+    params = spec.get("params") or {}
+    model, depth, weights = _load_model(p, params, bits)
+    info = _phase_info(model, p, depth, weights, bits)
+    if p.phase == "decode":
+        return _decode_call(model, p, info), 1, info, model
+    return _prefill_call(model, p, info), p.tokens, info, model
 
 
 def _synchronize() -> None:
