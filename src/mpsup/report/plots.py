@@ -228,7 +228,7 @@ def svg_phase_plot(phases: list[PhaseChange], width: int = 760) -> str:
     bar, on a log axis around 1x; a phase with no bounded interval is said in words, never a bare point."""
     if not phases:
         return ""
-    pad_l, pad_r, top, row = 150, 24, 30, 30
+    pad_l, pad_r, top, row = 150, 24, 30, 36
     height = top + row * len(phases) + 12
     bounded = [p.speedup for p in phases if p.speedup and p.speedup.bounded and p.speedup.low > 0]
     ends = [v for s in bounded for v in (s.low, s.high, s.estimate)]
@@ -266,9 +266,11 @@ def svg_phase_plot(phases: list[PhaseChange], width: int = 760) -> str:
             f'<circle class="ppoint" cx="{px(s.estimate):.1f}" cy="{y:.1f}" r="5" fill="{color}">'
             f"<title>{esc(p.text())}</title></circle>"
         )
-        label = interval_text(s, digits=2)
-        right = px(s.high) > width * 0.6
-        anchor, x = ("end", px(s.low) - 8) if right else ("start", px(s.high) + 8)
-        parts.append(f'<text class="pvalue" x="{x:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}">{esc(label)}</text>')
+        # The figures above the point, kept inside the plot: the bar may run off the axis, the words do not.
+        tx = min(max(px(s.estimate), pad_l + 90), width - 90)
+        parts.append(
+            f'<text class="pvalue" x="{tx:.1f}" y="{y - 8:.1f}" text-anchor="middle">'
+            f"{esc(interval_text(s, digits=2))}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
