@@ -1,5 +1,5 @@
 """Where a paired report must not call: too few rounds to bound an interval (said as n/a, on every
-surface), visits that lean opposite ways (a placement effect, seen on the H200 in A/A runs), and
+surface), visits that lean opposite ways (a placement effect, seen in A/A runs), and
 absurd ratios in a record (dropped, never a crash)."""
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def test_bisect_section_when_a_finished_bisect_measured_the_record(mpsup_home: P
     md = up.markdown
     assert "#### Bisect" in md and "first bad: build 2 of 3: torch 2.15.0.dev1" in md
     assert f"https://github.com/pytorch/pytorch/compare/{'a' * 40}...{'b' * 40}" in md
-    assert "/home/someone" not in md and "| 2 | 2 | 0.500x | 0.450-0.550x | slower | bad |" in md
+    assert "/home/someone" not in md and "| 2 | 2 | 0.500x (95% CI 0.450-0.550x) | slower | bad |" in md
     # the record is the bisect's step 1 (build 1 against build 3): the Versions name those two revisions
     assert f"PyTorch version (good): 2.14.1 (git {'a' * 40})" in md
     assert f"PyTorch version (bad): 2.15.0 (git {'c' * 40})" in md

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from mpsup.model.op_replay import OP_PART, call_key, is_view
 from mpsup.model.phases import phase_of
-from mpsup.stats import Interval
+from mpsup.stats import Interval, finite_or_none
 
 # A phase whose share of the change is explained by ops summing to less than this is said to be unexplained by
 # any one op: report --upstream then times the phase itself.
@@ -116,7 +116,8 @@ def _counts(doc: dict[str, Any], workload: str, label: str) -> int:
 
 
 def _finite(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+    """A record's figure as a finite float, else None (text, a flag, nan, inf)."""
+    return finite_or_none(float(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: str) -> dict[str, PhaseAttribution]:

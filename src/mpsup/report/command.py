@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from mpsup.console import emit_json, message_line, safe, warning_line
 from mpsup.errors import UserError
 from mpsup.report.analysis import Analysis, analyze, matching_aa
-from mpsup.report.render import (
-    multi_json,
-    render_html,
-    render_markdown,
-    render_multi_terminal,
-    render_run_list,
-    render_terminal,
-)
+from mpsup.report.render import document, json_doc, render_run_list, to_terminal
 from mpsup.report.upstream import Upstream
 from mpsup.runs import select
 from mpsup.runs.schema import RunRecord
 from mpsup.runs.select import StoredRun, Warn, merge_single_runs
-from mpsup.safe_files import finite_json, write_file_through
+from mpsup.safe_files import write_file_through
 from mpsup.stats import PRACTICAL_THRESHOLD
 
 FORMATS = ("terminal", "markdown", "json", "html")
@@ -115,18 +106,15 @@ def deliver(result: ReportResult, req: ReportRequest, out: Console, err: Console
         else:
             render_run_list(list(result.stored), out)
     elif req.fmt == "terminal":
-        if len(analyses) > 1:
-            render_multi_terminal(analyses, out)
-        else:
-            render_terminal(analyses[0], out, details=req.details)
+        to_terminal(analyses, out, details=req.details)
     elif req.output is not None:
-        written = write_file_through(req.output, _document(analyses, req.fmt), "report")
+        written = write_file_through(req.output, document(analyses, req.fmt), "report")
         where = f"{req.output} (-> {written})" if req.output.is_symlink() else str(req.output)
         err.print(f"report written to {safe(where)}", highlight=False, soft_wrap=True)
     elif req.fmt == "json":
-        emit_json(_json_doc(analyses))
+        emit_json(json_doc(analyses))
     else:
-        sys.stdout.write(_document(analyses, req.fmt))
+        sys.stdout.write(document(analyses, req.fmt))
 
 
 def console_messages(err: Console) -> tuple[Warn, Warn]:
@@ -198,20 +186,6 @@ def _refuse_overwriting_records(output: Path, inputs: list[Path]) -> None:
     except (OSError, RuntimeError) as exc:  # a link loop, a folder we may not read
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UserError(f"-o {output}: cannot check it against the records read ({why})") from None
-
-
-def _json_doc(analyses: list[Analysis]) -> dict[str, Any]:
-    return analyses[0].to_json() if len(analyses) == 1 else multi_json(analyses)
-
-
-def _document(analyses: list[Analysis], fmt: str) -> str:
-    if fmt == "json":
-        # What --json prints on stdout, byte for byte.
-        return json.dumps(finite_json(_json_doc(analyses)), indent=2, default=str, allow_nan=False) + "\n"
-    if fmt == "markdown":
-        return "\n".join(render_markdown(a) for a in analyses)
-    # One page per report: several machines' pages would not make one valid HTML document.
-    return render_html(analyses[0])
 
 
 def _upstream(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:

@@ -21,11 +21,6 @@ CHANGE_WORDS = {
     "n/a": "n/a",
     "uncalled": "not called (two separate runs: an estimate)",  # --baseline/--candidate: no verdict is made
 }
-LAYERS_LABEL = "the model estimated from its layers (which cover an unknown share of its forward)"
-HOW_TO_RUN_WHOLE = (
-    "To measure it whole, give a Transformers or Diffusers folder (config.json beside the weights) and install "
-    "transformers or diffusers in the measured environments."
-)
 
 
 @dataclass(frozen=True)
