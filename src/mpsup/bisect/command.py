@@ -34,13 +34,9 @@ _args = journal_args
 _Session = Session
 
 
-def _ignore_bench(_event: str, _info: dict[str, Any]) -> None:
-    return None
-
-
 @contextlib.contextmanager
 def _no_bars() -> Iterator[BenchProgress]:
-    yield _ignore_bench
+    yield ignore
 
 
 def _journal_to_continue(path: Path, req: BisectRequest) -> dict[str, Any] | None:

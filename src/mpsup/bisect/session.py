@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # What bench.command.run reports a step's progress through: the bars bench draws are driven by bench's own events,
 # which the bisect passes through untouched.
-BenchProgress = Callable[[str, dict[str, Any]], None]
+BenchProgress = Progress
 # A step's bars: entered around each paired run, handing bench the progress it reports to.
 StepBars = Callable[[], AbstractContextManager[BenchProgress]]
 
