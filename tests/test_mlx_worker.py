@@ -186,3 +186,7 @@ def test_the_mlx_worker_runs_whole_on_the_cpu_it_is_pinned_to() -> None:
             assert allowed.split()[-1] == str(last), (task.name, allowed)
     finally:
         w.close()
+
+
+def test_a_slow_mlx_start_is_named_as_importing_mlx(worker: WorkerProcess) -> None:
+    assert worker._waiting_for({"op": "hello"}) == "to start (importing mlx)"

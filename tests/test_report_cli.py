@@ -208,7 +208,7 @@ def test_list_runs(benefit_run: dict):
 def test_aa_end_to_end_on_cpu(mpsup_home: Path):
     """A real A/A run: two workers of this environment, interleaved, must report no change.
 
-    The threshold is the noise floor measured on this project's 2-vCPU CI machines (docs/report.md):
+    The threshold is the noise floor measured on this project's 2-vCPU CI machines (docs/reference/report.md):
     per-round CPU timings there drift by 10-30%, far more than on a GPU."""
     res = run_cli(
         "bench",

@@ -60,7 +60,7 @@ def test_separate_runs_point_to_the_evidence_and_name_no_hardware() -> None:
     a = analyze(paired_record(1.1, mode="unpaired", run_id="sep"))
     assert isinstance(a.finding.call, UnpairedCall)
     text = " ".join([a.sentence, *a.notes])
-    assert "docs/methodology.md" in text
+    assert "docs/explanation/methodology.md" in text
     for word in ("H200", "H100", "#"):
         assert word not in text
 

@@ -81,7 +81,7 @@ def test_allow_cpu_fallback_reaches_the_request(monkeypatch: pytest.MonkeyPatch,
     assert [r.allow_cpu_fallback for r in seen] == [False, True]
 
 
-# torch's reading, from the machine code of the real macOS wheels (docs/doctor.md): 2.15 compares with "0";
+# torch's reading, from the machine code of the real macOS wheels (docs/reference/doctor.md): 2.15 compares with "0";
 # 2.6 parses with std::stoi, which throws on text without a number.
 @pytest.mark.parametrize(
     ("value", "on_215", "on_26"),

@@ -239,7 +239,7 @@ def test_the_vae_estimate_covers_what_a_decode_really_takes_on_the_cpu():
 
 
 def test_the_wan_vae_estimate_is_not_below_its_measured_decode():
-    """docs/models.md: the Wan 2.2 VAE's decode at 832x480, 81 frames, bf16 peaked at 5.90 GiB (allocator, CUDA),
+    """docs/reference/models.md: the Wan 2.2 VAE's decode at 832x480, 81 frames, bf16 peaked at 5.90 GiB (allocator, CUDA),
     its weights included; the activation estimate alone must not fall far below that, nor be a wild multiple."""
     from mpsup.model.phases import vae_activation_bytes
     from tests.conftest import MODEL_CONFIGS

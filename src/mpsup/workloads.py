@@ -126,7 +126,7 @@ def justified_bytes(input_bytes: int) -> int:
 HALF = ("bf16", "fp16")
 # A convolution on the CPU reorders its operands and output into oneDNN's blocked layout, and a half-precision
 # one computes in float32 besides: measured up to 2.0x (float32) and 3.0x (bf16, fp16) its priced tensors on
-# this project's x86 machine (docs/models.md), counted with a margin. Other CPU kinds stay within 10%.
+# this project's x86 machine (docs/reference/models.md), counted with a margin. Other CPU kinds stay within 10%.
 CPU_CONV_FACTOR = 2.5
 CPU_HALF_CONV_FACTOR = 3.5
 CPU_SLACK = 8  # one eighth on top of the priced tensors, for the library's scratch

@@ -54,7 +54,7 @@ def print_workload_list(workloads: list[Any], console: Console) -> None:
     """`bench --list`: one line per workload; names are never cut (they are what --only takes)."""
     rows = [[w.name, w.dtype, compact_shape(w.kind, w.params), str(w.count), ",".join(w.tags)] for w in workloads]
     # Narrow, the count and tags stay wherever they fit: a model's list is short-named, and its counts and
-    # roles are what it is for (docs/models.md). They fit if every other column fits whole and leaves the
+    # roles are what it is for (docs/reference/models.md). They fit if every other column fits whole and leaves the
     # shape room for every layer's shape: a phase's shape is a phrase and may fold.
     layer_shapes = [r[2] for r, w in zip(rows, workloads, strict=True) if w.kind != "model_phase"]
     narrow = is_narrow(console)

@@ -2,7 +2,7 @@
 
 The runner fills these in place (samples arrive in batches, a later visit adds rounds). `to_json()` is the
 only way out and gives exactly the record's `workloads[i]` and `workloads[i].envs[label]` objects
-(docs/record-format.md): the same keys in the same order, each optional key left out where the record
+(docs/reference/run-record.md): the same keys in the same order, each optional key left out where the record
 has always left it out. Reading a record back is mpsup.runs.schema's job (the frozen WorkloadRun and
 EnvRun); these types only write one."""
 

@@ -181,6 +181,7 @@ ANSWERS = {
 class WorkerProcess:
     def __init__(self, python: Path, *, env: dict[str, str] | None = None, stack: str = "torch") -> None:
         self.python = python
+        self.stack = stack
         boot, where = (MLX_BOOT, MLX_WORKER) if stack == "mlx" else (BOOT, WORKER_DIR)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker; closed in close()
         req_r, req_w = os.pipe()
@@ -258,7 +259,7 @@ class WorkerProcess:
         if isinstance(spec, dict) and isinstance(spec.get("name"), str):
             self._workload = spec["name"][:200]
         what = {
-            "hello": "to start (importing torch)",
+            "hello": f"to start (importing {'mlx' if self.stack == 'mlx' else 'torch'})",
             "setup": f"to set up {self._workload}",
             "sample": f"to time {self._workload}",
             "teardown": f"to free {self._workload}",

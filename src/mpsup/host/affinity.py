@@ -2,7 +2,7 @@
 
 Why pin at all: a GPU layer of 15-30 us is bound by the host issuing it, and two worker processes of
 the same torch left to the scheduler can issue at persistently different speeds for the life of the
-processes (measured: docs/history.md, "Pinning the workers"). Both environments pinned to the same CPU
+processes (measured: docs/evidence/history.md, "Pinning the workers"). Both environments pinned to the same CPU
 take turns on the same core, so that difference cannot lean one way.
 
 macOS has no CPU affinity interface (threads only get QoS classes), so there `auto` means "not pinned"
@@ -60,7 +60,7 @@ def choose(text: str | None, device: str) -> Affinity:
     thread is bound to one of them, the calling thread to the last, in both environments alike: left to
     the scheduler, a worker's two threads share one CPU or spread over two for the life of a layer's
     measurement, and which of the two a worker gets leans a CPU A/A run one way (measured:
-    docs/cpu-aa-bias.md)."""
+    docs/evidence/cpu-aa-bias.md)."""
     choice = (AUTO if text is None else text).strip().lower()
     allowed = allowed_cpus()
     if choice == NONE:

@@ -1,6 +1,6 @@
 """Snapshots: everything the doctor reads, captured once, replayable anywhere.
 
-Format `mpsup.snapshot/1` is documented in docs/snapshot.md. Readers accept any
+Format `mpsup.snapshot/1` is documented in docs/reference/snapshot.md. Readers accept any
 `mpsup.snapshot/1.x`; unknown keys are kept and ignored.
 """
 

@@ -1,6 +1,6 @@
 """GGUF headers read by hand (no `gguf` package needed): tensor names, shapes and quantization types.
 
-Layout (ggml's docs/gguf.md): "GGUF", version (2 or 3), tensor count and key/value count (u64), the
+Layout (ggml's docs/reference/models.md): "GGUF", version (2 or 3), tensor count and key/value count (u64), the
 key/values, then per tensor: name, rank, dims (innermost first), ggml type, offset into the data section.
 Only the header is read; every count and length is bounded and checked against the file, so a hostile
 file is one line naming it. Quantized tensors keep their ggml type name (Q4_K ...): extraction measures

@@ -79,7 +79,7 @@ def phase_shape(p: dict[str, Any]) -> str:
 LIVE_TENSORS = 6
 LIVE_SCORES = 2
 # A causal video VAE's decode holds more (its conv cache, each chunk's temporaries): ten tensors of its largest
-# level cover the Wan 2.2 VAE's measured peak with its weights (docs/models.md, "The Wan 2.2 VAE decode").
+# level cover the Wan 2.2 VAE's measured peak with its weights (docs/reference/models.md, "The Wan 2.2 VAE decode").
 LIVE_TENSORS_VIDEO = 10
 CACHED_FRAMES = 2  # a causal video VAE's conv cache: the last frames of each conv's input
 DEFAULT_VAE_CHANNELS = (128, 256, 512, 512)  # SD's VAE: a class whose config lists none is taken as this

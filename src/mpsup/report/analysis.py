@@ -203,7 +203,7 @@ def visits_disagree(change: str, visit_medians: list[float]) -> bool:
     afresh in both workers, the two in alternating order (the first two visits also in different worker
     processes): a torch change moves every visit the same way, while a placement effect (which worker set
     up first, where its memory landed) flips with them; A/A runs show such layers leaning opposite ways in the
-    two setup orders (docs/methodology.md)."""
+    two setup orders (docs/explanation/methodology.md)."""
     if change not in ("faster", "slower") or len(visit_medians) < 2:
         return False
     return any((m <= 1.0) if change == "faster" else (m >= 1.0) for m in visit_medians)
@@ -296,7 +296,7 @@ def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], flo
     """Per workload, a floor (in log units) from the run itself: bench measures each workload with two
     pairs of fresh worker processes, and how far the pairs disagree on workloads of similar duration
     shows how much a process's placement (addresses, caches, library state) moves the result; short layers
-    disagree most (docs/methodology.md). Returns the floors and the largest median disagreement seen."""
+    disagree most (docs/explanation/methodology.md). Returns the floors and the largest median disagreement seen."""
     points: list[tuple[float, float]] = []  # (log baseline time, |log disagreement|)
     for w in record.workloads:
         visits = w.ratios_by_visit

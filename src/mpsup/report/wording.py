@@ -49,7 +49,7 @@ FIGURE_LABEL: dict[MainFigure, str] = {
     "measured": "the geometric mean of the measured workloads",
 }
 # Where the evidence lives that separate runs drift apart by more than their own intervals show.
-UNPAIRED_EVIDENCE = "docs/methodology.md, two separate runs"
+UNPAIRED_EVIDENCE = "docs/explanation/methodology.md, two separate runs"
 
 
 def one_environment(run_id: str) -> str:

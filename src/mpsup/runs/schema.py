@@ -1,6 +1,6 @@
 """The run record as typed, frozen values: what `report` reads, checked once on the way in.
 
-A record on disk is the JSON document one bench writes (schema "mpsup.run/1"; docs/record-format.md).
+A record on disk is the JSON document one bench writes (schema "mpsup.run/1"; docs/reference/run-record.md).
 `RunRecord.from_json` upgrades an older version to the current shape, checks every field the report
 reads (types, finite numbers in range, bounded lists) and builds these values; `to_json` gives the
 document back key for key. Keys this mpsup does not know (a newer mpsup's additions) are kept in each
@@ -143,7 +143,8 @@ class Environment:
 
 @dataclass(frozen=True)
 class Memory:
-    """What a worker read about memory after one workload (bytes). Which figure means what: docs/record-format.md."""
+    """What a worker read about memory after one workload (bytes). Which figure means what:
+    docs/reference/run-record.md."""
 
     peak_allocated: float | None = None  # the allocator's peak over the workload (MPS, CUDA)
     workload_peak: float | None = None  # the workload's own peak above its setup baseline (CPU)
