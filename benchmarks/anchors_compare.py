@@ -30,7 +30,10 @@ compute_stats, quantile_ci):
   samples) asv extends it with a Laplace posterior, which this script replaces by the sample range (a
   narrower interval, so it may flag where asv would not). The JSON counts workloads in that branch.
 
-    python benchmarks/anchors_compare.py RUN.json|DIR [...] [--json anchors.json]"""
+    python benchmarks/anchors_compare.py RUN.json|DIR [...] [--json anchors.json]
+
+Prints one row per two-environment record (folders are searched for .json and .json.gz): its workloads and
+how many of them pyperf, asv and mpsup call changed; --json writes the same rows."""
 
 from __future__ import annotations
 
@@ -265,9 +268,9 @@ def records(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("paths", nargs="+", type=Path)
-    p.add_argument("--json", type=Path, default=Path("anchors.json"))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", type=Path, help="paired run records (.json or .json.gz) or folders of them")
+    p.add_argument("--json", type=Path, default=Path("anchors.json"), help="write the rows here (default anchors.json)")
     args = p.parse_args(argv)
     try:
         recs = records(args.paths)

@@ -15,10 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch.utils import benchmark as tbench
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from mpsup.bench.policy import SamplingPolicy
@@ -34,12 +30,20 @@ def pick_shapes(count: int, tokens: tuple[int, ...]) -> list:
     return ws[::step][:count]
 
 
+# torch is imported where it is used, so that --help answers without loading it.
+
+
 def sync(device: str) -> None:
+    import torch
+
     if device == "cuda":
         torch.cuda.synchronize()
 
 
 def make_fn(w, device: str):
+    import torch
+    import torch.nn.functional as F
+
     p = w.params
     x = torch.randn(p["tokens"], p["in_features"], dtype=torch.bfloat16, device=device)
     wt = torch.randn(p["out_features"], p["in_features"], dtype=torch.bfloat16, device=device)
@@ -47,6 +51,8 @@ def make_fn(w, device: str):
 
 
 def time_adaptive(fn, device: str) -> float:
+    from torch.utils import benchmark as tbench
+
     t = tbench.Timer(stmt="fn()", globals={"fn": fn})
     m = t.adaptive_autorange(threshold=0.01, min_run_time=0.05, max_run_time=2.0)
     return m.median
@@ -58,14 +64,16 @@ def time_do_bench(fn) -> float:
     return do_bench(fn, warmup=25, rep=100, return_mode="median") / 1e3
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shapes", type=int, default=20)
-    ap.add_argument("--budget", type=float, default=1.0)
-    ap.add_argument("--tokens", default="1,512")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", help="cpu, cuda or mps (default cuda; do_bench runs on cuda only)")
+    ap.add_argument("--shapes", type=int, default=20, help="how many linear shapes (default 20)")
+    ap.add_argument("--budget", type=float, default=1.0, help="mpsup's --budget for the run (default 1.0)")
+    ap.add_argument("--tokens", default="1,512", help="comma-separated token counts of the shapes (default 1,512)")
+    ap.add_argument("--out", type=Path, help="write the per-shape figures as JSON here")
+    args = ap.parse_args(argv)
+    import torch
+
     tokens = tuple(int(t) for t in args.tokens.split(","))
     shapes = pick_shapes(args.shapes, tokens)
     methods = ["mpsup", "adaptive_autorange"] + (["do_bench"] if args.device == "cuda" else [])

@@ -5,7 +5,11 @@ takes no disk space, then measures in fresh processes (so peak RSS is each metho
   1. mpsup's header reader over all shards;
   2. safe_open + get_tensor for every tensor (what loading the weights costs).
 
-    python benchmarks/header_scan.py [--layers 80] [--dir /tmp/sparse70b]
+    python benchmarks/header_scan.py [--layers 80] [--dir /tmp/sparse70b] [--skip-safe-open]
+
+Prints the checkpoint's apparent size, then each method's tensor count, bytes described or read, time and
+peak RSS, and how the two compare. The shards are sparse files: they take no disk, but the safe_open pass
+reads every tensor (~141 GB of zeros at the default size); --skip-safe-open leaves it out.
 """
 
 from __future__ import annotations
@@ -91,12 +95,14 @@ def run(code: str, *args: str) -> tuple[int, int, float, float]:
     return int(out[0]), int(out[1]), float(out[2]), int(out[3]) / 1024  # MiB (Linux ru_maxrss is KiB)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=80)
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/mpsup-sparse70b"))
-    ap.add_argument("--skip-safe-open", action="store_true")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=80, help="transformer layers of the checkpoint (default 80)")
+    ap.add_argument(
+        "--dir", type=Path, default=Path("/tmp/mpsup-sparse70b"), help="where the sparse shards are written"
+    )
+    ap.add_argument("--skip-safe-open", action="store_true", help="time only mpsup's header scan")
+    args = ap.parse_args(argv)
     index = build(args.dir, args.layers)
     size = sum(p.stat().st_size for p in args.dir.glob("*.safetensors"))
     print(f"checkpoint: {size / 1e9:.1f} GB apparent, {len(list(args.dir.glob('*.safetensors')))} shards")

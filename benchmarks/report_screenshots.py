@@ -1,8 +1,9 @@
-"""The report page's screenshots in docs/figures (report-wide.png, report-phone.png), made from a fixture:
-the synthetic paired record of tests/synthetic.py (labelled "Apple M4 Max, torch 2.14.1 -> 2.15.0"; no Mac
+"""The report page's screenshots in docs/evidence/figures (report-wide.png, report-phone.png), made from a fixture:
+the synthetic paired record of tests/synthetic.py (labelled as a Mac run of torch 2.14.1 -> 2.15.0; no Mac
 measured it), with a banner inside each image that says so.
 
-    python benchmarks/report_screenshots.py [OUT_DIR]      (default docs/figures; needs chromium)
+    python benchmarks/report_screenshots.py [OUT_DIR]          (default docs/evidence/figures; needs chromium)
+    python benchmarks/report_screenshots.py --html PAGE.html   (the page only, to look at in a browser)
 
 Expected duration: a few seconds per image."""
 
@@ -41,10 +42,17 @@ def page() -> str:
     return render_html(analyze(rec)).replace("<body>", "<body>" + BANNER, 1)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", nargs="?", type=Path, default=ROOT / "docs" / "figures")
-    args = p.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "out", nargs="?", type=Path, default=ROOT / "docs" / "evidence" / "figures", help="folder for the PNG files"
+    )
+    p.add_argument("--html", type=Path, help="write the page's HTML here instead of taking screenshots")
+    args = p.parse_args(argv)
+    if args.html:
+        args.html.write_text(page())
+        print(args.html)
+        return
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         sys.exit("chromium is not installed (apt-get install chromium)")

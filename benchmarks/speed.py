@@ -1,12 +1,12 @@
-"""Wall-clock time of the runs issue 12 sets speed targets for, with the precision they reached.
+"""Wall-clock time of the runs mpsup sets speed targets for, with the precision they reached.
 
-    python benchmarks/speed.py --runs main                         # this machine: the README's main job
-    python benchmarks/speed.py --device cuda --runs single,paired  # the H200: full suite, then A/A linears
+    python benchmarks/speed.py --runs main                         # README.md's main job on this machine
+    python benchmarks/speed.py --device cuda --runs single,paired  # full suite, then A/A linears
     python benchmarks/speed.py --device cuda --runs paired --candidate /path/to/python
 
 Runs (each `python -m mpsup bench` in a fresh MPSUP_HOME, output discarded, the record read back):
 
-- main:   `mpsup bench` (README.md's main job, the default budget; smoke tests included) target <= 180 s
+- main:   `mpsup bench` (README.md's main job, the default budget; smoke tests included) target <= 90 s
 - single: `mpsup bench --device D --no-smoke` (the single-environment full suite)     target <= 60 s
 - paired: `mpsup bench --device D --aa --only linear --no-smoke` (or --candidate C)  target <= 150 s,
           median per-workload 95% half-width <= 1% over workloads above 100 us and <= 3% over all
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from mpsup.stats import median_ci, round_ratio_ci  # noqa: E402
 
-# main: issue 25's 90 s on this 2-vCPU VM (issue 12 had set 180 s); single and paired: issue 12's, on the H200.
+# Wall-time targets in seconds per run: the main job, the single-environment suite, the paired linears.
 TARGETS = {"main": 90.0, "single": 60.0, "paired": 150.0}
 
 
@@ -158,8 +158,8 @@ def pct(x: float | None) -> str:
     return "inf" if not math.isfinite(x) else f"{x:.1%}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="main", help="comma-separated: main, single, paired")
     ap.add_argument("--device", default=None, help="cpu, cuda or mps (default: mpsup's default)")
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs mpsup (and the baseline)")
@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--pythonpath", default=None, help="prepended to PYTHONPATH (a machine without mpsup installed)")
     ap.add_argument("--keep", default=None, help="folder to copy each run's record to")
     ap.add_argument("--json", default=None, help="write the table as JSON here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = []
     for run in [r.strip() for r in args.runs.split(",") if r.strip()]:
         if run not in TARGETS:

@@ -1,8 +1,10 @@
 """Two single-environment runs of the same torch, compared the way `mpsup report --baseline A --candidate B`
 compares them: what an unpaired comparison calls when nothing changed.
 
-    mkdir -p /tmp/r && git show a4405ec:docs/figures/h200_issue12_round5_records.tar.xz | tar xJ -C /tmp/r
-    python benchmarks/unpaired_aa.py /tmp/r/h200_issue12_round5_records/single{1,2,3}.json
+    python benchmarks/unpaired_aa.py RUN1.json RUN2.json [RUN3.json ...]    (plain JSON or .json.gz)
+
+Each record is `mpsup bench --json`'s (or ~/.mpsup/runs/*.json) from a single-environment run of the same
+torch on the same machine.
 
 For every pair of the records given (in order, the earlier as the baseline): the report's verdict and
 suite geometric mean, the workloads it calls faster or slower, and how far the two runs put single
@@ -17,21 +19,39 @@ naming the file, exit 2.
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import math
 import sys
+import zlib
 from pathlib import Path
 from statistics import median
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from record_files import read_json_object  # plain or .json.gz
+from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.report.analysis import FLOOR_CAP, PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS, analyze
 from mpsup.runs.schema import as_record
 from mpsup.runs.select import merge_single_runs
+from mpsup.safe_files import DEFAULT_MAX_JSON_BYTES, parse_json, read_bytes_bounded
 from mpsup.stats import PRACTICAL_THRESHOLD, classify_change
+
+
+def read_json_object(path: Path, what: str, max_bytes: int = DEFAULT_MAX_JSON_BYTES) -> dict[str, Any]:
+    """mpsup.safe_files.read_json_object, also for `NAME.json.gz` (recognised by its gzip magic, not its name)."""
+    data = read_bytes_bounded(path, what, max_bytes)
+    if data[:2] == b"\x1f\x8b":
+        try:
+            # Decompressed in bounded steps: a small file must not expand past the same limit.
+            d = zlib.decompressobj(wbits=31)
+            data = d.decompress(data, max_bytes + 1)
+        except (zlib.error, EOFError, gzip.BadGzipFile) as exc:
+            raise UserError(f"{path}: {what} is not readable gzip ({exc})") from None
+        if len(data) > max_bytes:
+            raise UserError(f"{path}: {what} is larger than {max_bytes >> 20} MiB uncompressed; refusing to read it")
+    doc = parse_json(data, path, what)
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: {what} must be a JSON object, found {type(doc).__name__}")
+    return doc
 
 
 def called_under_neighbour_floor(ws: list) -> int:
@@ -70,7 +90,7 @@ def _typical(logs: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("records", nargs="+", type=Path, help="single-environment run records of one torch")
     args = ap.parse_args(argv)
     if len(args.records) < 2:

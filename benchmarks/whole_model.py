@@ -1,4 +1,4 @@
-"""Whole-model checks for `mpsup bench --model` (issue 24): a model folder from a real config, a plain
+"""Whole-model checks for `mpsup bench --model`: a model folder from a real config, a plain
 transformers timing of the same model (the reference mpsup's phases must agree with), and the comparison.
 
     python benchmarks/whole_model.py make CONFIG.json DIR [--layers N] [--dtype bf16]

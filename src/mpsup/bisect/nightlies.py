@@ -327,16 +327,6 @@ class Throwaway:
         }
 
 
-class _Quiet:
-    """install_side_by_side's progress: the bisect says one line per install instead."""
-
-    def step(self, text: str) -> None:
-        pass
-
-    def download(self, done: int, total: int | None) -> None:
-        pass
-
-
 class Throwaways:
     """The bisect's builds as interpreters: each installed the first time the bisect asks for it."""
 
@@ -424,7 +414,8 @@ class Throwaways:
             plan = replace(plan, wheel_path=self.folder / WHEELS / plan.wheel.filename)
         self.progress(Installing(version, str(plan.prefix), plan.wheel.size, plan.installer))
         t0 = time.monotonic()
-        result = install_side_by_side(plan, progress=_Quiet(), probe=self._probe)
+        # No install progress: the bisect says one line per install instead (the event above).
+        result = install_side_by_side(plan, probe=self._probe)
         if local_path(plan.wheel.url) is None:
             plan.wheel_path.unlink(missing_ok=True)  # the environment holds its contents
         seconds = time.monotonic() - t0

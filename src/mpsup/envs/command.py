@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mpsup.envs.plan import InstallPlan, InstallRequest, NothingToDo, current_euid, is_root_refused
 from mpsup.errors import UserError
+from mpsup.progress import Progress, ignore
 
 if TYPE_CHECKING:  # execute pulls in the installer and the probe: imported when an install or rollback runs
-    from mpsup.envs.execute import InstallResult, Progress, RollbackResult
+    from mpsup.envs.execute import InstallResult, RollbackResult
 
 # What the options ask for: one of these, checked by action().
 Action = Literal["list", "remove", "rollback", "install"]
@@ -39,7 +40,8 @@ class Hooks:
     busy: Callable[[str], AbstractContextManager[object]] = lambda _message: nullcontext()
     show_plan: Callable[[InstallPlan], None] = lambda _plan: None
     ask: Callable[[str], bool] = lambda _question: False  # plain text: the renderer escapes it
-    progress: Callable[[], AbstractContextManager[Progress | None]] = lambda: nullcontext()
+    # The install's events (mpsup.envs.events) go to the Progress this context yields.
+    progress: Callable[[], AbstractContextManager[Progress]] = lambda: nullcontext(ignore)
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def remove(key: str) -> RemoveResult:
 def rollback(target: Path, yes: bool, hooks: Hooks) -> RolledBack | Declined:
     from mpsup.envs import execute
 
-    execute.saved_set(target)  # before the question: "put back?" where nothing was saved asked yes to an error
+    execute.saved_set(target)  # before the question: a "yes" to putting back a set never saved could only fail
     if not _confirmed(yes, f"Put back the packages saved for {target}?", hooks):
         return Declined()
     return RolledBack(target, execute.rollback(target))

@@ -1,6 +1,6 @@
 """Pick the newest wheel of a project that fits the target interpreter, or say why none does.
 
-Facts about PyTorch's listings this relies on (issue 15): macOS arm64 wheels were tagged
+Facts about PyTorch's listings this relies on: macOS arm64 wheels were tagged
 `cp3XX-none-macosx_11_0_arm64` up to 2.10 (2.10's cp314 already `cp314-cp314-macosx_14_0_arm64`),
 `cp3XX-cp3XX-macosx_11_0_arm64` in 2.11 and `cp3XX-cp3XX-macosx_14_0_arm64` from 2.12 (free-threaded
 `cp314t` from 2.13), so a Mac on macOS 13 gets no wheel from 2.12 on: the message says so. The CPU

@@ -2,7 +2,7 @@
 
 The file is named only from the wheel file name the index gave, once that name is known to be a
 plain wheel name of the expected project; the URL's path never names anything on disk (an index
-whose URL ends in an encoded `/../..` once wrote outside the data dir that way).
+whose URL ends in an encoded `/../..` would otherwise write outside the data dir).
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import re
 import stat
 import tempfile
 import urllib.error
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from mpsup.envs.events import Downloaded
 from mpsup.envs.index import local_path, open_url
 from mpsup.errors import OperationFailed, UserError
+from mpsup.progress import Progress, ignore
 from mpsup.safe_files import open_regular
 
-ProgressFn = Callable[[int, int | None], None]  # (bytes so far, total or None)
 _CHUNK = 1 << 20
 # Letters, digits and the punctuation wheel names use; no separators, no leading dot.
 _WHEEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!-]{0,250}\.whl")
@@ -95,7 +95,7 @@ def fetch_wheel(
     *,
     project: str = "torch",
     cafile: str | None = None,
-    progress: ProgressFn | None = None,
+    progress: Progress = ignore,
     allow_unhashed: bool = False,
     size: int | None = None,
 ) -> FetchedWheel:
@@ -134,7 +134,7 @@ def fetch_wheel(
     return FetchedWheel(dest, actual, "index" if sha256 else "download")
 
 
-def _stream(url: str, fd: int, cafile: str | None, progress: ProgressFn | None, size: int | None) -> str:
+def _stream(url: str, fd: int, cafile: str | None, progress: Progress, size: int | None) -> str:
     """Write the body to `fd`, hashing as it goes; a body longer than the index's size is cut off and refused."""
     digest = hashlib.sha256()
     with os.fdopen(fd, "wb") as out, open_url(url, cafile=cafile, timeout=60, accept="*/*", what="the wheel") as resp:
@@ -149,6 +149,5 @@ def _stream(url: str, fd: int, cafile: str | None, progress: ProgressFn | None, 
                 )
             out.write(chunk)
             digest.update(chunk)
-            if progress:
-                progress(done, total)
+            progress(Downloaded(done, total))
     return digest.hexdigest()

@@ -20,10 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from packaging.version import Version
 
+from mpsup.envs import events as ev
 from mpsup.envs import installer as inst
 from mpsup.envs.download import FetchedWheel, fetch_wheel
 from mpsup.envs.plan import InstallPlan
@@ -41,24 +42,12 @@ from mpsup.envs.venvs import commit_move, create_venv, is_ours, mark_as_ours, po
 from mpsup.errors import OperationFailed, UserError
 from mpsup.paths import envs_dir, tmp_dir
 from mpsup.probe import run_interpreter_probe
+from mpsup.progress import Progress, ignore
 from mpsup.syscmd import pip_command, run_command
 
 _MIB = 1 << 20
 # Without a size from the index, assume a torch wheel of this size.
 _ASSUMED_WHEEL_BYTES = 250 * _MIB
-
-
-class Progress(Protocol):
-    def step(self, text: str) -> None: ...
-    def download(self, done: int, total: int | None) -> None: ...
-
-
-class _Silent:
-    def step(self, text: str) -> None:
-        pass
-
-    def download(self, done: int, total: int | None) -> None:
-        pass
 
 
 def space_needed(plan: InstallPlan) -> int:
@@ -183,7 +172,7 @@ def _install(plan: InstallPlan, python: Path, wheel: Path, clone_file: Path | No
 
 
 def _fetch(plan: InstallPlan, progress: Progress) -> FetchedWheel:
-    progress.step(f"Fetching {plan.wheel.filename}")
+    progress(ev.Fetching(plan.wheel.filename))
     return fetch_wheel(
         plan.wheel.url,
         plan.wheel.filename,
@@ -191,7 +180,7 @@ def _fetch(plan: InstallPlan, progress: Progress) -> FetchedWheel:
         # The plan's folder: install-rc's is downloads/, a bisect's throwaway wheels go with its environments.
         plan.wheel_path.parent,
         cafile=plan.cafile,
-        progress=progress.download,
+        progress=progress,
         allow_unhashed=plan.allow_unhashed,
         size=plan.wheel.size,
     )
@@ -248,11 +237,10 @@ class InstallResult:
 def install_side_by_side(
     plan: InstallPlan,
     *,
-    progress: Progress | None = None,
+    progress: Progress = ignore,
     probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
     free_bytes: Callable[[Path], int] | None = None,
 ) -> InstallResult:
-    progress = progress or _Silent()
     started = time.monotonic()
     _clear_leftover(plan.prefix)
     _clean_stale_builds()
@@ -262,21 +250,18 @@ def install_side_by_side(
     moving = recorded = False
     clone_file: Path | None = None
     try:
-        progress.step(f"Creating a virtual environment from {plan.baseline_python}")
+        progress(ev.CreatingVenv(plan.baseline_python))
         remove_tree(building)  # an earlier attempt of this same process, interrupted without its cleanup
         create_venv(plan.baseline_python, building, with_pip=plan.installer == "pip")
         mark_as_ours(building)
         tmp_python = venv_python(building)
         if plan.clone_lines:
             clone_file = _write_temp_lines(plan.clone_lines)
-        progress.step(
-            f"Installing torch {plan.to_version} with {plan.installer}"
-            + (f" and {len(plan.clone_lines)} packages from your environment" if plan.clone_lines else "")
-        )
+        progress(ev.Installing(plan.to_version, plan.installer, len(plan.clone_lines)))
         _install(plan, tmp_python, fetched.path, clone_file)
-        progress.step("Verifying the new environment")
+        progress(ev.Verifying(in_place=False))
         facts = verify(plan, tmp_python, probe)
-        progress.step(f"Moving it into place as {plan.prefix.name}")
+        progress(ev.MovingIntoPlace(plan.prefix.name))
         point_at(building, plan.prefix)
         moving = True  # from here the environment may be at its final name, even if the rename itself is interrupted
         commit_move(building, plan.prefix)
@@ -308,11 +293,10 @@ def _write_temp_lines(lines: tuple[str, ...] | list[str]) -> Path:
 def install_in_place(
     plan: InstallPlan,
     *,
-    progress: Progress | None = None,
+    progress: Progress = ignore,
     probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
     free_bytes: Callable[[Path], int] | None = None,
 ) -> InstallResult:
-    progress = progress or _Silent()
     started = time.monotonic()
     check_space(plan, free_bytes)
     frozen = inst.freeze(plan.python)
@@ -322,14 +306,14 @@ def install_in_place(
         )
     fetched = _fetch(plan, progress)
     saved = save_rollback(plan.python, frozen, plan.baseline_torch, plan.index_url)
-    progress.step(f"Saved {len(frozen)} packages to {saved}")
+    progress(ev.SavedPackages(len(frozen), saved))
     try:
-        progress.step(f"Upgrading {plan.python} to torch {plan.to_version} with {plan.installer}")
+        progress(ev.Upgrading(plan.python, plan.to_version, plan.installer))
         _install(plan, plan.python, fetched.path, None)
-        progress.step("Verifying the upgraded environment")
+        progress(ev.Verifying(in_place=True))
         facts = verify(plan, plan.python, probe)
     except BaseException as exc:
-        progress.step("The upgrade failed; putting the saved packages back")
+        progress(ev.RestoringSaved())
         try:
             restore(plan.python, saved)
             _mark_restored(saved)

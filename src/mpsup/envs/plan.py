@@ -349,6 +349,37 @@ def _side_by_side_prefix(
     return prefix, tuple(notes), leftover, superseded
 
 
+@dataclass(frozen=True)
+class _Baseline:
+    """The user's interpreter as the plan needs it: its probe, its tags target and its torch."""
+
+    facts: dict[str, Any]
+    target: Target
+    torch: str | None
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """The wheel chosen and where it was listed (`label` names that place in messages)."""
+
+    index: str | None  # None: the installer's own configured index, asked through pip
+    label: str
+    version: str
+    wheel: PlannedWheel
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where the torch goes: the environment's prefix and interpreter, and what the plan replaces there."""
+
+    prefix: Path
+    python: Path
+    notes: tuple[str, ...] = ()
+    leftover: bool = False
+    superseded: dict[str, Any] | None = None
+
+
 def plan_install(
     request: InstallRequest,
     *,
@@ -359,24 +390,77 @@ def plan_install(
 ) -> InstallPlan | NothingToDo:
     """`envs_root`: where a side-by-side environment goes instead of the data dir's envs/ (bisect's throwaway
     environments, which install-rc's records and --list must not show)."""
+    _check_request(request)
+    base = _read_baseline(request, probe, host_macos)
+    settings = inst.pip_settings(request.python) if base.facts.get("pip") else {}
+    installer, why_installer = inst.choose_installer(request.installer, base.facts, settings)
+    if installer == "pip" and not base.facts.get("pip"):
+        raise UserError(f"{request.python} has no pip; pass --installer uv (with uv installed) or install pip there")
+    cafile = settings.get("cert")
+    pick = _pick(request, base.target, settings, fetch or default_fetcher(cafile))
+    nothing = _nothing_newer(request, pick, base.torch)
+    if nothing is not None:
+        return nothing
+    place = _place(request, base, pick, envs_root)
+    if isinstance(place, NothingToDo):
+        return place
+    notes = (*place.notes, *pick.notes)
+    clone_lines = _clone_lines(request)
+    wheel = _sized(pick.wheel, cafile)
+    if wheel.sha256 is None:
+        notes = (
+            *notes,
+            "the index gives no sha256 for this wheel; accepted by --allow-unhashed: its sha256 is computed "
+            "from the download and recorded",
+        )
+    return InstallPlan(
+        mode="in-place" if request.in_place else "side-by-side",
+        channel=request.channel,
+        index_url=pick.index,
+        index_label=pick.label,
+        baseline_python=request.python,
+        baseline_torch=base.torch,
+        target=base.target.describe(),
+        target_platform=base.target.platform,
+        to_version=pick.version,
+        wheel=wheel,
+        companions=request.companions,
+        installer=installer,
+        uv=inst.uv_executable(base.facts),
+        prefix=place.prefix,
+        python=place.python,
+        wheel_path=local_path(wheel.url) or (downloads_dir() / wheel.filename),
+        clone_lines=clone_lines,
+        prereleases=request.channel in ("test", "nightly"),
+        notes=(*notes, why_installer) if why_installer else notes,
+        cafile=cafile,
+        allow_unhashed=request.allow_unhashed,
+        replaces_leftover=place.leftover,
+        supersedes=place.superseded,
+    )
+
+
+def _check_request(request: InstallRequest) -> None:
+    """What can be refused before any interpreter or index is asked."""
     if request.index_url:
         check_index_url(request.index_url)
     if request.version is not None and _version(request.version) is None:
         raise UserError(f"--version {request.version!r}: not a PEP 440 version (e.g. 2.16.0rc1)")
+
+
+def _read_baseline(request: InstallRequest, probe: ProbeFn, host_macos: HostMacosFn) -> _Baseline:
     facts = probe_baseline(request.python, probe)
     target = _target(facts, host_macos)
-    torch_facts = facts.get("torch") or {}
-    baseline_torch = torch_facts.get("version")
     if request.in_place and facts.get("externally_managed"):
         raise UserError(
             f"{request.python}: this Python is managed by the system (PEP 668); --in-place would modify it. "
             "Install side by side instead (drop --in-place)"
         )
-    settings = inst.pip_settings(request.python) if facts.get("pip") else {}
-    installer, why_installer = inst.choose_installer(request.installer, facts, settings)
-    if installer == "pip" and not facts.get("pip"):
-        raise UserError(f"{request.python} has no pip; pass --installer uv (with uv installed) or install pip there")
-    cafile = settings.get("cert")
+    return _Baseline(facts, target, (facts.get("torch") or {}).get("version"))
+
+
+def _pick(request: InstallRequest, target: Target, settings: dict[str, Any], fetch: Fetcher) -> _Pick:
+    """The wheel to install, checked: its name, its link's scheme, and a sha256 unless --allow-unhashed."""
     notes: tuple[str, ...] = ()
     index = request.index_url or CHANNEL_INDEX.get(request.channel)
     try:
@@ -388,7 +472,7 @@ def plan_install(
             ]
             label = f"the installer's configured index ({' + '.join(configured)})"
         else:
-            version, wheel, notes = _index_pick(request, index, target, fetch or default_fetcher(cafile))
+            version, wheel, notes = _index_pick(request, index, target, fetch)
             label = index
     except IndexUnreachable as exc:
         raise OperationFailed(
@@ -406,73 +490,55 @@ def plan_install(
         )
     if target.macos_note():
         notes = (*notes, str(target.macos_note()))
-    newest, installed = _version(version), _version(baseline_torch)
+    return _Pick(index, label, version, wheel, notes)
+
+
+def _nothing_newer(request: InstallRequest, pick: _Pick, baseline_torch: str | None) -> NothingToDo | None:
+    """Nothing to do when the index has nothing newer than the installed torch (or in place, the same one)."""
+    newest, installed = _version(pick.version), _version(baseline_torch)
+    if installed is None or newest is None:
+        return None
     # Compared as versions: `.public` is a string, and "2.12.0" <= "2.7.1" as strings.
-    if (
-        request.version is None
-        and installed is not None
-        and newest is not None
-        and Version(newest.public) <= Version(installed.public)
-    ):
+    if request.version is None and Version(newest.public) <= Version(installed.public):
         kind = {"test": "release candidate", "nightly": "nightly build"}.get(request.channel, "stable release")
         return NothingToDo(
-            f"no {kind} newer than {baseline_torch} is published on {label}; the newest there is {version}",
+            f"no {kind} newer than {baseline_torch} is published on {pick.label}; the newest there is {pick.version}",
             baseline_torch,
-            version,
+            pick.version,
         )
-    if request.in_place and installed is not None and newest is not None and newest.public == installed.public:
-        return NothingToDo(f"torch {baseline_torch} is already installed in {request.python}", baseline_torch, version)
-    leftover, superseded = False, None
+    if request.in_place and newest.public == installed.public:
+        return NothingToDo(
+            f"torch {baseline_torch} is already installed in {request.python}", baseline_torch, pick.version
+        )
+    return None
+
+
+def _place(request: InstallRequest, base: _Baseline, pick: _Pick, envs_root: Path | None) -> _Place | NothingToDo:
     if request.in_place:
-        prefix = Path(str(facts.get("executable") or request.python)).parent.parent
-        python = request.python
-    else:
-        placed = _side_by_side_prefix(version, wheel, target, label, request.channel, baseline_torch, envs_root)
-        if isinstance(placed, NothingToDo):
-            return placed
-        prefix, where_notes, leftover, superseded = placed
-        notes = (*where_notes, *notes)
-        python = venv_python(prefix)
-    clone_lines: tuple[str, ...] = ()
-    if request.clone and not request.in_place:
-        frozen = inst.freeze(request.python)
-        if frozen is None:
-            raise UserError(f"--clone: could not read the packages of {request.python} (pip freeze failed)")
-        clone_lines = tuple(inst.clone_lines(frozen))
-    size = wheel.size if wheel.size is not None else head_size(wheel.url, cafile)
-    wheel = PlannedWheel(wheel.filename, wheel.url, wheel.sha256, size, wheel.upload_time, wheel.seen_at)
-    if wheel.sha256 is None:
-        notes = (
-            *notes,
-            "the index gives no sha256 for this wheel; accepted by --allow-unhashed: its sha256 is computed "
-            "from the download and recorded",
-        )
-    wheel_path = local_path(wheel.url) or (downloads_dir() / wheel.filename)
-    return InstallPlan(
-        mode="in-place" if request.in_place else "side-by-side",
-        channel=request.channel,
-        index_url=index,
-        index_label=label,
-        baseline_python=request.python,
-        baseline_torch=baseline_torch,
-        target=target.describe(),
-        target_platform=target.platform,
-        to_version=version,
-        wheel=wheel,
-        companions=request.companions,
-        installer=installer,
-        uv=inst.uv_executable(facts),
-        prefix=prefix,
-        python=python,
-        wheel_path=wheel_path,
-        clone_lines=clone_lines,
-        prereleases=request.channel in ("test", "nightly"),
-        notes=(*notes, why_installer) if why_installer else notes,
-        cafile=cafile,
-        allow_unhashed=request.allow_unhashed,
-        replaces_leftover=leftover,
-        supersedes=superseded,
+        return _Place(Path(str(base.facts.get("executable") or request.python)).parent.parent, request.python)
+    placed = _side_by_side_prefix(
+        pick.version, pick.wheel, base.target, pick.label, request.channel, base.torch, envs_root
     )
+    if isinstance(placed, NothingToDo):
+        return placed
+    prefix, notes, leftover, superseded = placed
+    return _Place(prefix, venv_python(prefix), notes, leftover, superseded)
+
+
+def _clone_lines(request: InstallRequest) -> tuple[str, ...]:
+    """--clone: the user's packages, the torch family left out; nothing for an in-place upgrade."""
+    if not request.clone or request.in_place:
+        return ()
+    frozen = inst.freeze(request.python)
+    if frozen is None:
+        raise UserError(f"--clone: could not read the packages of {request.python} (pip freeze failed)")
+    return tuple(inst.clone_lines(frozen))
+
+
+def _sized(wheel: PlannedWheel, cafile: str | None) -> PlannedWheel:
+    """The wheel with its size: the index's, else the server's Content-Length (None when neither says)."""
+    size = wheel.size if wheel.size is not None else head_size(wheel.url, cafile)
+    return PlannedWheel(wheel.filename, wheel.url, wheel.sha256, size, wheel.upload_time, wheel.seen_at)
 
 
 def is_root_refused(platform: str, euid: int, allow_root: bool) -> bool:

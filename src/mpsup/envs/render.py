@@ -29,7 +29,9 @@ from rich.table import Table
 
 from mpsup.console import NARROW, emit_json, safe, stderr_console, stdout_console, warning_line
 from mpsup.envs import command
+from mpsup.envs import events as ev
 from mpsup.envs.plan import InstallPlan
+from mpsup.progress import Event
 
 
 def human_size(size: int | None) -> str:
@@ -178,20 +180,48 @@ class _DownloadOnly(ProgressColumn):
         return self._inner.render(task) if task.fields.get("kind") == "download" else ""
 
 
+def step_text(event: Event) -> str:
+    """The line an install step shows; a download is a bar, not a line, and an event of another kind is refused."""
+    match event:
+        case ev.Fetching(filename=filename):
+            return f"Fetching {filename}"
+        case ev.CreatingVenv(base_python=python):
+            return f"Creating a virtual environment from {python}"
+        case ev.Installing(version=version, installer=installer, cloned=cloned):
+            clone = f" and {cloned} packages from your environment" if cloned else ""
+            return f"Installing torch {version} with {installer}{clone}"
+        case ev.Verifying(in_place=in_place):
+            return f"Verifying the {'upgraded' if in_place else 'new'} environment"
+        case ev.MovingIntoPlace(name=name):
+            return f"Moving it into place as {name}"
+        case ev.SavedPackages(count=count, path=path):
+            return f"Saved {count} packages to {path}"
+        case ev.Upgrading(python=python, version=version, installer=installer):
+            return f"Upgrading {python} to torch {version} with {installer}"
+        case ev.RestoringSaved():
+            return "The upgrade failed; putting the saved packages back"
+    # An event no case names would vanish from the terminal: a programming error, refused loudly.
+    raise TypeError(f"install-rc has no line for the event {type(event).__name__}")
+
+
 class RichInstallProgress:
-    """Steps as a spinner line, the download as a byte bar; all on stderr."""
+    """A Progress for the install's events: steps as a spinner line, the download as a byte bar; all on stderr."""
 
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
         self._step: TaskID | None = None
         self._download: TaskID | None = None
 
-    def step(self, text: str) -> None:
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ev.Downloaded):
+            self._downloaded(event.done, event.total)
+            return
+        text = step_text(event)
         if self._step is not None:
             self._progress.update(self._step, completed=1, total=1)
         self._step = self._progress.add_task(safe(text), total=None)
 
-    def download(self, done: int, total: int | None) -> None:
+    def _downloaded(self, done: int, total: int | None) -> None:
         if self._download is None:
             self._download = self._progress.add_task("download", total=total, kind="download")
         self._progress.update(self._download, completed=done, total=total)

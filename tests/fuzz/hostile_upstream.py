@@ -6,7 +6,11 @@ With --bench it first runs a real A/A bench of a tiny Diffusers pipeline whose V
 `vae --> @pytorch-bot #1 <img src=x onerror=alert(1)>`, makes its vae_decode 2x slower in the record, and
 checks the `report --upstream` body the way the tests do (rendered, nothing live).
 
-    python benchmarks/hostile_upstream.py [--bench]     (from the repository root, in its venv)
+    python -m tests.fuzz.hostile_upstream [--bench] [--limit N]    (from the repository root, in its venv)
+
+Prints the runs, tracebacks, exit codes and each unexpected outcome; exit 1 when anything was unexpected.
+--limit N takes only the first N bad fields and N hostile strings (tests/fuzz/test_hostile_upstream.py
+runs it so).
 """
 
 from __future__ import annotations
@@ -18,8 +22,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.test_upstream_hostile import BAD_PHASE, HOSTILE, _assert_inert, _hostile_record, _phase_record
 
@@ -83,15 +85,16 @@ def bench_case(c: Campaign, work: Path) -> None:
     print("bench -> report --upstream, first line:", body.splitlines()[0])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", action="store_true", help="also bench a tiny Diffusers VAE with a hostile folder name")
-    opts = ap.parse_args()
+    ap.add_argument("--limit", type=int, help="only the first N bad phase fields and N hostile strings")
+    opts = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="mpsup-hostile-upstream-"))
     c = Campaign(work)
     if opts.bench:
         bench_case(c, work)
-    for i, (case, (mutate, where)) in enumerate(sorted(BAD_PHASE.items())):
+    for i, (case, (mutate, where)) in enumerate(sorted(BAD_PHASE.items())[: opts.limit]):
         rec = _phase_record()
         mutate(rec)
         path = work / f"phase{i}.json"
@@ -100,7 +103,7 @@ def main() -> None:
             res = c.mpsup("report", str(path), *fmt, want={2})
             if where not in res.stderr or len(res.stderr.strip().splitlines()) != 1:
                 c.unexpected.append(f"{case} {fmt}: not one line naming {where}: {res.stderr[-300:]}")
-    for i, text in enumerate(HOSTILE):
+    for i, text in enumerate(HOSTILE[: opts.limit]):
         path = work / f"text{i}.json"
         path.write_text(json.dumps(_hostile_record(text)))
         script = work / f"repro{i}.py"
@@ -110,8 +113,8 @@ def main() -> None:
     print(f"{c.runs} runs, {c.tracebacks} tracebacks, exit codes {c.codes}, {len(c.unexpected)} unexpected")
     for line in c.unexpected[:20]:
         print(" ", line)
-    sys.exit(1 if c.unexpected else 0)
+    return 1 if c.unexpected else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,14 +1,16 @@
 """Feed generated hostile inputs to every reader of untrusted input; count exceptions that are not mpsup's own.
 
-Issue 10: bad input must end in one clear line (`UserError`, exit 2; or `OperationFailed`), never in a
+Bad input must end in one clear line (`UserError`, exit 2; or `OperationFailed`), never in a
 traceback. Each reader below gets inputs from a hypothesis strategy: well-formed documents with hostile
 values (wrong types, NaN, huge numbers, markup, `..`, absolute paths, devices), arbitrary JSON, deep
 nesting, random bytes, and byte-level mutations of valid files. Any other exception is counted as
 "foreign", with its first traceback kept; the target is 0. A reader that blocks for 10 s (a FIFO opened
 without O_NONBLOCK) counts as foreign too.
 
-    python benchmarks/fuzz_readers.py                            # 1,500 inputs per reader, 12,000 in all
-    python benchmarks/fuzz_readers.py --examples 200 --reader sharded-index --seed 7
+    python -m tests.fuzz.readers                            # from the repository root: 1,500 inputs per reader
+    python -m tests.fuzz.readers --examples 200 --reader sharded-index --seed 7
+
+tests/fuzz/test_readers.py runs a small fixed share of it with the test suite.
 
 Prints one row per reader (inputs, accepted, refused with a project error, foreign exceptions, slowest
 input) and the first traceback of each foreign exception type. Exit 1 when anything foreign was seen.
@@ -35,17 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-for extra in (REPO / "src", REPO):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from hypothesis import seed as hypothesis_seed  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from mpsup.errors import OperationFailed, UserError  # noqa: E402
-from mpsup.workloads import SAFETENSORS_ITEMSIZE  # noqa: E402
+from mpsup.errors import OperationFailed, UserError
+from mpsup.workloads import SAFETENSORS_ITEMSIZE
 
 HANG_SECONDS = 10
 PAGE_URL = "https://example.org/simple/torch/"
@@ -748,7 +745,7 @@ def table(tallies: list[Tally]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=1500, help="inputs per reader (default 1500)")
     parser.add_argument("--reader", action="append", choices=[r.name for r in READERS], help="only these readers")
     parser.add_argument(

@@ -1,0 +1,177 @@
+"""Every script in benchmarks/ runs against this tree: `--help` says what it does and how to run it, and each
+one that can run here in seconds does a tiny real run."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.synthetic import paired_record
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+FIGURE_RECORD = (
+    ROOT / "docs" / "evidence" / "figures" / "h200_aa_fullsuite_dec5.json.gz"
+)  # a stored paired A/A run record
+
+# Each script and what it needs beyond the test extra; a new script must be added here (and given a run).
+SCRIPTS: dict[str, str | None] = {
+    "anchors_compare.py": None,
+    "compare_timers.py": None,
+    "header_scan.py": None,
+    "mlx_plain.py": "mlx_lm",
+    "op_attribution.py": None,
+    "op_coverage.py": None,
+    "report_screenshots.py": None,
+    "speed.py": None,
+    "unpaired_aa.py": None,
+    "whole_model.py": None,
+}
+
+
+def run_script(name: str, *args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH / name), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def single_record(seed: int, run_id: str) -> dict[str, Any]:
+    """A single-environment run record: one side of a synthetic paired record."""
+    rec = paired_record(1.0, seed=seed, count=8, run_id=run_id, mode="single")
+    rec["environments"] = rec["environments"][:1]
+    for w in rec["workloads"]:
+        w["envs"] = {"baseline": w["envs"]["baseline"]}
+        w.pop("ratios")
+    return rec
+
+
+def test_every_script_in_benchmarks_is_listed_here() -> None:
+    found = sorted(p.name for p in BENCH.iterdir() if p.name not in ("__init__.py", "__pycache__"))
+    assert found == sorted(SCRIPTS)
+
+
+# The scripts whose docstrings this suite keeps to the project's rule: --help shows the command line to run.
+SHOWS_ITS_COMMAND = {
+    "anchors_compare.py",
+    "compare_timers.py",
+    "header_scan.py",
+    "report_screenshots.py",
+    "speed.py",
+    "unpaired_aa.py",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_help_says_what_the_script_does_and_how_to_run_it(name: str) -> None:
+    needs = SCRIPTS[name]
+    if needs and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{name} runs in an environment with {needs} installed")
+    res = run_script(name, "--help", timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage:") and len(res.stdout.splitlines()) > 3
+    if name in SHOWS_ITS_COMMAND:
+        assert f"python benchmarks/{name}" in res.stdout
+
+
+def test_anchors_compare_counts_calls_in_a_stored_compressed_record(tmp_path: Path) -> None:
+    out = tmp_path / "anchors.json"
+    res = run_script("anchors_compare.py", str(FIGURE_RECORD), "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(out.read_text())
+    paired = [w for w in json.loads(gzip.decompress(FIGURE_RECORD.read_bytes()))["workloads"] if w.get("ratios")]
+    assert row["mode"] == "aa" and row["workloads"] == len(paired) > 100
+    assert 0 <= row["mpsup"] <= row["workloads"] and 0 <= row["pyperf"] <= row["workloads"]
+    assert row["run"][:32] in res.stdout
+
+
+def test_anchors_compare_reads_a_folder_of_compressed_records(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "changed.json.gz").write_bytes(gzip.compress(json.dumps(paired_record(1.5, count=6)).encode()))
+    res = run_script("anchors_compare.py", str(runs), "--json", str(tmp_path / "a.json"))
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads((tmp_path / "a.json").read_text())
+    assert row["workloads"] == 6 and row["mpsup"] == 6  # every workload 1.5x faster: all called
+
+
+def test_anchors_compare_refuses_a_broken_file_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    res = run_script("anchors_compare.py", str(bad), "--json", str(tmp_path / "a.json"))
+    assert res.returncode == 2 and "bad.json" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_unpaired_aa_compares_every_pair_of_single_runs(tmp_path: Path) -> None:
+    paths = []
+    for seed in (1, 2, 3):
+        path = tmp_path / f"single{seed}.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(single_record(seed, f"run{seed}")).encode()))
+        paths.append(str(path))
+    res = run_script("unpaired_aa.py", *paths)
+    assert res.returncode == 0, res.stderr
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| single")]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "single1.json.gz / single2.json.gz",
+        "single1.json.gz / single3.json.gz",
+        "single2.json.gz / single3.json.gz",
+    ]
+    assert all(" of 8 " in r for r in rows)
+
+
+def test_unpaired_aa_refuses_a_paired_record_in_one_line(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(single_record(1, "a")))
+    b.write_text("[1, 2]")
+    res = run_script("unpaired_aa.py", str(a), str(b))
+    assert res.returncode == 2 and "b.json" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_header_scan_reads_a_sparse_checkpoint(tmp_path: Path) -> None:
+    res = run_script("header_scan.py", "--layers", "1", "--skip-safe-open", "--dir", str(tmp_path / "ckpt"))
+    assert res.returncode == 0, res.stderr
+    # One layer: the embeddings and the head plus a layer's seven linear weights.
+    assert "mpsup header scan: 9 tensors" in res.stdout
+    assert len(list((tmp_path / "ckpt").glob("*.safetensors"))) > 1
+
+
+def test_report_screenshots_page_carries_the_fixture_banner(tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    res = run_script("report_screenshots.py", "--html", str(page))
+    assert res.returncode == 0, res.stderr
+    html = page.read_text()
+    assert "FIXTURE: made from a synthetic test record" in html and "<svg" in html
+
+
+def test_speed_refuses_an_unknown_run() -> None:
+    res = run_script("speed.py", "--runs", "nightly")
+    assert res.returncode != 0 and "unknown run 'nightly'" in res.stderr
+
+
+@pytest.mark.slow
+def test_speed_times_a_paired_run_and_says_where_its_time_went(tmp_path: Path) -> None:
+    out = tmp_path / "speed.json"
+    args = ["--runs", "paired", "--device", "cpu", "--only", "linear/4096x8/t1", "--budget", "0.02"]
+    res = run_script("speed.py", *args, "--json", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(out.read_text())
+    assert row["run"] == "paired" and row["exit"] == 0 and row["workloads"] == 1
+    assert 0 < row["in_workloads_s"] < row["wall_s"] and row["min_units"] >= 1
+    assert "| paired |" in res.stdout
+
+
+@pytest.mark.slow
+def test_compare_timers_times_one_shape_with_mpsup_and_torch_utils_benchmark(tmp_path: Path) -> None:
+    out = tmp_path / "timers.json"
+    args = ["--device", "cpu", "--shapes", "1", "--tokens", "1", "--budget", "0.02", "--out", str(out)]
+    res = run_script("compare_timers.py", *args, timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["device"] == "cpu" and set(doc["wall_s"]) == {"mpsup", "adaptive_autorange"}
+    assert "linear/" in res.stdout and "A/A max" in res.stdout
