@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from mpsup.bench.policy import DEFAULT_BUDGET_S
-from mpsup.console import safe, stderr_console, stdout_console, warning_line
+from mpsup.console import safe, stderr_console, stdout_console
 from mpsup.stats import PRACTICAL_THRESHOLD
 
 
@@ -201,10 +201,10 @@ def bench(
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
-    from mpsup.bench import command
-    from mpsup.bench.render import bench_progress, census_progress, print_plan_notes, render_list, render_result
+    from mpsup.bench.command import BenchRequest
+    from mpsup.bench.terminal import run_and_render
 
-    request = command.BenchRequest(
+    request = BenchRequest(
         device=device.value if device else None,
         budget=budget,
         only=only,
@@ -229,19 +229,7 @@ def bench(
         mlx_bits=mlx_bits,
         ops=ops,
     )
-    plan = command.prepare(request)
-    print_plan_notes(plan, stderr_console)
-    if list_only:
-        censuses = command.list_census(plan, progress=census_progress(stderr_console))
-        render_list(plan, as_json, stdout_console, censuses)
-        return
-    estimate = command.time_estimate(plan)
-    if estimate:
-        stderr_console.print(f"planned: {safe(estimate)}", highlight=False, soft_wrap=True)
-    with bench_progress(stderr_console) as on_event:
-        result = command.run(plan, progress=on_event, warn=warning_line)
-    render_result(result, as_json, stdout_console, details, selected=len(plan.workloads))
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(run_and_render(request, list_only=list_only, as_json=as_json, details=details))
 
 
 @app.command(cls=_Command)

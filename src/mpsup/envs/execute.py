@@ -375,7 +375,7 @@ def restore(python: Path, saved_path: Path) -> RollbackResult:
 
 
 def _mark_restored(saved: Path) -> None:
-    """A set already put back is kept for the record but no longer offered to --rollback."""
+    """A set already put back is kept for the record and not offered to --rollback again."""
     saved.rename(saved.with_suffix(".restored"))
 
 

@@ -132,8 +132,8 @@ def census(record: dict[str, Any], label: str) -> dict[str, Any]:
     return out
 
 
-# The layers timed alone can add up to more than the phase they sit in (on a noisy 2-vCPU VM, 112% and 124% of
-# a prefill): said as what it is, never "explain 124% of it".
+# The layers timed alone can add up to more than the phase they sit in (noise, or caches a layer alone does
+# not share): said as what it is, never "explain more than all of it".
 OVER_WHOLE_NOTE = (
     "above 100%: the layers timed alone took longer than inside the model (noise, or caches and threads a "
     "layer alone does not share); the phase's own time is the answer"

@@ -32,7 +32,7 @@ _MD_LINKED = re.compile(r"@|#[0-9]|www\.|[a-z]+://", re.IGNORECASE)
 
 def md(text: object) -> str:
     """Record text as inert Markdown on one line: it can neither leave its table cell (`|`, a newline)
-    nor become HTML, a link, an image or emphasis. GitHub links @mentions, #123 and bare URLs whatever
+    nor become HTML, a link, an image or emphasis. GitHub links @mentions, #N and bare URLs whatever
     backslashes stand before them, so text holding one goes in a code span, where nothing is linked."""
     value = printable(" ".join(str(text).splitlines()))
     if _MD_LINKED.search(value):
