@@ -18,6 +18,7 @@ from typing import Any
 
 from mpsup.report.analysis import Analysis
 from mpsup.report.attribution import OpShare, PhaseAttribution, op_classes
+from mpsup.units import fmt_interval
 
 _OVERLOAD = re.compile(r"aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,40}")
@@ -360,7 +361,7 @@ def _table(attr: PhaseAttribution, rows: int = 8) -> list[str]:
     ]
     for o in attr.ops[:rows]:
         sp = o.speedup
-        speed = "n/a" if sp is None else f"{sp.estimate:.3f}x ({sp.low:.3f}-{sp.high:.3f})"
+        speed = "n/a" if sp is None else fmt_interval(sp.estimate, sp.low, sp.high)
         calls = (
             f"{o.count_baseline}"
             if o.count_baseline == o.count_candidate
