@@ -688,3 +688,22 @@ def test_layers_adding_up_to_more_than_the_phase_are_said_as_that() -> None:
     buf = io.StringIO()
     render_phases(record, Console(file=buf, width=200, color_system=None))
     assert "150%" in buf.getvalue() and OVER_WHOLE_NOTE in buf.getvalue()
+
+
+def test_a_phase_awaits_each_call_before_the_next_and_a_layer_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A decode loop needs each token before the next step: a phase's timed call ends with the device synchronised.
+    worker = Worker(io.StringIO())
+    worker.hello({"device": "cpu"})
+    waits: list[int] = []
+    monkeypatch.setattr(worker.device, "synchronize", lambda: waits.append(1))
+    worker.setup({"workload": spec(LLAMA, "decode", cache=8), "calls": 2})
+    assert worker.current is not None
+    before = len(waits)
+    worker.current.fn()
+    assert len(waits) - before == 1
+    linear = {"kind": "linear", "dtype": "fp32", "params": {"tokens": 1, "in_features": 8, "out_features": 8}}
+    worker.setup({"workload": linear, "calls": 2})
+    assert worker.current is not None
+    before = len(waits)
+    worker.current.fn()
+    assert len(waits) == before
