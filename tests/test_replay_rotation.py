@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpsup.model.op_replay import op_workloads, reuse_bytes
 from mpsup.worker.device import Device
@@ -66,10 +67,20 @@ def test_the_replay_rotates_its_weights_and_keeps_its_other_tensors() -> None:
     inputs = {args[0].data_ptr() for args, _ in sets}
     weights = {args[1].data_ptr() for args, _ in sets}
     assert len(inputs) == 1 and len(weights) == 5
-    # each call takes the next set: five calls read five weights, and the outputs differ with them
-    outs = [built.fn() for _ in range(5)]
-    assert all(o.shape == (1, 128) for o in outs)
-    assert len({float(o.sum()) for o in outs}) == 5
+    # the copies hold the first weight's values, so each call computes the same thing from another address
+    assert all(torch.equal(args[1], sets[0][0][1]) for args, _ in sets)
+    # each call takes the next set in turn: six calls read the five weights, then the first again
+    read: list[int] = []
+
+    class Watch(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            read.append(args[1].data_ptr())
+            return func(*args, **(kwargs or {}))
+
+    with Watch():
+        outs = [built.fn() for _ in range(6)]
+    assert len(set(read[:5])) == 5 and read[5] == read[0]
+    assert all(o.shape == (1, 128) and torch.equal(o, outs[0]) for o in outs)
     assert built.bytes_per_call == (64 + 128 * 64) * 4  # one call's tensors, not the copies'
 
 

@@ -135,16 +135,22 @@ def _rebuild(
     tensors: list[torch.Tensor],
     keep: list[torch.Tensor] | None = None,
 ) -> Any:
-    """An argument rebuilt; with `keep` (the tensors of a first rebuild, in order), only parameters are made
-    anew and every other tensor is the first rebuild's."""
+    """An argument rebuilt; with `keep` (the tensors of a first rebuild, in order), parameters are copies of
+    the first rebuild's (a copy is quicker than drawing random values again) and every other tensor is its own."""
     if isinstance(value, list):
         return [_rebuild(v, ranges, device, tensors, keep) for v in value]
     if not isinstance(value, dict):
         return value
     if "tensor" in value:
         doc = value["tensor"]
-        reuse = keep is not None and not doc.get("param") and len(tensors) < len(keep)
-        t = keep[len(tensors)] if keep is not None and reuse else _tensor(doc, ranges, device)
+        first = keep[len(tensors)] if keep is not None and len(tensors) < len(keep) else None
+        if first is None:
+            t = _tensor(doc, ranges, device)
+        elif doc.get("param"):
+            t = torch.empty_strided(first.shape, first.stride(), dtype=first.dtype, device=first.device)
+            t.copy_(first)
+        else:
+            t = first
         tensors.append(t)
         return t
     if "float" in value:
@@ -169,7 +175,7 @@ def rebuild_call(
     params: dict[str, Any], device: Device, keep: list[torch.Tensor] | None = None
 ) -> tuple[Any, list[Any], dict[str, Any], list[torch.Tensor]]:
     """The op and fresh arguments for one census entry: (op, args, kwargs, the tensors made); with `keep`, the
-    tensors of an earlier rebuild stand for all but the parameters."""
+    tensors of an earlier rebuild stand for all but the parameters, which are copies of them."""
     op = resolve(str(params["overload"]))
     ranges = [list(r) for r in params.get("ranges") or []]
     tensors: list[torch.Tensor] = []
