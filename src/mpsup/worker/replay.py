@@ -4,11 +4,12 @@ The census (whole_model._Census) writes each distinct call with `describe`: the 
 and every argument as plain JSON: a tensor as its shape, strides, dtype and (when it sits on the CPU beside a
 device model) its device; numbers, booleans, lists, dtypes and memory formats as themselves. Integer and
 boolean tensors also leave their observed value range (integers: min and max; booleans: the share of True),
-so that indices, positions and masks rebuilt here are valid for the op and alike in density. A model's
-parameter is marked `param`: inside the phase, the rest of the model's weights pass through the caches between
-two uses of it, so `build_op` rotates over enough copies of it to keep that distance (the entry's
-`reuse_bytes`) and reads it from where the phase does, not from a cache a loop of one call keeps it in.
-`build_op` turns such an entry back into a call on the worker's device, under inference mode as the phases run."""
+so that indices, positions and masks rebuilt here are valid for the op and alike in density. `build_op`
+turns such an entry back into a call on the worker's device, under inference mode as the phases run.
+
+A model's parameter is marked `param`: inside the phase the rest of the model's weights pass through the
+caches between two uses of it, so `build_op` rotates over copies of it that keep that distance (the entry's
+`reuse_bytes`) and reads it from where the phase does, not from the cache a loop of one call keeps it in."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from .device import Device
 # Namespaces whose ops are torch's own: an op of another library's extension may not exist in the other build.
 NAMESPACES = ("aten", "prims")
 _FLOAT_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-# Rotated copies of a call's parameters stay under both: memory held only while the op is measured, and
-# Python objects few enough that building them is quick. Past a few times the largest caches, more copies
-# read from memory no slower (docs/evidence/op_coverage.md).
+# Rotated copies of a call's parameters stay under both: memory held only while the op is measured, and few
+# enough copies to make quickly. 256 MiB is past a laptop's or desktop's last-level cache, so a weight rotated
+# through that much is read from memory, as inside a phase whose weights exceed it (docs/evidence/op_coverage.md).
 ROTATE_MAX_BYTES = 256 * 2**20
 ROTATE_MAX_COPIES = 512
 
