@@ -11,8 +11,8 @@ site over --inside runs) and prints, per op, the in-phase time against the repla
 is what the replay gets wrong; the whole phase less the in-phase ops is the Python and dispatch between ops.
 
     python benchmarks/op_coverage.py --help
-    python benchmarks/op_coverage.py --hidden 1024 --intermediate 2816 --layers 4 --tokens 128 --per-op
-    python benchmarks/op_coverage.py --model vae --resolution 128 --per-op
+    python benchmarks/op_coverage.py --hidden 1024 --intermediate 2816 --layers 4 --tokens 128 --per-op 16 --clock cpu
+    python benchmarks/op_coverage.py --model vae --resolution 128 --per-op 16
     python benchmarks/op_coverage.py --device cuda --dtype bf16 --hidden 4096 --intermediate 14336 --layers 4 \\
         --heads 32 --kv-heads 8 --vocab 128256 --tokens 512
 """
