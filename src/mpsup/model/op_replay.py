@@ -27,7 +27,10 @@ MAX_OPS = 240
 # That floor, seconds per op of a paired run: 0.37 s on a loaded 2-vCPU Linux VM (109 ops of a tiny Llama in
 # 40 s). The ops a run can afford are those whose floors fit OPS_BUDGET_SHARE of the other workloads' time.
 OP_FLOOR_S = 0.35
-MIN_OPS = 8
+# Whatever the budget, a run replays at least this many calls: a small model's phase splits one op class into
+# several distinct calls (a VAE decode's 14 group_norm calls are 5 of its 40), and a change to that class is
+# named only when they are all timed (docs/evidence/op_coverage.md).
+MIN_OPS = 24
 # An op holding less than this share of every phase's rough time (the census's own timing) is left to the census.
 ROUGH_LEAST = 0.001
 _ITEMSIZE = {
@@ -129,16 +132,22 @@ def describe_call(call: dict[str, Any]) -> dict[str, str]:
     return {"op": op_name(str(call.get("overload", "?"))), "shapes": shapes, "dtypes": dtypes}
 
 
+def _tensor_bytes(t: dict[str, Any]) -> int:
+    shape = [int(d) for d in t.get("shape") or []]
+    stride = [abs(int(s)) for s in t.get("stride") or []] or [1] * len(shape)
+    extent = 0 if any(d == 0 for d in shape) else 1 + sum((d - 1) * s for d, s in zip(shape, stride, strict=False))
+    return extent * _ITEMSIZE.get(str(t.get("dtype")), 4)
+
+
 def _bytes(call: dict[str, Any]) -> int:
-    total, largest = 0, 0
-    for t in call_tensors(call):
-        shape = [int(d) for d in t.get("shape") or []]
-        stride = [abs(int(s)) for s in t.get("stride") or []] or [1] * len(shape)
-        extent = 0 if any(d == 0 for d in shape) else 1 + sum((d - 1) * s for d, s in zip(shape, stride, strict=False))
-        b = extent * _ITEMSIZE.get(str(t.get("dtype")), 4)
-        total += b
-        largest = max(largest, b)
-    return total + largest  # the output, about as large as the largest input
+    sizes = [_tensor_bytes(t) for t in call_tensors(call)]
+    return sum(sizes) + max(sizes, default=0)  # the output, about as large as the largest input
+
+
+def reuse_bytes(census: Any) -> int:
+    """Bytes of the model's parameters one call of the phase reads (each call's parameters, times its count):
+    how far apart, in bytes read, two uses of one weight are inside the phase."""
+    return sum(e["count"] * sum(_tensor_bytes(t) for t in call_tensors(e) if t.get("param")) for e in _entries(census))
 
 
 def call_key(call: dict[str, Any]) -> str:
@@ -172,6 +181,32 @@ def _entries(census: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _rough_totals(phase_docs: Sequence[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """(phase, environment) -> the census's rough time of the whole phase, the sum over its calls."""
+    totals: dict[tuple[str, str], float] = {}
+    for w in phase_docs:
+        for label, env in (w.get("envs") or {}).items():
+            census = (env.get("phase") or {}).get("census") if isinstance(env, dict) else None
+            times = [e.get("rough_s") for e in _entries(census)]
+            totals[(str(w.get("name")), str(label))] = sum(
+                float(t) for t in times if isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
+            )
+    return totals
+
+
+def _reuse_by_call(phase_docs: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Each distinct call that reads weights -> the most bytes of parameters any phase calling it reads a call."""
+    out: dict[str, int] = {}
+    for w in phase_docs:
+        for env in (w.get("envs") or {}).values():
+            census = (env.get("phase") or {}).get("census") if isinstance(env, dict) else None
+            phase = reuse_bytes(census)
+            for e in _entries(census):
+                if phase and any(t.get("param") for t in call_tensors(e)):
+                    out[call_key(e)] = max(out.get(call_key(e), 0), phase)
+    return out
+
+
 def affordable_ops(units: float, budget_s: float) -> int:
     """How many op workloads fit OPS_BUDGET_SHARE of the time `units` budgets of other workloads take."""
     if not math.isfinite(units * budget_s):
@@ -187,14 +222,8 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
     the census; the report says what was not replayed."""
     merged: dict[str, dict[str, Any]] = {}
     rough: dict[str, dict[str, float] | None] = {}
-    totals: dict[tuple[str, str], float] = {}
-    for w in phase_docs:
-        for label, env in (w.get("envs") or {}).items():
-            census = (env.get("phase") or {}).get("census") if isinstance(env, dict) else None
-            times = [e.get("rough_s") for e in _entries(census)]
-            totals[(str(w.get("name")), str(label))] = sum(
-                float(t) for t in times if isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
-            )
+    totals = _rough_totals(phase_docs)
+    reuse = _reuse_by_call(phase_docs)
     for w in phase_docs:
         if w.get("part") != "phase" or w.get("compile"):
             continue  # a compiled phase runs inductor's kernels, which no aten census lists
@@ -223,6 +252,8 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
         op_call = {"overload": call["overload"], "args": call["args"], "kwargs": call.get("kwargs") or {}}
         if slot["ranges"]:
             op_call["ranges"] = slot["ranges"]
+        if key in reuse:
+            op_call["reuse_bytes"] = reuse[key]
         calls = max((n for c in slot["phases"].values() for n in c.values()), default=1)
         rough[_name(call, key)] = slot.get("shares")
         out.append(

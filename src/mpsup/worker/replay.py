@@ -5,7 +5,11 @@ and every argument as plain JSON: a tensor as its shape, strides, dtype and (whe
 device model) its device; numbers, booleans, lists, dtypes and memory formats as themselves. Integer and
 boolean tensors also leave their observed value range (integers: min and max; booleans: the share of True),
 so that indices, positions and masks rebuilt here are valid for the op and alike in density. `build_op`
-turns such an entry back into a call on the worker's device, under inference mode as the phases run."""
+turns such an entry back into a call on the worker's device, under inference mode as the phases run.
+
+A model's parameter is marked `param`: inside the phase the rest of the model's weights pass through the
+caches between two uses of it, so `build_op` rotates over copies of it that keep that distance (the entry's
+`reuse_bytes`) and reads it from where the phase does, not from the cache a loop of one call keeps it in."""
 
 from __future__ import annotations
 
@@ -20,6 +24,11 @@ from .device import Device
 # Namespaces whose ops are torch's own: an op of another library's extension may not exist in the other build.
 NAMESPACES = ("aten", "prims")
 _FLOAT_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+# Rotated copies of a call's parameters stay under both: memory held only while the op is measured, and few
+# enough copies to make quickly. 256 MiB is past a laptop's or desktop's last-level cache, so a weight rotated
+# through that much is read from memory, as inside a phase whose weights exceed it (docs/evidence/op_coverage.md).
+ROTATE_MAX_BYTES = 256 * 2**20
+ROTATE_MAX_COPIES = 512
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -36,6 +45,8 @@ def describe(value: Any, ranges: list[list[float]], with_ranges: bool) -> Any:
         }
         if value.device.type == "cpu":
             doc["cpu"] = True  # a CPU scalar or index tensor beside a device model: where the op sees it
+        if isinstance(value, torch.nn.Parameter):
+            doc["param"] = True  # a weight: the phase reads it one whole forward after its last use
         integral = not value.dtype.is_floating_point and not value.dtype.is_complex
         if integral and value.numel() and with_ranges and value.device.type != "meta":
             if value.dtype == torch.bool:
@@ -118,13 +129,29 @@ def _tensor(doc: dict[str, Any], ranges: list[list[float]], device: Device) -> t
     return flat.as_strided(shape, stride)
 
 
-def _rebuild(value: Any, ranges: list[list[float]], device: Device, tensors: list[torch.Tensor]) -> Any:
+def _rebuild(
+    value: Any,
+    ranges: list[list[float]],
+    device: Device,
+    tensors: list[torch.Tensor],
+    keep: list[torch.Tensor] | None = None,
+) -> Any:
+    """An argument rebuilt; with `keep` (the tensors of a first rebuild, in order), parameters are copies of
+    the first rebuild's (a copy is quicker than drawing random values again) and every other tensor is its own."""
     if isinstance(value, list):
-        return [_rebuild(v, ranges, device, tensors) for v in value]
+        return [_rebuild(v, ranges, device, tensors, keep) for v in value]
     if not isinstance(value, dict):
         return value
     if "tensor" in value:
-        t = _tensor(value["tensor"], ranges, device)
+        doc = value["tensor"]
+        first = keep[len(tensors)] if keep is not None and len(tensors) < len(keep) else None
+        if first is None:
+            t = _tensor(doc, ranges, device)
+        elif doc.get("param"):
+            t = torch.empty_strided(first.shape, first.stride(), dtype=first.dtype, device=first.device)
+            t.copy_(first)
+        else:
+            t = first
         tensors.append(t)
         return t
     if "float" in value:
@@ -141,38 +168,83 @@ def _rebuild(value: Any, ranges: list[list[float]], device: Device, tensors: lis
     if "layout" in value:
         return getattr(torch, str(value["layout"]), torch.strided)
     if "kwargs" in value:
-        return {k: _rebuild(v, ranges, device, tensors) for k, v in value["kwargs"].items()}
+        return {k: _rebuild(v, ranges, device, tensors, keep) for k, v in value["kwargs"].items()}
     raise Unsupported(f"cannot rebuild the argument {value!r}")
 
 
-def rebuild_call(params: dict[str, Any], device: Device) -> tuple[Any, list[Any], dict[str, Any], list[torch.Tensor]]:
-    """The op and fresh arguments for one census entry: (op, args, kwargs, the tensors made)."""
+def rebuild_call(
+    params: dict[str, Any], device: Device, keep: list[torch.Tensor] | None = None
+) -> tuple[Any, list[Any], dict[str, Any], list[torch.Tensor]]:
+    """The op and fresh arguments for one census entry: (op, args, kwargs, the tensors made); with `keep`, the
+    tensors of an earlier rebuild stand for all but the parameters, which are copies of them."""
     op = resolve(str(params["overload"]))
     ranges = [list(r) for r in params.get("ranges") or []]
     tensors: list[torch.Tensor] = []
-    args = _rebuild(list(params.get("args") or []), ranges, device, tensors)
+    args = _rebuild(list(params.get("args") or []), ranges, device, tensors, keep)
     described = params.get("kwargs") or {"kwargs": {}}  # as describe() writes a mapping; none at all: {}
-    kwargs = _rebuild(described if isinstance(described, dict) else None, ranges, device, tensors)
+    kwargs = _rebuild(described if isinstance(described, dict) else None, ranges, device, tensors, keep)
     if not isinstance(kwargs, dict):
         raise Unsupported("the census entry's keyword arguments are not a mapping")
     return op, args, kwargs, tensors
 
 
+def _param_docs(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, list):
+        return [d for v in value for d in _param_docs(v)]
+    if not isinstance(value, dict):
+        return []
+    if isinstance(value.get("tensor"), dict):
+        return [value["tensor"]] if value["tensor"].get("param") else []
+    inner = value.get("kwargs")
+    return [d for v in inner.values() for d in _param_docs(v)] if isinstance(inner, dict) else []
+
+
+def param_bytes(params: dict[str, Any]) -> int:
+    """Bytes of the model's parameters one call of this census entry reads."""
+    total = 0
+    for doc in _param_docs(list(params.get("args") or [])) + _param_docs(params.get("kwargs") or {}):
+        shape = [int(d) for d in doc.get("shape") or []]
+        stride = [int(s) for s in doc.get("stride") or []] or None
+        n = _extent(shape, stride) if stride is not None and len(stride) == len(shape) else math.prod(shape)
+        total += n * _dtype(doc.get("dtype")).itemsize
+    return total
+
+
+def copies_for(params: dict[str, Any]) -> int:
+    """How many sets of arguments the replay rotates over: enough that between two uses of a parameter the
+    replay reads as many bytes of parameters as the phase does (`reuse_bytes`), within the caps."""
+    own = param_bytes(params)
+    reuse = params.get("reuse_bytes")
+    if not own or not isinstance(reuse, (int, float)) or not math.isfinite(reuse) or reuse <= own:
+        return 1
+    return max(1, min(ROTATE_MAX_COPIES, math.ceil(reuse / own), ROTATE_MAX_BYTES // own))
+
+
 def build_op(params: dict[str, Any], device: Device) -> Built:
     """A census entry as a workload: one call of the op per timed call, under inference mode (as the phases
-    run), on tensors made once (an in-place op rewrites the same ones call after call)."""
+    run), on tensors made once (an in-place op rewrites the same ones call after call); each call takes the
+    next of `copies_for` sets of arguments, which differ in their parameters only."""
     with torch.inference_mode():
         op, args, kwargs, tensors = rebuild_call(params, device)
+        sets = [(args, kwargs)]
+        made = list(tensors)
+        for _ in range(copies_for(params) - 1):
+            _, more_args, more_kwargs, more = rebuild_call(params, device, keep=tensors)
+            sets.append((more_args, more_kwargs))
+            made += [t for t, first in zip(more, tensors, strict=False) if t is not first]
     guard = getattr(torch._C, "_InferenceMode", None)
+    turn = [0]
 
     def fn() -> Any:
+        call_args, call_kwargs = sets[turn[0]]
+        turn[0] = (turn[0] + 1) % len(sets)
         # The C guard, not torch.inference_mode(): its Python wrapper costs about a microsecond a call, a
         # share of the smallest ops that the phase does not pay per op.
         if guard is None:
             with torch.inference_mode():
-                return op(*args, **kwargs)
+                return op(*call_args, **call_kwargs)
         with guard(True):
-            return op(*args, **kwargs)
+            return op(*call_args, **call_kwargs)
 
     try:
         fn()
@@ -180,4 +252,4 @@ def build_op(params: dict[str, Any], device: Device) -> Built:
         text = " ".join(str(exc).split())[:300]
         raise Unsupported(f"{params['overload']} could not be replayed: {type(exc).__name__}: {text}") from None
     size = float(sum(t.numel() * t.element_size() for t in tensors))
-    return Built(fn, size or None, None, 1, (args, kwargs, tensors), None)
+    return Built(fn, size or None, None, 1, (sets, made), None)
