@@ -1,5 +1,5 @@
 """What one run's figures add up to: the roofline it measured, where the time goes, how well each
-median is known, and a model's estimated forward time. Computed here, printed by bench/render.py."""
+median is known, and a model's estimated forward time. Computed here, printed by bench/screen.py."""
 
 from __future__ import annotations
 

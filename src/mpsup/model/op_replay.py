@@ -24,8 +24,8 @@ OPS_BUDGET_SHARE = 0.5
 # At most this many op workloads per run: a census keeps 400 distinct calls a phase, and each op's
 # measurement has a floor (setup, calibration, twelve rounds, two visits) that no budget share removes.
 MAX_OPS = 240
-# That floor, seconds per op of a paired run: 0.37 s on a loaded 2-vCPU Linux VM (109 ops of a tiny Llama in
-# 40 s). The ops a run can afford are those whose floors fit OPS_BUDGET_SHARE of the other workloads' time.
+# That floor, seconds per op of a paired run on a small CPU (docs/evidence/op_coverage.md). The ops a run can
+# afford are those whose floors fit OPS_BUDGET_SHARE of the other workloads' time.
 OP_FLOOR_S = 0.35
 # Whatever the budget, a run replays at least this many calls: a small model's phase splits one op class into
 # several distinct calls (a VAE decode's 14 group_norm calls are 5 of its 40), and a change to that class is
