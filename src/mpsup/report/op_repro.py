@@ -18,6 +18,7 @@ from typing import Any
 
 from mpsup.report.analysis import Analysis
 from mpsup.report.attribution import OpShare, PhaseAttribution, op_classes
+from mpsup.report.repro import PICK_DEVICE
 from mpsup.units import fmt_interval
 
 _OVERLOAD = re.compile(r"aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+")
@@ -162,13 +163,7 @@ WHAT = {what_literal}
 NEEDS_CONFIG = {needs_config!r}
 
 
-def pick_device(name):
-    if name == "mps" and not torch.backends.mps.is_available():
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device(name)
-
+{pick_device}
 
 def sync(device):
     # Work on the GPU is asynchronous: the timed statement ends only once it is done.
@@ -428,6 +423,11 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
 def _fill(what: str, device: str, libs: str, builders: str) -> str:
     doc_what = re.sub(r'["\\]', "'", what).replace("\n", " ")
     head = COMMON.format(
-        libs=libs, what=doc_what, device=device, what_literal=repr(what), needs_config="load_config()" in builders
+        libs=libs,
+        what=doc_what,
+        device=device,
+        what_literal=repr(what),
+        needs_config="load_config()" in builders,
+        pick_device=PICK_DEVICE,
     )
     return head + "\n" + builders + MAIN

@@ -25,6 +25,16 @@ class Repro:
     device: str
 
 
+# Both repro scripts' way to a device: the one asked for, else the CPU where this machine has no such device.
+PICK_DEVICE = """def pick_device(name):
+    if name == "mps" and not torch.backends.mps.is_available():
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device(name)
+"""
+
+
 # --- the repro script -------------------------------------------------------------------------------------
 
 SCRIPT = '''#!/usr/bin/env python3
@@ -46,13 +56,7 @@ DEFAULT_DEVICE = {device!r}
 WHAT = {what!r}
 
 
-def pick_device(name):
-    if name == "mps" and not torch.backends.mps.is_available():
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device(name)
-
+{pick_device}
 
 def pin_to_one_cpu():
     # A launch-bound GPU op runs at the host's pace: on a Linux host two processes of one build issued at
@@ -321,6 +325,6 @@ def repro_for(record: dict[str, Any], name: str) -> Repro | None:
 def script_text(repro: Repro) -> str:
     # WHAT goes in as a Python literal (repr); the docstring copy loses what could end it early.
     doc_what = re.sub(r'["\\]', "'", repro.what).replace("\n", " ")
-    return SCRIPT.format(what=doc_what, device=repro.device, build=repro.build).replace(
+    return SCRIPT.format(what=doc_what, device=repro.device, build=repro.build, pick_device=PICK_DEVICE).replace(
         f"WHAT = {doc_what!r}", f"WHAT = {repro.what!r}"
     )
