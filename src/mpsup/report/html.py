@@ -24,13 +24,16 @@ from mpsup.units import fmt_time
 
 
 def _speedup_cell(w: WorkloadChange) -> str:
-    """The speedup cell of the page: where the column is narrow it wraps between the figure and its interval,
-    never inside the interval; why nothing was measured where nothing was."""
+    """The speedup cell of the page: where the column is narrow it wraps between the figure, "(95% CI" and the
+    interval's two ends, never inside a number; why nothing was measured where nothing was."""
     if w.speedup is None:
         return esc(unmeasured_cell(w))
     text = esc(interval_text(w.speedup))
     head, sep, interval = text.partition(" (")
-    return f'{head} <span class="iv">({interval}</span>' if sep and w.speedup.bounded else text
+    if not sep or not w.speedup.bounded:
+        return text
+    label, _, ends = interval.rpartition(" ")
+    return f'{head} <span class="iv">({label}</span> <span class="iv">{ends}</span>'
 
 
 def _attribution_html(a: Analysis) -> str:
