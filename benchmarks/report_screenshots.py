@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         sys.exit("chromium is not installed (apt-get install chromium)")
+    args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         html = Path(tmp) / "report.html"
         html.write_text(page())

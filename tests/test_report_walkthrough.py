@@ -328,7 +328,7 @@ def _ms_page() -> str:
 
 def test_html_time_tracks_fit_their_widest_figure_with_padding():
     page = _ms_page()
-    tracks = re.search(r"thead tr, tbody tr \{[^}]*grid-template-columns: ([^;]+);", page)
+    tracks = re.search(r"#workloads thead tr, #workloads tbody tr \{[^}]*grid-template-columns: ([^;]+);", page)
     assert tracks is not None
     widths = re.findall(r"minmax\([^)]*\)|\S+", tracks.group(1))
     assert all(float(w.removesuffix("em")) >= 6.5 for w in widths[3:5]), widths  # baseline, candidate

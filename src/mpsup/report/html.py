@@ -45,7 +45,8 @@ def _attribution_html(a: Analysis) -> str:
         )
         parts.append(
             f"<h2>Which op: {esc(attr.phase)}</h2><p>{esc(attribution_heading(attr))}</p>"
-            f'<div class="tablebox"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+            f'<div class="tablebox"><table class="ops"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>"
             f"<p><small>{esc(UNEXPLAINED_LEGEND)}</small></p>"
         )
     return "".join(parts)
@@ -84,19 +85,23 @@ td:first-child, th:first-child { text-align: left; }
    its track would run into the next one. The time and share tracks fit "999.99 ms" inside their padding;
    names, intervals and headers wrap rather than run over. */
 th { white-space: normal; }
-td:nth-child(1), td:nth-child(6), td:nth-child(7) { white-space: normal; overflow-wrap: anywhere; }
+#workloads td:nth-child(1), #workloads td:nth-child(6), #workloads td:nth-child(7) { white-space: normal;
+  overflow-wrap: anywhere; }
 /* A part is one short word (phase, model, linear, roofline): its track fits the longest whole, never broken. */
-td:nth-child(2) { white-space: nowrap; overflow-wrap: normal; word-break: keep-all; }
+#workloads td:nth-child(2) { white-space: nowrap; overflow-wrap: normal; word-break: keep-all; }
 td { font-variant-numeric: tabular-nums; }
 .iv { white-space: nowrap; }
 .faster { color: #1a7f37; } .slower { color: #cf222e; }
 .sorter { font-size: 0.85em; margin: 0 0 0.4em; }
 .sorter label { text-decoration: underline; cursor: pointer; }
-tbody { display: flex; flex-direction: column; }
-thead tr, tbody tr { display: grid; align-items: end;
+#workloads tbody { display: flex; flex-direction: column; }
+#workloads thead tr, #workloads tbody tr { display: grid; align-items: end;
   grid-template-columns: minmax(9em, 2fr) 5.2em 4em 6.5em 6.5em minmax(7.5em, 1fr) 4.8em; }
 th small { display: block; font-weight: normal; }
-tbody tr { order: var(--share); }
+#workloads tbody tr { order: var(--share); }
+/* An op table is a plain table: its shapes and dtypes wrap at their commas and x's rather than overlap. */
+.ops td:nth-child(2), .ops td:nth-child(3), .ops th:nth-child(2), .ops th:nth-child(3) { white-space: normal;
+  overflow-wrap: anywhere; text-align: left; }
 #by-speedup:checked ~ .tablebox tbody tr { order: var(--speedup); }
 #by-name:checked ~ .tablebox tbody tr { order: var(--name); }
 @media (max-width: 1200px) { .grid { grid-template-columns: minmax(0, 1fr); } body { margin: 0.5em; } }
@@ -128,9 +133,9 @@ def render_html(a: Analysis) -> str:
 <p>{esc(a.machine)} ({esc(a.device)}) · torch {esc(a.baseline_torch)} → {esc(a.candidate_torch)}
  · runs {esc(", ".join(a.run_ids))}</p>
 <ul>{summary}</ul>
+{_phase_section(a)}
 {_attribution_html(a)}
 {_census_html(a)}
-{_phase_section(a)}
 <div class="grid">
 <div><h2>Speedup per workload against its size</h2>
 {svg_speedup_plot(a.workloads)}

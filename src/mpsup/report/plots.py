@@ -162,6 +162,8 @@ def svg_speedup_plot(ws: list[WorkloadChange], width: int = 760, height: int = 3
     # Not the whole-model phases: they have no work size on this axis, and the phase plot above is theirs.
     pts = [w for w in ws if w.speedup and w.size > 0 and w.speedup.estimate > 0 and w.part not in NOT_LAYERS]
     if not pts:
+        if any(w.part in NOT_LAYERS for w in ws):
+            return '<p class="empty">No layer was measured in both environments: the phases above are the run.</p>'
         return '<p class="empty">No workload was measured in both environments, so there is nothing to plot.</p>'
     xs = [math.log10(w.size) for w in pts]
     ends = [
