@@ -35,7 +35,8 @@ from mpsup.runs.phase_fields import (  # the census bounds: the report's readers
 )
 from mpsup.stats import usable_ratio
 
-SCHEMA = "mpsup.run/1.1"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
+SCHEMA = "mpsup.run/1.2"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
+# 1.2: needs_metal on a workload's envs entry and a smoke result; census tensors' param; op calls' reuse_bytes
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
