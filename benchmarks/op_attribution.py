@@ -159,6 +159,8 @@ def summarise(report: dict[str, Any], expect: str) -> list[dict[str, Any]]:
         # By op, all shapes together: a kernel change moves every call of it.
         by_op: dict[str, dict[str, Any]] = {}
         for o in attr.get("ops") or []:
+            if o.get("together"):
+                continue  # the phase's other calls, replayed together: no op to name
             slot = by_op.setdefault(o["op"], {"op": o["op"], "share_of_change": 0.0, "speedup": o.get("speedup")})
             slot["share_of_change"] += o.get("share_of_change") or 0.0
         top = max(by_op.values(), key=lambda c: c["share_of_change"], default={})

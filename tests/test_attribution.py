@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from mpsup.report.analysis import analyze
+from mpsup.report.attribution import op_classes
 from mpsup.report.render import render_html, render_markdown, render_terminal
 
 ROUNDS = 24
@@ -208,3 +209,66 @@ def test_an_op_called_with_several_shapes_is_named_once_with_all_its_calls() -> 
     assert attr.top_explains_half
     assert "of the decode change is group_norm in 2 shapes" in a.sentence
     assert "conv2d" not in a.sentence  # 15%: under a fifth, not named
+
+
+def _rest(base_s: float, speedup: float, calls: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+    return _timed(
+        "model/op/rest/decode",
+        "op",
+        base_s,
+        speedup,
+        seed,
+        kind="op_group",
+        op="other calls",
+        shapes=f"{len(calls)} calls of {len(calls)} kinds: add 1",
+        dtypes="float32",
+        op_group=calls,
+        op_group_counts=[1] * len(calls),
+        op_phases={"model/decode": {"baseline": 1, "candidate": 1}},
+        count=1,
+    )
+
+
+def test_the_calls_replayed_together_count_in_the_coverage_and_are_never_named_as_the_op() -> None:
+    """decode 10 ms; its other 3 calls, replayed together, take 1.5 ms and slow to 3.4 ms (+1.9 ms, the whole
+    change), no op of its own moves: the sentence says the change lies in those calls, names no op, and the
+    census's calls they replay are no longer counted as not replayed."""
+    doc = record(sdpa_speedup=1.0)
+    calls = [
+        {"overload": "aten.add.Tensor", "args": [{"tensor": {"shape": [1, 8], "stride": [8, 1], "dtype": "float32"}}]}
+        for _ in range(3)
+    ]
+    calls = [{**c, "args": [*c["args"], i]} for i, c in enumerate(calls)]  # three distinct calls
+    census = {"calls": 17, "replay": [{**c, "count": 1} for c in calls]}
+    for env in doc["workloads"][0]["envs"].values():
+        env["phase"]["census"] = census
+    doc["workloads"].append(_rest(0.0015, 1.5 / 3.4, calls, 21))
+    a = analyze(doc)
+    attr = a.attribution["decode"]
+    rest = attr.together
+    assert rest is not None and rest.op == "other calls" and rest.count_baseline == 1
+    assert rest.change_s == pytest.approx(0.0019, rel=0.06) and rest.share_of_change == pytest.approx(1.0, abs=0.1)
+    assert attr.coverage_baseline == pytest.approx((2 * 1 + 4 * 1.5 + 10 * 0.001 + 1.5) / 10, rel=0.03)
+    assert attr.not_replayed_calls == {"baseline": 14, "candidate": 14}
+    assert all(c.op != "other calls" for c in op_classes(attr)) and not attr.top_explains_half
+    assert "Which op:" in a.sentence and "is in the calls replayed together (3 calls of 3 kinds" in a.sentence
+    pa = a.to_json()["phase_attribution"]["decode"]
+    assert [o.get("together") for o in pa["ops"]].count(True) == 1
+    buf = io.StringIO()
+    render_terminal(a, Console(file=buf, width=200, color_system=None))
+    text = buf.getvalue()
+    row = next(line for line in text.splitlines() if line.strip().startswith("other calls"))
+    assert "3 calls of 3 kinds" in row and text.index("other calls") < text.index("unexplained ")
+    # an op of its own that moves is named before them, whatever they carry
+    doc["workloads"][1] = _op(
+        "model/op/sdpa/a",
+        "aten.scaled_dot_product_attention.default",
+        "1x8x1x64",
+        0.001,
+        1 / 1.9,
+        {"baseline": 2, "candidate": 2},
+        2,
+    )
+    named = analyze(doc)
+    assert "of the decode change is scaled_dot_product_attention" in named.sentence
+    assert "replayed together" not in named.sentence

@@ -14,6 +14,7 @@ import torch
 
 from mpsup.bench.events import WorkloadsAdded
 from mpsup.model.op_replay import (
+    GROUP_KIND,
     MIN_OPS,
     OP_KIND,
     affordable_ops,
@@ -22,12 +23,13 @@ from mpsup.model.op_replay import (
     is_view,
     op_weight,
     op_workloads,
+    rest_of_phases,
 )
 from mpsup.progress import Event
 from mpsup.worker.build import build
 from mpsup.worker.core import Unsupported
 from mpsup.worker.device import Device
-from mpsup.worker.replay import build_op, rebuild_call
+from mpsup.worker.replay import build_group, build_op, rebuild_call
 from mpsup.worker.whole_model import _Census, _census_strict
 from mpsup.workloads import Workload
 
@@ -224,6 +226,60 @@ def test_ops_are_kept_by_rough_time_until_the_cap_and_the_cap_follows_the_budget
     assert affordable_ops(100.0, 0.5) > affordable_ops(20.0, 0.5) >= MIN_OPS
     assert op_weight(10, 20.0) == 1.0 and op_weight(100, 20.0) == pytest.approx(0.1)
     assert op_weight(0, 20.0) == 0.0
+
+
+def test_the_calls_no_op_workload_replays_are_one_workload_per_phase() -> None:
+    entries = [_entry("relu", [i + 1], 1 + i % 3, float(i + 1)) for i in range(6)]
+    prefill = _phase_doc(
+        "model/prefill", {"baseline": entries, "candidate": [{**entries[0], "count": 9}, *entries[1:]]}
+    )
+    decode = _phase_doc("model/decode", {"baseline": entries[:4], "candidate": entries[:4]})
+    compiled = {**prefill, "name": "model/prefill/compiled", "compile": True}
+    kept = op_workloads([prefill, decode, compiled], most=3)
+    kept_keys = {call_key(w.params["op_call"]) for w in kept}
+    groups = rest_of_phases([prefill, decode, compiled], kept)
+    by = {w.name: w for w in groups}
+    assert set(by) == {"model/op/rest/prefill", "model/op/rest/decode"}  # none for the compiled phase
+    rest = by["model/op/rest/prefill"]
+    assert rest.kind == GROUP_KIND and rest.part == "op" and rest.count == 1
+    group = rest.params["op_group"]
+    # every call of the phase is replayed once, alone or in the group, and none twice
+    assert {call_key(c) for c in group} | (kept_keys & {call_key(e) for e in entries}) == {call_key(e) for e in entries}
+    assert not {call_key(c) for c in group} & kept_keys
+    # each call its larger count of the two builds, the commonest first; one call of the phase per timed call
+    counts = dict(zip((c["args"][0]["tensor"]["shape"][0] for c in group), rest.params["op_group_counts"], strict=True))
+    assert counts[1] == 9 and rest.params["op_group_counts"] == sorted(rest.params["op_group_counts"], reverse=True)
+    assert rest.params["op_phases"] == {"model/prefill": {"baseline": 1, "candidate": 1}}
+    assert rest.params["shapes"].startswith(f"{sum(rest.params['op_group_counts'])} calls of {len(group)} kinds: relu")
+    json.dumps(rest.to_json())
+    # a phase whose calls all have workloads of their own has no group
+    assert rest_of_phases([decode], op_workloads([decode])) == []
+
+
+def test_the_group_replays_each_call_its_count_times_in_turns() -> None:
+    step, _ = _model_step()
+    replay = _census(step)["replay"]
+    calls = [{k: e[k] for k in ("overload", "args", "kwargs", "ranges") if k in e} for e in replay]
+    counts = [1 + i % 3 for i in range(len(calls))]
+    built = build({"kind": "op_group", "dtype": "fp32", "params": {"op_group": calls, "op_group_counts": counts}}, CPU)
+    seen: list[str] = []
+
+    class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    with _Ops():
+        built.fn()
+    top = [str(c["overload"]).split(".")[1] for c in calls]
+    assert [s.split(".")[-1] for s in seen if s.split(".")[-1] in top][: len(calls)] == top  # one of each, then again
+    assert sum(1 for s in seen if s.split(".")[-1] in top) >= sum(counts)
+    # one call this torch cannot make leaves the whole group unmeasured, named
+    bad = {"op_group": [*calls, {"overload": "aten.no_such_op.default", "args": []}], "op_group_counts": [*counts, 1]}
+    with pytest.raises(Unsupported, match="no_such_op"):
+        build_group(bad, CPU)
+    with pytest.raises(Unsupported, match="not a list"):
+        build_group({"op_group": calls, "op_group_counts": counts[:-1]}, CPU)
 
 
 def test_describe_call_and_views() -> None:

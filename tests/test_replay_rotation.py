@@ -102,3 +102,16 @@ def test_the_workloads_carry_the_phase_s_parameter_bytes_for_calls_that_read_wei
             assert call["reuse_bytes"] == reuse_bytes(census)
         else:
             assert "reuse_bytes" not in call
+
+
+def test_calls_replayed_together_share_one_rotation_budget(monkeypatch: Any) -> None:
+    import mpsup.worker.replay as replay
+
+    own = 128 * 64 * 4
+    monkeypatch.setattr(replay, "ROTATE_MAX_BYTES", 6 * own)
+    calls = [{**_call(10 * own), "args": [*_call(None)["args"], None]} for _ in range(3)]
+    built = replay.build_group({"op_group": calls, "op_group_counts": [1, 1, 1]}, CPU)
+    copies = [len(sets) for sets, _made in built.keep]
+    # alone each would take 6 (the cap); together their extra copies stay within one cap's bytes
+    assert copies_for(calls[0], 6 * own) == 6 and sum(c - 1 for c in copies) * own <= 6 * own
+    assert copies[0] == 6 and copies[1:] == [1, 1]

@@ -18,6 +18,13 @@ from mpsup.workloads import Workload
 
 OP_KIND = "op_replay"
 OP_PART = "op"
+# The calls of a phase that no op workload of their own replays, replayed together as one workload: a small
+# model's decode is mostly ops of a few microseconds each, too many to time one by one at any budget, and left
+# out they were half of the phase (docs/evidence/op_coverage.md).
+GROUP_KIND = "op_group"
+GROUP_OP = "other calls"
+# A group replays at most this many distinct calls (a census keeps 400 a phase).
+GROUP_MAX_CALLS = 400
 # What all ops of a run may take together, as a share of the budgets of every other workload: replay may add at
 # most half again to a paired --model run.
 OPS_BUDGET_SHARE = 0.5
@@ -207,6 +214,27 @@ def _reuse_by_call(phase_docs: Sequence[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def _widen_ranges(slot: dict[str, Any], ranges: Any) -> None:
+    """A slot's integer and boolean value ranges, widened to cover another census's of the same call."""
+    if not (isinstance(ranges, list) and all(isinstance(r, list) and len(r) == 2 for r in ranges)):
+        return
+    if slot["ranges"] is None or len(slot["ranges"]) != len(ranges):
+        slot["ranges"] = [list(r) for r in ranges]
+    else:
+        for old, new in zip(slot["ranges"], ranges, strict=True):
+            old[0], old[1] = min(old[0], new[0]), max(old[1], new[1])
+
+
+def _op_call(call: dict[str, Any], ranges: Any, reuse: int | None) -> dict[str, Any]:
+    """What the worker rebuilds a census entry from: the call, its value ranges, its parameters' reuse distance."""
+    op_call = {"overload": call["overload"], "args": call["args"], "kwargs": call.get("kwargs") or {}}
+    if ranges:
+        op_call["ranges"] = ranges
+    if reuse:
+        op_call["reuse_bytes"] = reuse
+    return op_call
+
+
 def affordable_ops(units: float, budget_s: float) -> int:
     """How many op workloads fit OPS_BUDGET_SHARE of the time `units` budgets of other workloads take."""
     if not math.isfinite(units * budget_s):
@@ -232,13 +260,7 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
             for e in _entries(census):
                 key = call_key(e)
                 slot = merged.setdefault(key, {"call": e, "ranges": None, "phases": {}, "dtype": w.get("dtype")})
-                ranges = e.get("ranges")
-                if isinstance(ranges, list) and all(isinstance(r, list) and len(r) == 2 for r in ranges):
-                    if slot["ranges"] is None or len(slot["ranges"]) != len(ranges):
-                        slot["ranges"] = [list(r) for r in ranges]
-                    else:
-                        for old, new in zip(slot["ranges"], ranges, strict=True):
-                            old[0], old[1] = min(old[0], new[0]), max(old[1], new[1])
+                _widen_ranges(slot, e.get("ranges"))
                 counts = slot["phases"].setdefault(str(w["name"]), {})
                 counts[str(label)] = counts.get(str(label), 0) + e["count"]
                 took = e.get("rough_s")
@@ -249,11 +271,7 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
     out: list[Workload] = []
     for key, slot in merged.items():
         call = slot["call"]
-        op_call = {"overload": call["overload"], "args": call["args"], "kwargs": call.get("kwargs") or {}}
-        if slot["ranges"]:
-            op_call["ranges"] = slot["ranges"]
-        if key in reuse:
-            op_call["reuse_bytes"] = reuse[key]
+        op_call = _op_call(call, slot["ranges"], reuse.get(key))
         calls = max((n for c in slot["phases"].values() for n in c.values()), default=1)
         rough[_name(call, key)] = slot.get("shares")
         out.append(
@@ -288,6 +306,67 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
         return list(kept.values())
     out.sort(key=lambda w: -w.count * max(1, w.memory_bytes))
     return out[:cap]
+
+
+def rest_of_phases(phase_docs: Sequence[dict[str, Any]], kept: Sequence[Workload]) -> list[Workload]:
+    """Per phase, the calls that no workload of `kept` replays, as one workload that replays them together: each
+    distinct call its count times, in turns (one call of each, then again, as a phase's layers interleave
+    them), so the replayed sum covers the whole census and not only its heaviest calls. Its time per call is
+    the rest's time in one call of the phase: a count of 1 in each environment whose census lists the phase.
+    The calls are those of both environments' censuses (a call only one build makes is replayed in both, each
+    its larger count), the commonest first, at most GROUP_MAX_CALLS."""
+    kept_keys = {call_key(w.params["op_call"]) for w in kept if isinstance(w.params.get("op_call"), dict)}
+    reuse = _reuse_by_call(phase_docs)
+    out: list[Workload] = []
+    for w in phase_docs:
+        if w.get("part") != "phase" or w.get("compile"):
+            continue
+        rest: dict[str, dict[str, Any]] = {}
+        labels: list[str] = []
+        for label, env in (w.get("envs") or {}).items():
+            census = (env.get("phase") or {}).get("census") if isinstance(env, dict) else None
+            entries = _entries(census)
+            if entries:
+                labels.append(str(label))
+            for e in entries:
+                key = call_key(e)
+                if key not in kept_keys:
+                    slot = rest.setdefault(key, {"call": e, "ranges": None, "count": 0})
+                    slot["count"] = max(slot["count"], e["count"])
+                    _widen_ranges(slot, e.get("ranges"))
+        if not rest:
+            continue
+        chosen = sorted(rest.items(), key=lambda kv: -kv[1]["count"])[:GROUP_MAX_CALLS]
+        calls = [_op_call(s["call"], s["ranges"], reuse.get(k)) for k, s in chosen]
+        counts = [int(s["count"]) for _, s in chosen]
+        by_op: dict[str, int] = {}
+        for c, n in zip(calls, counts, strict=True):
+            by_op[op_name(str(c["overload"]))] = by_op.get(op_name(str(c["overload"])), 0) + n
+        top = sorted(by_op.items(), key=lambda kv: -kv[1])
+        names = ", ".join(f"{op} {n}" for op, n in top[:6]) + (", ..." if len(top) > 6 else "")
+        dtypes = sorted({str(t.get("dtype")) for c in calls for t in call_tensors(c)})
+        phase = str(w.get("name"))
+        out.append(
+            Workload(
+                f"model/op/rest/{phase.removeprefix('model/')}",
+                GROUP_KIND,
+                OP_PART,
+                str(w.get("dtype") or "fp32"),
+                {
+                    "op_group": calls,
+                    "op_group_counts": counts,
+                    "op_phases": {phase: dict.fromkeys(labels, 1)},
+                    "op": GROUP_OP,
+                    "shapes": f"{sum(counts)} calls of {len(calls)} kinds: {names}",
+                    "dtypes": " ".join(dtypes[:4]) + (" ..." if len(dtypes) > 4 else ""),
+                },
+                ("op", "rest"),
+                "census",
+                sum(_bytes(c) for c in calls),
+                1,
+            )
+        )
+    return out
 
 
 def op_weight(ops: int, other_weights: float) -> float:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mpsup.model.op_replay import OP_PART, call_key, is_view
+from mpsup.model.op_replay import GROUP_KIND, OP_PART, call_key, is_view
 from mpsup.model.phases import phase_of
 from mpsup.stats import Interval, finite_or_none
 
@@ -46,6 +46,9 @@ class OpShare:
     share_of_change: float | None
     view: bool
     op_call: dict[str, Any] = field(default_factory=dict)  # the census entry, for the upstream repro
+    # The phase's other calls, replayed together (model/op_replay.rest_of_phases): a line of the table and of
+    # the coverage, never named as the op that did it.
+    together: bool = False
 
     def to_json(self) -> dict[str, Any]:
         sp = self.speedup
@@ -63,6 +66,7 @@ class OpShare:
             "high": sp.high if sp and bounded else None,
             "change_s": self.change_s,
             "share_of_change": self.share_of_change,
+            **({"together": True} if self.together else {}),
         }
 
 
@@ -100,7 +104,12 @@ class PhaseAttribution:
 
     def movers(self, least: float = 0.2) -> list[OpShare]:
         """The ops that carry at least `least` of the change, in the change's own direction, largest first."""
-        return [o for o in self.ops if o.share_of_change is not None and o.share_of_change >= least]
+        return [o for o in self.ops if not o.together and o.share_of_change is not None and o.share_of_change >= least]
+
+    @property
+    def together(self) -> OpShare | None:
+        """The line of the phase's other calls, replayed together, if the run timed one."""
+        return next((o for o in self.ops if o.together), None)
 
     @property
     def top_explains_half(self) -> bool:
@@ -148,12 +157,12 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
             per_c = _finite(c.candidate_s) if c else None
             tb = nb * per_b if per_b is not None else (0.0 if nb == 0 else None)
             tc = nc * per_c if per_c is not None else (0.0 if nc == 0 else None)
+            together = o.get("kind") == GROUP_KIND
             if per_b is None or per_c is None:
                 not_timed.append(str(o.get("name")))
             else:
-                call = o.get("op_call")
-                if isinstance(call, dict):
-                    timed_keys.add(call_key(call))
+                group = o.get("op_group") if together else [o.get("op_call")]
+                timed_keys.update(call_key(c) for c in group or [] if isinstance(c, dict))
             ch = tc - tb if tb is not None and tc is not None else None
             share = ch / delta if ch is not None and delta else None
             overload = str((o.get("op_call") or {}).get("overload") or "")
@@ -174,6 +183,7 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
                     share_of_change=share,
                     view=is_view(overload),
                     op_call=dict(o.get("op_call") or {}),
+                    together=together,
                 )
             )
         shares.sort(key=lambda s: -abs(s.change_s) if s.change_s is not None else math.inf)
@@ -236,10 +246,12 @@ class OpClass:
 
 
 def op_classes(attr: PhaseAttribution) -> list[OpClass]:
-    """The phase's ops by name (all shapes of `group_norm` together), ranked by their share of the change."""
+    """The phase's ops by name (all shapes of `group_norm` together), ranked by their share of the change; the
+    calls replayed together are no op's and not among them."""
     groups: dict[str, list[OpShare]] = {}
     for o in attr.ops:
-        groups.setdefault(o.op, []).append(o)
+        if not o.together:
+            groups.setdefault(o.op, []).append(o)
     out = []
     for op, calls in groups.items():
         changes = [c.change_s for c in calls if c.change_s is not None]

@@ -144,7 +144,8 @@ ATTRIBUTION_ROWS = 8
 UNEXPLAINED_LABEL = "unexplained"
 UNEXPLAINED_LEGEND = (
     "unexplained: the phase's change that its ops, each timed alone, do not account for (launch gaps, fusion, "
-    "synchronisation, Python between ops, ops not replayed)"
+    "synchronisation, Python between ops, ops not replayed); other calls: the phase's calls without a line of "
+    "their own, replayed together"
 )
 ATTRIBUTION_HEAD = ("op", "shapes", "dtypes", "calls", "baseline", "candidate", "speedup (95% CI)", "change", "share")
 
@@ -200,6 +201,8 @@ def attribution_rows(attr: PhaseAttribution, *, limit: int | None = ATTRIBUTION_
     """The phase's ops as rows (ranked by their share of the change), views folded into one line where together
     they do not matter, the ops past `limit` as one line, and the unexplained remainder as its own line."""
     shown, views = grouped_views(attr)
+    together = [o for o in shown if o.together]
+    shown = [o for o in shown if not o.together]
     rest = shown[limit:] if limit is not None else []
     shown = shown[:limit] if limit is not None else shown
     rows = [_op_row(o) for o in shown]
@@ -221,6 +224,7 @@ def attribution_rows(attr: PhaseAttribution, *, limit: int | None = ATTRIBUTION_
                 _pct(share),
             )
         )
+    rows += [_op_row(o) for o in together]
     if attr.unexplained_s is not None:
         share = attr.unexplained_s / attr.change_s if attr.change_s else None
         rows.append((UNEXPLAINED_LABEL, "", "", "", "", "", "", _signed(attr.unexplained_s), _pct(share)))

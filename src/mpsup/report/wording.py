@@ -234,10 +234,25 @@ def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
     return "; ".join(parts)
 
 
+def rest_clause(phase: str, attr: PhaseAttribution) -> str | None:
+    """ "62% of the decode change is in its 97 other calls, replayed together (mul 20, add 15, ...)", where those
+    calls carry a fifth of the change and no op of its own does, else None."""
+    rest = attr.together
+    if rest is None or rest.share_of_change is None or rest.share_of_change < 0.2:
+        return None
+    return (
+        f"no single op carries a fifth of the {phase} change; {rest.share_of_change:.0%} of it is in the calls "
+        f"replayed together ({rest.shapes}); a larger --budget replays more of them one by one"
+    )
+
+
 def mover_sentence(movers: list[tuple[PhaseChange, PhaseAttribution]]) -> str:
     """What the verdict sentence adds for each phase that changed: its top mover(s), or that no op explains it."""
     said = [
-        mover_clause(p.phase, attr) or f"no single op carries a fifth of the {p.phase} change" for p, attr in movers
+        mover_clause(p.phase, attr)
+        or rest_clause(p.phase, attr)
+        or f"no single op carries a fifth of the {p.phase} change"
+        for p, attr in movers
     ]
     return (" Which op: " + "; ".join(said) + ".") if said else ""
 

@@ -27,6 +27,10 @@ def build(spec: dict[str, Any], device: Device) -> Built:
         from .replay import build_op
 
         return build_op(spec["params"]["op_call"], device)
+    if kind == "op_group":
+        from .replay import build_group
+
+        return build_group(spec["params"], device)
     builder = BUILDERS.get(kind)
     if builder is None:
         raise ValueError(f"unknown workload kind {kind!r}")

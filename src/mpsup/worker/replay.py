@@ -210,25 +210,25 @@ def param_bytes(params: dict[str, Any]) -> int:
     return total
 
 
-def copies_for(params: dict[str, Any]) -> int:
+def copies_for(params: dict[str, Any], max_bytes: int = ROTATE_MAX_BYTES) -> int:
     """How many sets of arguments the replay rotates over: enough that between two uses of a parameter the
     replay reads as many bytes of parameters as the phase does (`reuse_bytes`), within the caps."""
     own = param_bytes(params)
     reuse = params.get("reuse_bytes")
     if not own or not isinstance(reuse, (int, float)) or not math.isfinite(reuse) or reuse <= own:
         return 1
-    return max(1, min(ROTATE_MAX_COPIES, math.ceil(reuse / own), ROTATE_MAX_BYTES // own))
+    return max(1, min(ROTATE_MAX_COPIES, math.ceil(reuse / own), max_bytes // own))
 
 
-def build_op(params: dict[str, Any], device: Device) -> Built:
+def build_op(params: dict[str, Any], device: Device, copies: int | None = None) -> Built:
     """A census entry as a workload: one call of the op per timed call, under inference mode (as the phases
     run), on tensors made once (an in-place op rewrites the same ones call after call); each call takes the
-    next of `copies_for` sets of arguments, which differ in their parameters only."""
+    next of `copies` sets of arguments (`copies_for` unless given), which differ in their parameters only."""
     with torch.inference_mode():
         op, args, kwargs, tensors = rebuild_call(params, device)
         sets = [(args, kwargs)]
         made = list(tensors)
-        for _ in range(copies_for(params) - 1):
+        for _ in range((copies_for(params) if copies is None else copies) - 1):
             _, more_args, more_kwargs, more = rebuild_call(params, device, keep=tensors)
             sets.append((more_args, more_kwargs))
             made += [t for t, first in zip(more, tensors, strict=False) if t is not first]
@@ -253,3 +253,38 @@ def build_op(params: dict[str, Any], device: Device) -> Built:
         raise Unsupported(f"{params['overload']} could not be replayed: {type(exc).__name__}: {text}") from None
     size = float(sum(t.numel() * t.element_size() for t in tensors))
     return Built(fn, size or None, None, 1, (sets, made), None)
+
+
+def build_group(params: dict[str, Any], device: Device) -> Built:
+    """The calls of a phase replayed together (model/op_replay.rest_of_phases): each distinct call built as
+    `build_op` builds it, then called its count times, in turns, per timed call. Rotated parameters share one
+    ROTATE_MAX_BYTES among all the calls. One call this torch cannot make leaves the group unmeasured here: the
+    two builds must time the same calls."""
+    calls, counts = params.get("op_group"), params.get("op_group_counts")
+    if not (
+        isinstance(calls, list)
+        and isinstance(counts, list)
+        and len(calls) == len(counts)
+        and calls
+        and all(isinstance(c, dict) for c in calls)
+        and all(type(n) is int and n > 0 for n in counts)
+    ):
+        raise Unsupported("the calls to replay together are not a list of census entries with their counts")
+    fns: list[Any] = []
+    kept: list[Any] = []
+    size = 0.0
+    rotate_left = ROTATE_MAX_BYTES
+    for call in calls:
+        copies = copies_for(call, max(0, rotate_left))
+        rotate_left -= param_bytes(call) * (copies - 1)
+        built = build_op(call, device, copies)
+        fns.append(built.fn)
+        kept.append(built.keep)
+        size += built.bytes_per_call or 0.0
+    order = tuple(f for turn in range(max(counts)) for f, n in zip(fns, counts, strict=True) if n > turn)
+
+    def fn() -> None:
+        for call_once in order:
+            call_once()
+
+    return Built(fn, size or None, None, 1, kept, None)
