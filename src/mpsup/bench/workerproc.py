@@ -344,9 +344,13 @@ def worker_env(
     """`threads_on`: bind intra-op thread i to CPU threads_on[i] (OpenMP places; the calling thread takes
     the first), so that every worker's threads sit alike instead of wherever the scheduler last put them.
     `cpu_fallback` (bench --allow-cpu-fallback): ops without an MPS kernel run on the CPU instead of failing."""
-    # OpenMP threads busy-wait after each parallel region by default; with two workers taking
-    # turns, the idle one's spinning threads would steal the cores the measured one needs.
-    env: dict[str, str] = {"OMP_WAIT_POLICY": "PASSIVE"}
+    # OpenMP threads busy-wait after each parallel region, by default long enough that with two workers taking
+    # turns the idle one's would spin on the cores the measured one needs. Not sleeping at once (PASSIVE): a
+    # sleeping helper is woken for every parallel region, which made small ops 1.5-2.7x slower than in the
+    # user's own process (docs/evidence/op_coverage.md). A short spin keeps helpers awake between the ops of a
+    # phase and lets an idle worker's fall asleep within a fraction of a millisecond: libgomp counts spins,
+    # LLVM's libomp (macOS) milliseconds.
+    env: dict[str, str] = {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "1"}
     # Set either way, over what the user's shell exports: an inherited 1 would time a missing kernel's CPU
     # run as if the device had it, and a smoke test would pass on the CPU's answer.
     env["PYTORCH_ENABLE_MPS_FALLBACK"] = "1" if cpu_fallback else "0"
