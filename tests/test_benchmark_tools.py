@@ -29,6 +29,7 @@ SCRIPTS: dict[str, str | None] = {
     "mlx_plain.py": "mlx_lm",
     "op_attribution.py": None,
     "op_coverage.py": None,
+    "omp_wait.py": None,
     "report_screenshots.py": None,
     "speed.py": None,
     "unpaired_aa.py": None,
@@ -62,6 +63,7 @@ SHOWS_ITS_COMMAND = {
     "anchors_compare.py",
     "compare_timers.py",
     "header_scan.py",
+    "omp_wait.py",
     "report_screenshots.py",
     "speed.py",
     "unpaired_aa.py",
@@ -175,3 +177,11 @@ def test_compare_timers_times_one_shape_with_mpsup_and_torch_utils_benchmark(tmp
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and set(doc["wall_s"]) == {"mpsup", "adaptive_autorange"}
     assert "linear/" in res.stdout and "A/A max" in res.stdout
+
+
+def test_omp_wait_times_the_plain_loop_and_two_workers_taking_turns() -> None:
+    res = run_script("omp_wait.py", "--policy", "OMP_WAIT_POLICY=PASSIVE", "--rounds", "4", "--calls", "5")
+    assert res.returncode == 0, res.stderr
+    line = res.stdout.strip().splitlines()[-1]
+    assert line.startswith("[1] OMP_WAIT_POLICY=PASSIVE: plain loop: linear 1x896 @ 896x896 bf16")
+    assert "two workers taking turns: worker 1" in line and line.endswith(" us")

@@ -87,6 +87,11 @@ def test_visits_disagree_rule():
     assert not visits_disagree("slower", [0.9, 0.95])
     assert not visits_disagree("slower", [0.9])  # one visit cannot disagree with itself
     assert not visits_disagree("same", [0.8, 1.2])
+    # visits that lean one way but differ by more than the change: a placement effect as large as the call
+    assert visits_disagree("slower", [0.87, 0.99], 0.91)
+    assert visits_disagree("faster", [1.07, 1.28], 1.159)
+    assert not visits_disagree("slower", [0.24, 0.26], 0.25)  # a real change moves both alike
+    assert not visits_disagree("slower", [0.85, 0.90], 0.87)
 
 
 def test_absurd_ratios_are_dropped_not_a_crash():

@@ -198,15 +198,22 @@ def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
 VISIT_MIN_ROUNDS = 3
 
 
-def visits_disagree(change: str, visit_medians: list[float]) -> bool:
+def visits_disagree(change: str, visit_medians: list[float], speedup: float | None = None) -> bool:
     """Whether the visits that measured a workload contradict a call. Each visit sets the workload up
     afresh in both workers, the two in alternating order (the first two visits also in different worker
     processes): a torch change moves every visit the same way, while a placement effect (which worker set
     up first, where its memory landed) flips with them; A/A runs show such layers leaning opposite ways in the
-    two setup orders (docs/explanation/methodology.md)."""
+    two setup orders (docs/explanation/methodology.md). With `speedup`, visits that lean one way but differ
+    from each other by more than the change itself contradict it too: a 131 MB weight's matrix-vector product
+    leaned 0.85-0.88x in one pair of workers and 0.95-1.05x in the next, a placement effect as large as the
+    call, in A/A runs where the run-wide floor of its neighbours in duration was far smaller."""
     if change not in ("faster", "slower") or len(visit_medians) < 2:
         return False
-    return any((m <= 1.0) if change == "faster" else (m >= 1.0) for m in visit_medians)
+    if any((m <= 1.0) if change == "faster" else (m >= 1.0) for m in visit_medians):
+        return True
+    if speedup is None or speedup <= 0 or min(visit_medians) <= 0:
+        return False
+    return math.log(max(visit_medians) / min(visit_medians)) > abs(math.log(speedup))
 
 
 def _apply_fdr(
@@ -224,7 +231,7 @@ def _apply_fdr(
             continue  # stays n/a: too few units to bound, so nothing to call
         t = max(threshold, math.expm1(floors.get(c.name, 0.0)))
         c.change = decide(c.speedup, hit, t)
-        if visits_disagree(c.change, visits.get(c.name, [])):
+        if visits_disagree(c.change, visits.get(c.name, []), c.speedup.estimate):
             c.change = "same"
             held.append(c.name)
     return held

@@ -184,6 +184,8 @@ def _op_row(o: OpShare) -> tuple[str, ...]:
     calls = (
         str(o.count_baseline) if o.count_baseline == o.count_candidate else f"{o.count_baseline} -> {o.count_candidate}"
     )
+    if o.together:
+        calls = ""  # one replay of them all per phase call; its shapes column counts the calls
     return (
         o.op,
         o.shapes,

@@ -358,7 +358,9 @@ def _table(attr: PhaseAttribution, rows: int = 8) -> list[str]:
         sp = o.speedup
         speed = "n/a" if sp is None else fmt_interval(sp.estimate, sp.low, sp.high)
         calls = (
-            f"{o.count_baseline}"
+            ""
+            if o.together
+            else f"{o.count_baseline}"
             if o.count_baseline == o.count_candidate
             else f"{o.count_baseline} -> {o.count_candidate}"
         )
