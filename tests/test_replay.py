@@ -23,6 +23,7 @@ from mpsup.model.op_replay import (
     is_view,
     op_weight,
     op_workloads,
+    replay_plan,
     rest_of_phases,
 )
 from mpsup.progress import Event
@@ -254,6 +255,10 @@ def test_the_calls_no_op_workload_replays_are_one_workload_per_phase() -> None:
     json.dumps(rest.to_json())
     # a phase whose calls all have workloads of their own has no group
     assert rest_of_phases([decode], op_workloads([decode])) == []
+    # the groups take their room in the cap: three workloads at most, one of them the prefill's group, one
+    # the decode's; the compiled phase has none
+    planned = replay_plan([prefill, decode, compiled], 3)
+    assert len(planned) == 3 and sum(1 for w in planned if w.kind == GROUP_KIND) == 2
 
 
 def test_the_group_replays_each_call_its_count_times_in_turns() -> None:

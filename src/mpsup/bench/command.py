@@ -377,11 +377,10 @@ def op_expander(plan: BenchPlan, environments: int) -> Any:
         return None
     if not any(w.part == "phase" and w.params.get("library") in CENSUS_LIBRARIES for w in plan.workloads):
         return None
-    from mpsup.model.op_replay import affordable_ops, op_weight, op_workloads, rest_of_phases
+    from mpsup.model.op_replay import affordable_ops, op_weight, replay_plan
 
     def expand(phases: list[dict[str, Any]], units: float) -> list[tuple[Workload, float]]:
-        alone = op_workloads(phases, affordable_ops(units, plan.request.budget))
-        ops = alone + rest_of_phases(phases, alone)
+        ops = replay_plan(phases, affordable_ops(units, plan.request.budget))
         each = op_weight(len(ops), units)
         return [(w, each) for w in ops]
 

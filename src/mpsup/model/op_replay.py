@@ -34,10 +34,11 @@ MAX_OPS = 240
 # That floor, seconds per op of a paired run on a small CPU (docs/evidence/op_coverage.md). The ops a run can
 # afford are those whose floors fit OPS_BUDGET_SHARE of the other workloads' time.
 OP_FLOOR_S = 0.35
-# Whatever the budget, a run replays at least this many calls: a small model's phase splits one op class into
-# several distinct calls (a VAE decode's 14 group_norm calls are 5 of its 40), and a change to that class is
-# named only when they are all timed (docs/evidence/op_coverage.md).
-MIN_OPS = 24
+# Whatever the budget, a run times at least this many op workloads, its phases' groups of the other calls among
+# them: a change to one op class is named only where its calls have workloads of their own (a VAE decode's 14
+# group_norm calls are 5 of its 40 distinct calls), and the floor of 24 that once held them all put a small model's
+# replay above half again its run once the groups were added (docs/evidence/op_coverage.md).
+MIN_OPS = 12
 # An op holding less than this share of every phase's rough time (the census's own timing) is left to the census.
 ROUGH_LEAST = 0.001
 _ITEMSIZE = {
@@ -367,6 +368,14 @@ def rest_of_phases(phase_docs: Sequence[dict[str, Any]], kept: Sequence[Workload
             )
         )
     return out
+
+
+def replay_plan(phase_docs: Sequence[dict[str, Any]], cap: int) -> list[Workload]:
+    """At most `cap` op workloads for these phases: the heaviest calls alone, and per eager phase one group of
+    the calls left over (its room kept out of the cap first)."""
+    groups = sum(1 for w in phase_docs if w.get("part") == "phase" and not w.get("compile"))
+    alone = op_workloads(phase_docs, max(1, cap - groups))
+    return alone + rest_of_phases(phase_docs, alone)
 
 
 def op_weight(ops: int, other_weights: float) -> float:
