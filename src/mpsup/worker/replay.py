@@ -25,9 +25,12 @@ from .device import Device
 NAMESPACES = ("aten", "prims")
 _FLOAT_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 # Rotated copies of a call's parameters stay under both: memory held only while the op is measured, and few
-# enough copies to make quickly. 256 MiB is past a laptop's or desktop's last-level cache, so a weight rotated
-# through that much is read from memory, as inside a phase whose weights exceed it (docs/evidence/op_coverage.md).
-ROTATE_MAX_BYTES = 256 * 2**20
+# enough copies to make quickly. 1 GiB is past a laptop's or desktop's last-level cache, so a weight rotated
+# through that much is read from memory, as inside a phase whose weights exceed it, and it lets a weight of a few
+# hundred MB rotate at all: copies average where each landed, and one copy's time depends on its process (a 131 MB
+# weight's matrix-vector product spread 3.5-6.2% across fresh processes with one copy, 1.5-4.3% with three;
+# docs/evidence/op_coverage.md).
+ROTATE_MAX_BYTES = 2**30
 ROTATE_MAX_COPIES = 512
 
 
