@@ -346,7 +346,7 @@ def worker_env(
     `cpu_fallback` (bench --allow-cpu-fallback): ops without an MPS kernel run on the CPU instead of failing."""
     # OpenMP threads busy-wait after each parallel region, by default long enough that with two workers taking
     # turns the idle one's would spin on the cores the measured one needs. Not sleeping at once (PASSIVE): a
-    # sleeping helper is woken for every parallel region, which made small ops 1.5-2.7x slower than in the
+    # sleeping helper is woken for every parallel region, which makes small ops 1.5-2.7x slower than in the
     # user's own process (docs/evidence/op_coverage.md). A short spin keeps helpers awake between the ops of a
     # phase and lets an idle worker's fall asleep within a fraction of a millisecond: libgomp counts spins,
     # LLVM's libomp (macOS) milliseconds.

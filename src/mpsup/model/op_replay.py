@@ -20,7 +20,7 @@ OP_KIND = "op_replay"
 OP_PART = "op"
 # The calls of a phase that no op workload of their own replays, replayed together as one workload: a small
 # model's decode is mostly ops of a few microseconds each, too many to time one by one at any budget, and left
-# out they were half of the phase (docs/evidence/op_coverage.md).
+# out they are half of the phase (docs/evidence/op_coverage.md).
 GROUP_KIND = "op_group"
 GROUP_OP = "other calls"
 # A group replays at most this many distinct calls (a census keeps 400 a phase).
@@ -36,8 +36,8 @@ MAX_OPS = 240
 OP_FLOOR_S = 0.35
 # Whatever the budget, a run times at least this many op workloads, its phases' groups of the other calls among
 # them: a change to one op class is named only where its calls have workloads of their own (a VAE decode's 14
-# group_norm calls are 5 of its 40 distinct calls), and the floor of 24 that once held them all put a small model's
-# replay above half again its run once the groups were added (docs/evidence/op_coverage.md).
+# group_norm calls are 5 of its 40 distinct calls), while a floor of 24, which would hold them all, puts a small
+# model's replay with its groups above half again its run (docs/evidence/op_coverage.md).
 MIN_OPS = 12
 # An op holding less than this share of every phase's rough time (the census's own timing) is left to the census.
 ROUGH_LEAST = 0.001
