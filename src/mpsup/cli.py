@@ -198,6 +198,17 @@ def bench(
             help="Paired, a model run whole: also time each op of each phase alone, to say which op moved.",
         ),
     ] = True,
+    numerics: Annotated[
+        bool,
+        typer.Option(
+            "--numerics/--no-numerics",
+            help="Paired: judge each build's answers against float64 on the CPU (same answers?).",
+        ),
+    ] = True,
+    reference: Annotated[
+        Path | None,
+        typer.Option("--reference", help="The interpreter that computes the float64 truth (default: the baseline's)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -228,6 +239,8 @@ def bench(
         allow_cpu_fallback=allow_cpu_fallback,
         mlx_bits=mlx_bits,
         ops=ops,
+        numerics=numerics,
+        reference=reference,
     )
     raise typer.Exit(run_and_render(request, list_only=list_only, as_json=as_json, details=details))
 

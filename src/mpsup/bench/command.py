@@ -60,6 +60,8 @@ class BenchRequest:
     allow_cpu_fallback: bool = False  # ops without an MPS kernel run on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1)
     mlx_bits: int | None = None  # an MLX side's weights quantised (4 or 8 bits, group size 64)
     ops: bool = True  # paired, a model run whole: each phase's ops replayed alone (model/op_replay.py)
+    numerics: bool = True  # paired torch runs: each build's answers against float64 (bench/numerics.py)
+    reference: Path | None = None  # the interpreter that computes the float64 truth (default: the baseline's)
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,7 @@ def run(plan: BenchPlan, progress: Progress | NamedProgress, warn: Callable[[str
     from mpsup.bench.policy import SamplingPolicy
     from mpsup.bench.run import run_bench
     from mpsup.bench.runner import BenchOptions
+    from mpsup.bench.workerproc import check_interpreter
 
     req = plan.request
     envs, mode = _environments(req)
@@ -325,6 +328,8 @@ def run(plan: BenchPlan, progress: Progress | NamedProgress, warn: Callable[[str
         allow_cpu_fallback=req.allow_cpu_fallback,
         # Only the bundled suite as a whole: what --only names, and a user's model, is what they asked for.
         skip_slow=plan.model_doc is None and not req.only,
+        numerics=req.numerics,
+        reference_python=check_interpreter(req.reference, "--reference") if req.reference else None,
     )
     record, path = run_bench(
         envs,

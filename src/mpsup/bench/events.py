@@ -103,3 +103,18 @@ class CensusStarted(Event):
     phases: int
     device: str
     python: str
+
+
+@dataclass(frozen=True)
+class NumericsStarted(Event):
+    """The float64 reference judges `count` workloads' answers (each build's against float64)."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class NumericsDone(Event):
+    """One workload's answers judged: `status` "compared", or "not_compared"."""
+
+    name: str
+    status: str

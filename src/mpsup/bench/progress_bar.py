@@ -12,6 +12,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from mpsup.bench.events import (
     BenchStarted,
+    NumericsDone,
+    NumericsStarted,
     SamplesTaken,
     SecondVisitDone,
     SecondVisitsPlanned,
@@ -52,6 +54,7 @@ class BenchBar:
         )
         self.smoke: TaskID | None = None
         self.bench: TaskID | None = None
+        self.numerics: TaskID | None = None
         self.visits = 1
         self.total = 0
         self.visits_done = 0
@@ -78,6 +81,15 @@ class BenchBar:
                 # Events before the bar started (none in a run) have nothing to move.
                 if self.bench is not None:
                     self._workload_event(self.bench, event)
+            case NumericsStarted(count=count):
+                self.numerics = self.progress.add_task(
+                    "numerics", total=count, current="float64 reference", eta="", count=f"0/{count}"
+                )
+            case NumericsDone(name=name):
+                if self.numerics is not None:
+                    self.progress.advance(self.numerics)
+                    task = self.progress.tasks[self.numerics]
+                    self.progress.update(self.numerics, current=safe(name), count=f"{task.completed:g}/{task.total:g}")
             case _:
                 raise TypeError(f"the bench progress bar has no rendering for {type(event).__name__}")
 

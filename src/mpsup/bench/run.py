@@ -28,6 +28,7 @@ from mpsup.bench.events import (
     WorkloadStarted,
 )
 from mpsup.bench.measurement import WorkloadMeasurement
+from mpsup.bench.numerics import cleanup, judge
 from mpsup.bench.policy import (
     PHASE_BUDGET_FACTOR,
     SamplingPolicy,
@@ -162,6 +163,7 @@ def run_bench(
             return record, _finish(record, runner, journal)
     finally:
         runner.close(force=True)
+        cleanup(runner.capture)
         if journal is not None:
             journal.close()
 
@@ -196,6 +198,7 @@ def _options_doc(options: BenchOptions) -> dict[str, Any]:
         "thread_cpus": list(options.thread_cpus) if options.thread_cpus else None,
         "memory_share": options.memory_share,
         "allow_cpu_fallback": options.allow_cpu_fallback,
+        "numerics": options.numerics,
         "policy": dict(asdict(options.policy).items()),
     }
 
@@ -211,6 +214,7 @@ def _measure(
     stops: StopSignals,
     expand: Expand | None = None,
 ) -> dict[str, Any]:
+    t_start = options.clock()
     before, facts, start_s = _start_workers(runner, options, journal, stops)
     record = new_record(mode, options.device, facts, _options_doc(options))
     if journal is not None:
@@ -238,7 +242,9 @@ def _measure(
             kernels = load_manifest()
             for feature in runner.smoke_features():
                 keep("smoke", runner.smoke_one(feature, kernels))
-        _two_passes(runner, list(workloads), options, record, keep, progress, journal, stops, start_s, expand)
+        planned = list(workloads)
+        _two_passes(runner, planned, options, record, keep, progress, journal, stops, start_s, expand)
+        _numerics_pass(runner, planned, record, progress, journal, stops, options.clock() - t_start)
         stops.hold()  # inside the try: a signal that lands before this line is still caught below
     except KeyboardInterrupt:
         stops.hold()
@@ -258,6 +264,41 @@ def _measure(
 
 
 Keep = Callable[[str, dict[str, object]], None]
+
+
+def _numerics_pass(
+    runner: Runner,
+    workloads: list[Workload],
+    record: dict[str, Any],
+    progress: Progress,
+    journal: Journal | None,
+    stops: StopSignals,
+    elapsed_s: float,
+) -> None:
+    """Each compared workload's answers against float64 (bench/numerics.py), into its record entry; journaled as a
+    later visit is, so a run stopped here keeps what was judged."""
+    capture = runner.capture
+    if capture is None:
+        return
+    try:
+        labels = [s.env.label for s in runner.sessions]
+        judged = judge(
+            capture,
+            workloads,
+            record["workloads"],
+            labels,
+            runner.reference(),
+            elapsed_s=elapsed_s,
+            progress=progress,
+            clock=runner.options.clock,
+        )
+        for i, doc in judged.items():
+            with stops.critical():
+                record["workloads"][i]["numerics"] = doc
+                if journal is not None:
+                    journal.append("workload-extended", {"index": i, "workload": record["workloads"][i]})
+    finally:
+        cleanup(capture)
 
 
 def _two_passes(

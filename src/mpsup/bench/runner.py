@@ -17,6 +17,7 @@ from typing import Any
 
 from mpsup.bench.events import SamplesTaken, SmokeStepDone
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
+from mpsup.bench.numerics import NumericsCapture, Reference
 from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, mlx_pin_env, worker_env
@@ -58,6 +59,10 @@ class BenchOptions:
     # A request for samples this long is a progress event of its own: a whole-model phase at seconds a call
     # (a VAE decode on a CPU takes over a minute) otherwise shows nothing moving for minutes.
     slow_sample_s: float = 1.0
+    # Paired torch runs: each build's answers judged against float64 (bench/numerics.py); the reference runs in
+    # this interpreter (None: the baseline's).
+    numerics: bool = False
+    reference_python: Path | None = None
 
 
 class EnvSession:
@@ -191,6 +196,9 @@ class Runner:
         self.progress = progress
         self.restarts = 0
         self.rates: dict[tuple[str, str, object], float] = {}  # FLOP/s, the best seen per Workload.rate_family
+        paired_torch = len(envs) == 2 and all(e.stack == "torch" for e in envs)
+        self.capture = NumericsCapture.create() if options.numerics and paired_torch else None
+        self.reference_session: EnvSession | None = None
 
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]
@@ -199,6 +207,24 @@ class Runner:
         """Every worker is gone afterwards; force kills at once (an interrupted run waits for nothing)."""
         for s in self.sessions:
             s.close(force=force)
+        if self.reference_session is not None:
+            self.reference_session.close(force=force)
+
+    def reference(self) -> Reference:
+        """The float64 reference: a CPU worker of the baseline's interpreter (or --reference), started when first
+        asked, on every CPU (no timing runs beside it)."""
+
+        def session() -> EnvSession:
+            if self.reference_session is None:
+                python = self.options.reference_python or self.sessions[0].env.python
+                cpu = BenchOptions(device="cpu", allow_cpu_fallback=False)
+                self.reference_session = EnvSession(EnvSpec("reference", python), cpu)
+                self.reference_session.start()
+            return self.reference_session
+
+        return Reference(
+            request=lambda doc, timeout: session().request(doc, timeout=timeout), facts=lambda: session().facts
+        )
 
     def restart(self) -> None:
         """Fresh worker processes: a second pass then spans two process pairs, so a placement that favours
@@ -227,10 +253,15 @@ class Runner:
         req = {"op": "setup", "workload": w.spec(), "calls": calls, "target_sample_s": target}
         if max_first_call_s is not None:
             req["max_first_call_s"] = max_first_call_s
+        keep = self.capture.request(w, s.env.label) if self.capture is not None else None
+        if keep is not None:
+            req["numerics"] = keep
         try:
             ans = s.request(req)
         except WorkerDied as exc:
             return EnvMeasurement.failed("crash", str(exc), exc.stderr_tail[-1000:])
+        if self.capture is not None:
+            self.capture.note(w, s.env.label, keep, ans.get("numerics"))
         if ans.get("type") == "error":
             needs_metal = ans.get("needs_metal") is True
             return EnvMeasurement.failed(ans.get("status", "error"), ans.get("message", ""), needs_metal=needs_metal)

@@ -164,6 +164,8 @@ def _valid(ans: dict[str, Any], expect: str) -> bool:
         return isinstance(ans.get("memory", {}), dict)
     if kind == "smoke":
         return isinstance(ans.get("status"), str)
+    if kind == "truth":
+        return isinstance(ans.get("outputs"), list) and isinstance(ans.get("digest"), str)
     return True
 
 
@@ -175,6 +177,7 @@ ANSWERS = {
     "teardown": "done",
     "smoke": "smoke",
     "census": "census",
+    "truth": "truth",
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from . import values
 from .device import Device
 
 
@@ -105,44 +106,11 @@ def is_unsupported_error(exc: BaseException) -> bool:
 
 
 def rand(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torch.Tensor:
-    # Random values, generated on the device: zeros run measurably faster on some GPUs.
-    # uniform_ fills several times faster than randn on a CPU, which matters for GiB-sized weights.
+    """Inputs from the version-proof stream (values.py), on the device: floats uniform in [-1, 1), integers in
+    [-8, 7]. Never zeros: they run measurably faster on some GPUs."""
     if dtype.is_floating_point:
-        return _uniform(shape, dtype, device)
-    return torch.randint(-8, 8, shape, dtype=dtype, device=device.torch_device)
-
-
-_TILE = 1 << 22  # elements drawn at random; a larger tensor repeats them (8 MiB in bf16: beyond any cache)
-
-
-def _draw(flat: torch.Tensor) -> None:
-    """Uniform values into a 1-D tensor. 1-byte floats (FP8) have no uniform_ kernel: a bf16 draw of the
-    same length is converted, so the temporary is at most a tile, never a bf16 copy of a whole table (that
-    copy had put an FP8 embedding's peak memory above its BF16 twin's)."""
-    if flat.dtype.itemsize >= 2:
-        flat.uniform_(-1.0, 1.0)
-    else:
-        flat.copy_(torch.empty(flat.shape, dtype=torch.bfloat16, device=flat.device).uniform_(-1.0, 1.0))
-
-
-def _uniform(shape: tuple[int, ...], dtype: torch.dtype, device: Device) -> torch.Tensor:
-    # Drawing a GiB of random numbers on a CPU takes seconds per workload (the main job's largest
-    # cost); copying a drawn tile is memory-bound and ~5x faster. Timing depends on the values only
-    # through zeros and specials, which a tile of uniform values has as few of as a full draw.
-    out = torch.empty(shape, dtype=dtype, device=device.torch_device)
-    flat = out.view(-1)
-    n = flat.numel()
-    # A 1-byte float draws through a bf16 temporary: one tile at most, whatever the tensor's size.
-    if n <= (4 * _TILE if dtype.itemsize >= 2 else _TILE):
-        _draw(flat)
-        return out
-    _draw(flat[:_TILE])
-    filled = _TILE
-    while filled < n:
-        k = min(filled, n - filled)
-        flat[filled : filled + k].copy_(flat[:k])
-        filled += k
-    return out
+        return values.floats(shape, dtype, device.torch_device)
+    return values.ints(shape, dtype, device.torch_device, -8, 7)
 
 
 @dataclass
@@ -153,3 +121,7 @@ class Built:
     items_per_call: float | None = None  # tokens for grouped matmul throughput
     keep: Any = None  # tensors kept alive for the workload's duration
     info: dict[str, Any] | None = None  # a whole model's facts (blocks run, fallback ops, op census): setup's `phase`
+    # What the build's own first call returned, where the builder made that call (a replayed op, a whole model):
+    # numerics compares it, since an in-place op's later calls see the inputs it rewrote.
+    first_output: Any = None
+    has_first_output: bool = False

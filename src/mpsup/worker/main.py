@@ -13,16 +13,19 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import outputs, values
 from .build import build
 from .core import Built, FallbackWatch, is_unsupported_error
 from .device import Device
 from .metal import answer_fields
 from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
+from .truth import compare
 from .whole_model import census_phase
 
 TEST_HOOKS = os.environ.get("MPSUP_WORKER_TEST_HOOKS") == "1"
@@ -106,6 +109,7 @@ class Worker:
         if TEST_HOOKS and spec["kind"] == "__garbage__":
             self.out.write("this is not a protocol message\n")  # a broken answer on the protocol pipe itself
         torch.manual_seed(0)
+        values.TRUTH.reset()
         self.device.reset_peak()
         self.pin(False)
         sync = self.device.synchronize
@@ -114,6 +118,7 @@ class Worker:
             built = build(spec, self.device)
             if built.info is not None:
                 built = awaiting_each_call(built, sync)
+            numerics = self.keep_answer(built, req.get("numerics"))
             # First call: kernel selection, compilation, allocator growth.
             first_s = time_block(built.fn, 1, sync).host_s
         self.pin(True)
@@ -145,7 +150,36 @@ class Worker:
             answer["fallback_ops"] = watch.ops
         if built.info is not None:
             answer["phase"] = built.info
+        if numerics is not None:
+            answer["numerics"] = numerics
         return answer
+
+    def keep_answer(self, built: Built, want: Any) -> dict[str, Any] | None:
+        """Where the runner asks (`numerics`: a path), the build's answer to its first call goes to that file for
+        the float64 reference to judge, with the digest of the values it was computed on. Untimed: the call is
+        the build's own first one where it made one, else one more call before the first timed one."""
+        if not isinstance(want, dict) or not isinstance(want.get("path"), str):
+            return None
+        try:
+            out = built.first_output if built.has_first_output else built.fn()
+            self.device.synchronize()
+            described = outputs.save(out, Path(want["path"]), int(want.get("max_elements") or outputs.MAX_ELEMENTS))
+            result: dict[str, Any] = {"saved": bool(described), "outputs": described}
+            if not described:
+                result["reason"] = "the call returns no tensor"
+        except Exception as exc:  # numerics is an extra: the timing goes on without it
+            result = {"saved": False, "reason": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
+        built.first_output = None  # held no longer than needed: a large answer is memory the timing should have
+        result["digest"] = values.TRUTH.hexdigest()
+        return result
+
+    def truth(self, req: dict[str, Any]) -> dict[str, Any]:
+        """The reference's request: the workload in float64 on the CPU, and every saved answer against it."""
+        self.teardown_quietly()
+        try:
+            return compare(req)
+        finally:
+            collect_and_freeze()
 
     def sample(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.current is None:
@@ -278,6 +312,7 @@ def main(in_fd: int, out_fd: int) -> None:
         "teardown": worker.teardown,
         "smoke": worker.smoke,
         "census": worker.census,
+        "truth": worker.truth,
     }
     pending = _requests_from(in_fd)
     while True:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import values
 from .core import UNSUPPORTED_NEEDLES, Built, Unsupported, dtype_of, is_unsupported_error, rand
 from .device import Device
 
@@ -67,7 +68,9 @@ def _grouped(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     active = sum(1 for size in sizes if size)  # experts no token is routed to are never read
     moved = (routed * k + active * n * k + routed * n) * es
     flops = 2.0 * routed * k * n
-    if p.get("method") == "loop":
+    # The float64 reference has no grouped kernel: the loop computes the same product.
+    if p.get("method") == "loop" or values.TRUTH.on:
+        dt = a.dtype
         bounds = []
         start = 0
         for s in sizes:
@@ -93,9 +96,13 @@ def _fp8_cast(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
     fp8 = dtype_of("fp8")
     if p["direction"] == "to_fp8":
         src = rand((numel,), torch.bfloat16, d)
+        if values.TRUTH.on:  # the value before it was cast: the cast's error is what the builds are held to
+            return Built(lambda: src, None, None, None, src)
         src.to(fp8)
         return Built(lambda: src.to(fp8), numel * 3, None, None, src)
     src8 = rand((numel,), fp8, d)
+    if values.TRUTH.on:  # every FP8 value is exact in bf16 and float64
+        return Built(lambda: src8, None, None, None, src8)
     return Built(lambda: src8.to(torch.bfloat16), numel * 3, None, None, src8)
 
 
@@ -135,8 +142,12 @@ def scaled_mm_scales(
     product is not 1, so a matmul that drops them shows in the smoke tests."""
     if recipe == "tensorwise":
         return torch.tensor(0.5, device=device), torch.tensor(3.0, device=device)
-    sa = torch.rand((m, 1), generator=gen) * 1.5 + 0.5
-    sb = torch.rand((1, n), generator=gen) * 1.5 + 0.5
+    if gen is None:  # a workload's: from the stream, the same in both builds and the reference
+        sa = values.uniform(m, values.TRUTH.next_seed(), 0.5, 2.0).view(m, 1)
+        sb = values.uniform(n, values.TRUTH.next_seed(), 0.5, 2.0).view(1, n)
+    else:
+        sa = torch.rand((m, 1), generator=gen) * 1.5 + 0.5
+        sb = torch.rand((1, n), generator=gen) * 1.5 + 0.5
     return sa.to(device), sb.to(device)
 
 
@@ -148,6 +159,9 @@ def _scaled_mm(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
     a = rand((m, k), fp8, d)
     b = rand((n, k), fp8, d).t()  # column-major, as every FP8 GEMM wants its second operand
     sa, sb = scaled_mm_scales(recipe, m, n, d.torch_device)
+    if values.TRUTH.on:  # against its own dequantised values, in float64
+        sa64, sb64 = sa.double(), sb.double()
+        return Built(lambda: (a * sa64) @ (b * sb64), None, None, m, (a, b))
     fn(a, b, sa, sb)  # surfaces "unsupported on this device" at build time
     return Built(lambda: fn(a, b, sa, sb), m * k + n * k + 2 * m * n, 2.0 * m * k * n, m, (a, b, sa, sb))
 
@@ -187,6 +201,8 @@ def _int_mm(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
     m, k, n = int(p["tokens"]), int(p["in_features"]), int(p["out_features"])
     a = rand((m, k), torch.int8, d)
     b = rand((k, n), torch.int8, d)
+    if values.TRUTH.on:  # integer products and sums are exact in float64 at these sizes
+        return Built(lambda: (a.double() @ b.double()).to(torch.int64), None, None, None, (a, b))
     fn(a, b)
     return Built(lambda: fn(a, b), m * k + k * n + 4 * m * n, 2.0 * m * k * n, None, (a, b))
 
@@ -194,7 +210,7 @@ def _int_mm(p: dict[str, Any], _dt: torch.dtype, d: Device) -> Built:
 def _embedding(p: dict[str, Any], dt: torch.dtype, d: Device) -> Built:
     t, vocab, dim = int(p["tokens"]), int(p["num_embeddings"]), int(p["embedding_dim"])
     table = rand((vocab, dim), dt, d)
-    idx = torch.randint(0, vocab, (t,), device=d.torch_device)
+    idx = values.ints((t,), torch.int64, d.torch_device, 0, vocab - 1)
     F.embedding(idx, table)  # an FP8 table has a gather kernel on MPS only from 2.15
     return Built(lambda: F.embedding(idx, table), 2 * t * dim * table.element_size() + 8 * t, None, t, (table, idx))
 

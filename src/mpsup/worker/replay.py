@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from .core import Built, Unsupported, rand
+from . import values
+from .core import Built, Unsupported
 from .device import Device
 
 # Namespaces whose ops are torch's own: an op of another library's extension may not exist in the other build.
@@ -51,13 +52,11 @@ def describe(value: Any, ranges: list[list[float]], with_ranges: bool) -> Any:
         if isinstance(value, torch.nn.Parameter):
             doc["param"] = True  # a weight: the phase reads it one whole forward after its last use
         integral = not value.dtype.is_floating_point and not value.dtype.is_complex
-        if integral and value.numel() and with_ranges and value.device.type != "meta":
-            if value.dtype == torch.bool:
-                share = float(value.float().mean().item())
-                ranges.append([share, share])
-            else:
-                ranges.append([float(value.min().item()), float(value.max().item())])
-            doc["range"] = len(ranges) - 1
+        if value.numel() and with_ranges and value.device.type != "meta" and not value.dtype.is_complex:
+            span = _span(value, integral)
+            if span is not None:
+                ranges.append(span)
+                doc["range"] = len(ranges) - 1
         return {"tensor": doc}
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return value
@@ -76,6 +75,22 @@ def describe(value: Any, ranges: list[list[float]], with_ranges: bool) -> Any:
     if isinstance(value, dict):
         return {"kwargs": {str(k): describe(v, ranges, with_ranges) for k, v in value.items()}}
     raise TypeError(f"cannot describe a {type(value).__name__}")
+
+
+def _span(value: torch.Tensor, integral: bool) -> list[float] | None:
+    """The values an input took: a boolean's share of True (twice), an integer's or a float's least and greatest
+    (finite values only), so a replay draws indices, masks and a variance's positive values where the op saw
+    them (uniform(-1, 1) would hand rsqrt, log and sqrt negatives)."""
+    if value.dtype == torch.bool:
+        share = float(value.float().mean().item())
+        return [share, share]
+    if integral:
+        return [float(value.min().item()), float(value.max().item())]
+    finite = value.detach()[torch.isfinite(value.detach())]
+    if not finite.numel():
+        return None
+    low, high = float(finite.min().item()), float(finite.max().item())
+    return [low, high] if math.isfinite(low) and math.isfinite(high) else None
 
 
 def resolve(name: str) -> Any:
@@ -113,20 +128,19 @@ def _tensor(doc: dict[str, Any], ranges: list[list[float]], device: Device) -> t
     n = _extent(shape, stride) if stride is not None else math.prod(shape)
     span = ranges[doc["range"]] if isinstance(doc.get("range"), int) and doc["range"] < len(ranges) else None
     if dtype.is_floating_point:
-        if target.type == device.torch_device.type:
-            flat = rand((n,), dtype, device)
-        else:
-            flat = torch.empty(n, dtype=torch.float32).uniform_(-1.0, 1.0).to(dtype)
+        # Where the op saw its values (the census's range), else uniform(-1, 1); a census of an older mpsup has
+        # ranges for integers and booleans only.
+        low, high = (float(span[0]), float(span[1])) if span else (-1.0, 1.0)
+        flat = values.floats((n,), dtype, target, low=low, high=high)
     elif dtype.is_complex:
         flat = torch.randn(n, dtype=dtype, device=target)
     elif dtype == torch.bool:
         share = sum(span) / 2 if span else 0.5
-        flat = torch.rand(n, device=target) < share
+        flat = values.bools((n,), target, share)
     else:
         # No range (a census on the meta device): zeros are a valid index of any non-empty dimension.
-        low, high = (int(span[0]), int(span[1])) if span else (0, 0)
-        flat = torch.randint(low, high + 1, (n,), dtype=dtype, device=target) if n else torch.empty(0, dtype=dtype)
-        flat = flat.to(target)
+        low_i, high_i = (int(span[0]), int(span[1])) if span else (0, 0)
+        flat = values.ints((n,), dtype, target, low_i, high_i)
     if stride is None:
         return flat.view(shape)
     return flat.as_strided(shape, stride)
@@ -160,9 +174,11 @@ def _rebuild(
     if "float" in value:
         return _FLOAT_SPECIAL.get(str(value["float"]), math.nan)
     if "dtype" in value:
-        return _dtype(value["dtype"])
+        dt = _dtype(value["dtype"])
+        # The float64 reference computes every float in float64, a cast's target too.
+        return torch.float64 if values.TRUTH.on and dt.is_floating_point else dt
     if "device" in value:
-        return torch.device("cpu") if value["device"] == "cpu" else device.torch_device
+        return torch.device("cpu") if value["device"] == "cpu" or values.TRUTH.on else device.torch_device
     if "memory_format" in value:
         fmt = getattr(torch, str(value["memory_format"]), None)
         if not isinstance(fmt, torch.memory_format):
@@ -181,6 +197,10 @@ def rebuild_call(
     """The op and fresh arguments for one census entry: (op, args, kwargs, the tensors made); with `keep`, the
     tensors of an earlier rebuild stand for all but the parameters, which are copies of them."""
     op = resolve(str(params["overload"]))
+    if values.TRUTH.on:
+        from .truth import reference_op
+
+        op = reference_op(str(params["overload"]), op)
     ranges = [list(r) for r in params.get("ranges") or []]
     tensors: list[torch.Tensor] = []
     args = _rebuild(list(params.get("args") or []), ranges, device, tensors, keep)
@@ -250,12 +270,12 @@ def build_op(params: dict[str, Any], device: Device, copies: int | None = None) 
             return op(*call_args, **call_kwargs)
 
     try:
-        fn()
+        first = fn()
     except Exception as exc:
         text = " ".join(str(exc).split())[:300]
         raise Unsupported(f"{params['overload']} could not be replayed: {type(exc).__name__}: {text}") from None
     size = float(sum(t.numel() * t.element_size() for t in tensors))
-    return Built(fn, size or None, None, 1, (sets, made), None)
+    return Built(fn, size or None, None, 1, (sets, made), None, first_output=first, has_first_output=True)
 
 
 def build_group(params: dict[str, Any], device: Device) -> Built:

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from . import values
 from .census import _Census, _census_of, _census_strict  # noqa: F401  (_Census: replay.py names it here)
 from .core import DEPRECATIONS, Built, FallbackWatch, Unsupported, dtype_of
 from .device import Device
@@ -89,12 +90,12 @@ def _depth_for(
     return fits
 
 
-def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> list[str]:
-    """Run once, collecting the ops torch said fell back to the CPU (MPS)."""
+def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[list[str], Any]:
+    """Run once, collecting the ops torch said fell back to the CPU (MPS); and what the call returned."""
     with FallbackWatch() as watch:
-        fn()
+        out = fn()
         sync()
-    return watch.ops
+    return watch.ops, out
 
 
 @contextlib.contextmanager
@@ -214,9 +215,14 @@ def _fit_depth(
     return depth
 
 
-def _hf_model(auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device) -> Any:
-    """The model on the device: the checkpoint's weights where --real-weights asks (all of them), else random."""
+def _hf_model(
+    auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device, value_dtype: torch.dtype
+) -> Any:
+    """The model on the device: the checkpoint's weights where --real-weights asks (all of them), else weights
+    from the version-proof stream (values.py), rounded to `value_dtype` (the builds' dtype: the float64 reference
+    widens what the builds compute on)."""
     if params.get("weights") == "real" and params.get("path"):
+        dtype, wide = value_dtype, dtype
         with _no_deprecations():
             try:
                 model, loaded = auto.from_pretrained(
@@ -234,21 +240,24 @@ def _hf_model(auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype
                 f"{params['path']} (first: {missing[0]}) and would be random; give the whole checkpoint, or drop "
                 "--real-weights"
             )
-        model = model.to(device.torch_device)
+        values.note_parameters(model)
+        model = model.to(device.torch_device, wide)
     else:
         with torch.device(device.torch_device):
             model = _construct(auto, config, dtype)
+        if device.kind != "meta":  # a meta tensor holds no values to fill
+            values.fill_parameters(model, value_dtype)
     model.eval()
     return model
 
 
-def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
+def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device, value_dtype: torch.dtype) -> Built:
     tf = _library("transformers")
     causal = bool(params.get("causal"))
     auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
     config, layers, tokens, cache = _hf_sizes(tf, params)
     depth = _fit_depth(tf, auto, config, params, dtype, device, (layers, tokens, cache))
-    model = _hf_model(auto, config, params, dtype, device)
+    model = _hf_model(auto, config, params, dtype, device, value_dtype)
     sig = inspect.signature(model.forward).parameters
     architecture = type(model).__name__
     attention = str(getattr(getattr(model, "config", config), "_attn_implementation", None) or "")
@@ -285,7 +294,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
 
 @dataclass
 class _HfCall:
-    """One timed call of a built Transformers model, on random token ids (seeded)."""
+    """One timed call of a built Transformers model, on token ids from the stream (values.py)."""
 
     model: Any
     sig: Any  # the parameters its forward takes
@@ -293,11 +302,8 @@ class _HfCall:
     vocab: int
     dev: Any
 
-    def __post_init__(self) -> None:
-        self.gen = torch.Generator(device="cpu").manual_seed(0)
-
     def ids(self, n: int) -> torch.Tensor:
-        return torch.randint(0, self.vocab, (1, n), generator=self.gen).to(self.dev)
+        return values.ints((1, n), torch.int64, self.dev, 0, self.vocab - 1).to(self.dev)
 
     def decode(self, cache: int) -> Callable[[], Any]:
         """One token on a KV cache of `cache` tokens, cropped back after every call so each sees the same."""
@@ -337,7 +343,9 @@ class _HfCall:
 # --- Diffusers ---
 
 
-def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, device: Device, share: float) -> Any:
+def _diffusers_model(
+    df: Any, cfg: dict[str, Any], dtype: torch.dtype, device: Device, share: float, value_dtype: torch.dtype
+) -> Any:
     name = cfg.get("_class_name")
     cls = getattr(df, name, None) if isinstance(name, str) and name.isidentifier() else None
     if cls is None:
@@ -353,6 +361,8 @@ def _diffusers_model(df: Any, cfg: dict[str, Any], dtype: torch.dtype, device: D
         )
     with torch.device(device.torch_device), _no_deprecations():
         model = cls.from_config(dict(cfg)).to(dtype)
+    if device.kind != "meta":
+        values.fill_parameters(model, value_dtype)
     model.eval()
     return model, need
 
@@ -361,12 +371,12 @@ def _is_video(vae: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
 
 
-def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device) -> Built:
+def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device, value_dtype: torch.dtype) -> Built:
     df = _library("diffusers")
     cfg = params["config"]
     width, height = params["resolution"]
     phase = params["phase"]
-    model, weights = _diffusers_model(df, cfg, dtype, device, float(params.get("fit_share", 0.25)))
+    model, weights = _diffusers_model(df, cfg, dtype, device, float(params.get("fit_share", 0.25)), value_dtype)
     info: dict[str, Any] = {
         "library": "diffusers",
         "library_version": str(df.__version__),
@@ -375,10 +385,10 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device)
         "resolution": f"{width}x{height}",
         "weights_bytes": weights,
     }
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    unit = 3.0**0.5  # uniform over +-sqrt(3): the unit variance of the Gaussian latents and embeddings it stands for
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=gen).to(device=device.torch_device, dtype=dtype)
+        return values.floats(tuple(shape), value_dtype, device.torch_device, low=-unit, high=unit)
 
     if phase in ("vae_decode", "vae_encode"):
         run = _vae_call(model, params, rand, info)
@@ -489,32 +499,39 @@ def _finish(
 ) -> Built:
     fn = run
     info["compiled"] = bool(params.get("compile"))
+    if values.TRUTH.on:
+        # The float64 reference: one call, its answer; no census, no fallbacks to watch on the CPU.
+        out = _quiet(fn)()
+        return Built(_quiet(fn), None, None, items, (model,), info, first_output=out, has_first_output=True)
     if device.kind == "meta":
         # Nothing runs for real on the meta device, so nothing to time or fall back: the census is the whole
         # answer, taken strictly, and whatever stops it is the reason the caller reports.
         info["census"] = _census_strict(_quiet(fn), ranges=False)
         return Built(_quiet(fn), None, None, items, (model,), info)
     try:
-        info["fallback_ops"] = _first_call(fn, device.synchronize)
+        info["fallback_ops"], out = _first_call(fn, device.synchronize)
     except NotImplementedError as exc:
         _unsupported_op(exc)
         raise
     if not params.get("compile"):
         info["census"] = _census_of(_quiet(fn), device.synchronize)
-    return Built(_quiet(fn), None, None, items, (model,), info)
+    return Built(_quiet(fn), None, None, items, (model,), info, first_output=out, has_first_output=True)
 
 
 def build_phase(spec: dict[str, Any], device: Device) -> Built:
     """The phase, built and run once. Every device run of the build (construction, probes, the KV cache's fill)
     is watched for CPU fallbacks: the first call's are the phase's `fallback_ops`, the rest `setup_fallback_ops`."""
     params = spec["params"]
-    dtype = dtype_of(spec.get("dtype", "fp32"))
+    value_dtype = dtype_of(spec.get("dtype", "fp32"))
+    # The float64 reference builds the same model wider: its weights and inputs are the builds' values, widened.
+    dtype = torch.float64 if values.TRUTH.on else value_dtype
     library = params.get("library")
     if library not in ("transformers", "diffusers"):
         raise ValueError(f"unknown whole-model library {library!r}")
     try:
         with FallbackWatch() as watch:
-            built = (_transformers_phase if library == "transformers" else _diffusers_phase)(params, dtype, device)
+            phase = _transformers_phase if library == "transformers" else _diffusers_phase
+            built = phase(params, dtype, device, value_dtype)
     except NotImplementedError as exc:
         _unsupported_op(exc)
         raise

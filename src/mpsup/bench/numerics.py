@@ -1,0 +1,228 @@
+"""Same answers? Each build's answer to a workload's first call, kept at setup, judged against a float64 truth.
+
+While the run is timed, every setup of a workload that has a float answer saves that answer (worker/outputs.py)
+with the digest of the values it computed on. After the last timed visit, one more worker, on the CPU, in the
+baseline's interpreter (or `--reference`), builds each workload in float64 from the same values and compares
+every saved answer with it (worker/truth.py): nothing the builds under test compute enters the truth, and no
+timing runs while it works. The record's workload entry gets `numerics` (docs/reference/run-record.md); the
+report decides (report/numerics.py).
+
+Bounded: the reference takes at most `share` of the time the run has taken so far, phases first (they are the
+verdict), then the ops that explain them, then the rest; what is left over is "not compared" with that reason."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpsup.bench.events import NumericsDone, NumericsStarted
+from mpsup.bench.workerproc import WorkerDied
+from mpsup.paths import tmp_dir
+from mpsup.progress import Progress
+from mpsup.workloads import Workload
+
+# The kinds whose answer is a tensor the reference can recompute; the rest (Metal kernels, a program run end to
+# end, a phase's other calls replayed together) are not compared.
+KINDS = frozenset(
+    {
+        "model_phase",
+        "op_replay",
+        "linear",
+        "matmul",
+        "conv",
+        "pad",
+        "copy",
+        "embedding",
+        "grouped_mm",
+        "scaled_mm",
+        "int_mm",
+        "fp8_cast",
+    }
+)
+# Parts whose sizes are picked to saturate the machine, not taken from a model: float64 copies of them are
+# seconds each on a laptop's CPU and say nothing about a user's model.
+SKIPPED_PARTS = frozenset({"roofline"})
+MAX_ELEMENTS = 1 << 20  # compared per output (worker/outputs.py samples evenly past this)
+DEFAULT_SHARE = 0.25  # of the run's time so far, the most the reference may take
+TRUTH_TIMEOUT_S = 1800.0
+
+
+def _order(w: Workload) -> int:
+    return 0 if w.kind == "model_phase" else 1 if w.kind == "op_replay" else 2
+
+
+@dataclass
+class Saved:
+    path: Path
+    answer: dict[str, Any]  # the worker's `numerics` answer: saved, outputs, digest, reason
+
+
+@dataclass
+class NumericsCapture:
+    """Where each setup saves its answer, and what came back. One per run; its folder goes at the end."""
+
+    folder: Path
+    share: float = DEFAULT_SHARE
+    saved: dict[str, dict[str, list[Saved]]] = field(default_factory=dict)  # workload -> side -> visits
+    count: int = 0
+
+    @classmethod
+    def create(cls, share: float = DEFAULT_SHARE) -> NumericsCapture:
+        root = tmp_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        return cls(Path(tempfile.mkdtemp(prefix="numerics-", dir=root)), share)
+
+    def request(self, w: Workload, label: str) -> dict[str, Any] | None:
+        """The setup request's `numerics` field for this workload and side, or None where it is not compared."""
+        if w.kind not in KINDS or w.part in SKIPPED_PARTS:
+            return None
+        self.count += 1
+        path = self.folder / f"{self.count}.pt"
+        return {"path": str(path), "max_elements": MAX_ELEMENTS}
+
+    def note(self, w: Workload, label: str, want: dict[str, Any] | None, answer: Any) -> None:
+        if want is None:
+            return
+        doc = answer if isinstance(answer, dict) else {"saved": False, "reason": "the worker kept no answer"}
+        self.saved.setdefault(w.name, {}).setdefault(label, []).append(Saved(Path(want["path"]), doc))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _text(v: Any, limit: int = 300) -> str:
+    return " ".join(str(v).split())[:limit]
+
+
+def _not_compared(reason: str, **extra: Any) -> dict[str, Any]:
+    return {"status": "not_compared", "reason": reason, **extra}
+
+
+def _usable(sides: dict[str, list[Saved]], labels: list[str]) -> tuple[dict[str, list[Saved]], str | None]:
+    """Each side's saved visits, or why the workload cannot be compared."""
+    kept: dict[str, list[Saved]] = {}
+    for label in labels:
+        visits = sides.get(label) or []
+        good = [v for v in visits if v.answer.get("saved") is True and v.path.is_file()]
+        if not good:
+            why = next((_text(v.answer.get("reason")) for v in visits if v.answer.get("reason")), "no answer was kept")
+            return {}, f"{label}: {why}"
+        kept[label] = good
+    digests = {label: {v.answer.get("digest") for v in good} for label, good in kept.items()}
+    seen = set().union(*digests.values())
+    if len(seen) != 1:
+        return kept, "the builds computed on different values (their input digests differ)"
+    return kept, None
+
+
+def _depth(entry: dict[str, Any]) -> int | None:
+    """The blocks the builds ran (a model too large for the device runs a prefix): the reference runs as many."""
+    for env in (entry.get("envs") or {}).values():
+        phase = env.get("phase") if isinstance(env, dict) else None
+        depth = phase.get("depth") if isinstance(phase, dict) else None
+        if isinstance(depth, int) and depth > 0:
+            return depth
+    return None
+
+
+@dataclass
+class Reference:
+    """The reference worker: started on first use, asked one workload at a time."""
+
+    request: Callable[[dict[str, Any], float], dict[str, Any]]
+    facts: Callable[[], dict[str, Any]]
+
+
+def judge(
+    capture: NumericsCapture,
+    workloads: list[Workload],
+    entries: list[dict[str, Any]],
+    labels: list[str],
+    reference: Reference,
+    *,
+    elapsed_s: float,
+    progress: Progress,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[int, dict[str, Any]]:
+    """Each compared workload's `numerics` entry, by its index in `entries` (the record's workloads)."""
+    by_name = {w.name: w for w in workloads}
+    todo = [
+        (i, by_name[e["name"]])
+        for i, e in enumerate(entries)
+        if isinstance(e, dict) and e.get("name") in capture.saved and e.get("name") in by_name
+    ]
+    todo.sort(key=lambda iw: _order(iw[1]))
+    if not todo:
+        return {}
+    progress(NumericsStarted(len(todo)))
+    budget = capture.share * elapsed_s
+    spent = 0.0
+    out: dict[int, dict[str, Any]] = {}
+    for i, w in todo:
+        entry = entries[i]
+        kept, why = _usable(capture.saved[w.name], labels)
+        if entry.get("status") != "ok" and not kept:
+            doc = _not_compared(why or "the workload was not measured")
+        elif why is not None:
+            doc = _not_compared(why, digests={label: [v.answer.get("digest") for v in s] for label, s in kept.items()})
+        elif spent > budget:
+            doc = _not_compared(
+                f"the float64 reference had used its share of the run ({capture.share:.0%} of its time) on the "
+                "workloads before it"
+            )
+        else:
+            t0 = clock()
+            doc = _ask(reference, w, kept, entry)
+            spent += clock() - t0
+            doc["took_s"] = round(clock() - t0, 3)
+        out[i] = doc
+        progress(NumericsDone(w.name, str(doc["status"])))
+    return out
+
+
+def _ask(reference: Reference, w: Workload, kept: dict[str, list[Saved]], entry: dict[str, Any]) -> dict[str, Any]:
+    req = {
+        "op": "truth",
+        "workload": w.spec(),
+        "outputs": {label: [str(v.path) for v in visits] for label, visits in kept.items()},
+        "max_elements": MAX_ELEMENTS,
+        "depth": _depth(entry),
+    }
+    try:
+        facts = reference.facts()
+        ans = reference.request(req, TRUTH_TIMEOUT_S)
+    except WorkerDied as exc:
+        return _not_compared(f"the float64 reference died: {_text(exc)}")
+    except Exception as exc:  # the reference could not start (its interpreter, its torch): said, never raised
+        return _not_compared(f"the float64 reference could not run: {_text(exc)}")
+    where = {"python": str(facts.get("python", "")), "torch": str(facts.get("torch_version", ""))}
+    if ans.get("type") != "truth":
+        return _not_compared(f"float64 cannot compute it on the CPU: {_text(ans.get('message'))}", reference=where)
+    first = {label: visits[0].answer for label, visits in kept.items()}
+    described = {o["name"]: o for a in first.values() for o in a.get("outputs") or [] if isinstance(o, dict)}
+    outputs = []
+    for o in ans.get("outputs") or []:
+        if not isinstance(o, dict):
+            continue
+        d = described.get(o.get("name"), {})
+        outputs.append({**o, "shape": d.get("shape"), "dtype": d.get("dtype")})
+    digest = next(iter(first.values())).get("digest")
+    if not outputs:
+        return _not_compared("the float64 reference returned none of the builds' outputs", reference=where)
+    doc: dict[str, Any] = {"status": "compared", "reference": where, "outputs": outputs, "digest": digest}
+    if ans.get("digest") != digest:
+        # The truth computed on other values than the builds: its errors would measure that, not the builds.
+        return _not_compared("the float64 reference computed on other values than the builds", reference=where)
+    return doc
+
+
+def cleanup(capture: NumericsCapture | None) -> None:
+    if capture is not None:
+        with contextlib.suppress(OSError):
+            capture.remove()
