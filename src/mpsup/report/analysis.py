@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -29,9 +29,11 @@ from mpsup.report.findings import (
     UnpairedNote,
     VerdictKind,
 )
+from mpsup.report.numerics import PhaseNumerics, WorkloadNumerics, model_numerics
+from mpsup.report.numerics import judge as judge_numerics
 from mpsup.report.phases import PhaseChange, phase_changes, phase_verdict, with_width
 from mpsup.report.verdict import aa_call, layer_call, stack_call
-from mpsup.report.wording import note_text, one_environment, sides_vs, verdict_sentence
+from mpsup.report.wording import note_text, numerics_clause, one_environment, sides_vs, verdict_sentence
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
@@ -90,6 +92,9 @@ class Analysis:
     census: dict[str, Any] = field(default_factory=dict)  # each phase's op census (baseline), for the HTML
     stacks: dict[str, str] = field(default_factory=dict)  # each side's stack and version, where one is MLX
     attribution: dict[str, PhaseAttribution] = field(default_factory=dict)  # which ops moved each phase
+    # Same answers? Each phase's numerics (its ops ranked) and every compared workload's, by name.
+    model_numerics: dict[str, PhaseNumerics] = field(default_factory=dict)
+    numerics: dict[str, WorkloadNumerics] = field(default_factory=dict)
 
     @property
     def sentence(self) -> str:
@@ -137,9 +142,19 @@ class Analysis:
             "peak_memory_ratio": self.peak_memory_ratio,
             "smoke_changes": self.smoke_changes,
             "conditions": self.noise,
-            "workloads": [w.to_json() for w in self.workloads],
+            # null where the run did not look (a single run, --no-numerics, an older record)
+            "model_numerics": {p.phase: self._phase_numerics(p.phase) for p in self.model_phases} or None,
+            "workloads": [{**w.to_json(), "numerics": self._numerics(w.name)} for w in self.workloads],
             **({"stacks": self.stacks} if self.stacks else {}),
         }
+
+    def _phase_numerics(self, phase: str) -> dict[str, Any] | None:
+        pn = self.model_numerics.get(phase)
+        return pn.to_json() if pn else None
+
+    def _numerics(self, name: str) -> dict[str, Any] | None:
+        n = self.numerics.get(name)
+        return n.to_json() if n else None
 
 
 def _peak(env: EnvRun) -> float | None:
@@ -450,6 +465,13 @@ def _figures(record: RunRecord, changes: list[WorkloadChange], phases: list[Phas
     )
 
 
+def _with_answers(p: PhaseChange, pn: PhaseNumerics | None, baseline_torch: str) -> PhaseChange:
+    """The phase with its numerics verdict and clause, where the run compared its answers."""
+    if pn is None:
+        return p
+    return replace(p, accuracy=pn.verdict, accuracy_clause=numerics_clause(pn, baseline_torch))
+
+
 def _decide(
     record: RunRecord,
     fig: _Figures,
@@ -556,6 +578,9 @@ def analyze(
     _settle_times_and_shares(changes)
     phases = with_width(phase_changes(record, {c.name: c for c in changes}, a, b), threshold)
     attribution = attribute(record.to_json(), {c.name: c for c in changes}, a, b) if phases else {}
+    answers = model_numerics(record.to_json(), {p.phase: p.workload for p in phases}, a, b) if phases else {}
+    phases = [_with_answers(p, answers.get(p.phase), _version(record.environments[0])) for p in phases]
+    judged = {w.name: judge_numerics(w.extra.get("numerics"), w.name, a, b) for w in record.workloads}
     fig = _figures(record, changes, phases, seed)
     noise = _noise(record)
     verdict, finding = _decide(record, fig, phases, attribution, changes, noise, threshold)
@@ -580,6 +605,8 @@ def analyze(
         model_phases=phases,
         census=census_of(record.to_json(), a) if phases else {},
         attribution=attribution,
+        model_numerics=answers,
+        numerics={k: v for k, v in judged.items() if v is not None},
         peak_memory_ratio=fig.memory,
         smoke_changes=_smoke_changes(record, a, b),
         noise=noise,
