@@ -216,6 +216,8 @@ def _ask(reference: Reference, w: Workload, kept: dict[str, list[Saved]], entry:
     if not outputs:
         return _not_compared("the float64 reference returned none of the builds' outputs", reference=where)
     doc: dict[str, Any] = {"status": "compared", "reference": where, "outputs": outputs, "digest": digest}
+    if isinstance(ans.get("language"), dict):
+        doc["language"] = ans["language"]
     if ans.get("digest") != digest:
         # The truth computed on other values than the builds: its errors would measure that, not the builds.
         return _not_compared("the float64 reference computed on other values than the builds", reference=where)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 NumericsVerdict = Literal["identical", "same accuracy", "less accurate", "more accurate", "broken", "not compared"]
@@ -250,7 +250,7 @@ class PhaseNumerics:
     top1_agreement: float | None = None
     kl_mean: float | None = None
     greedy_diverges_at: int | None = None
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    random_weights: bool = True  # nearly flat logits: top-1 and KL say little, the errors decide
 
     @property
     def verdict(self) -> NumericsVerdict:
@@ -281,6 +281,7 @@ class PhaseNumerics:
             "top1_agreement": self.top1_agreement,
             "kl_mean": self.kl_mean,
             "greedy_diverges_at": self.greedy_diverges_at,
+            "weights": "random" if self.random_weights else "real",
             "model_code": list(self.libraries) if self.libraries else None,
             "ops": [o.to_json() for o in self.ops],
         }
@@ -326,5 +327,16 @@ def model_numerics(
                                   str(w.get("dtypes") or ""), n))  # fmt: skip
         ops.sort(key=_rank_key)
         libs = (_library(entry, a), _library(entry, b))
-        out[phase] = PhaseNumerics(phase, verdict, tuple(ops), libs if libs[0] != libs[1] else None)
+        lang = _map(_map(entry.get("numerics")).get("language"))
+        greedy = lang.get("greedy_diverges_at")
+        out[phase] = PhaseNumerics(
+            phase,
+            verdict,
+            tuple(ops),
+            libs if libs[0] != libs[1] else None,
+            top1_agreement=_num(lang.get("top1_agreement")),
+            kl_mean=_num(lang.get("kl_mean")),
+            greedy_diverges_at=greedy if isinstance(greedy, int) and not isinstance(greedy, bool) else None,
+            random_weights=str(entry.get("weights") or "random") != "real",
+        )
     return out
