@@ -8,6 +8,7 @@ not compared; the baseline against itself is identical."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,23 @@ def test_a_build_whose_linear_computes_in_bf16_is_less_accurate_and_its_linear_i
     assert doc["verdict"] == "regression" and doc["exit_code"] == 1
     lang = next(w for w in doc["workloads"] if w["name"] == "model/prefill")["numerics"]
     assert lang["verdict"] == "less accurate"
+    # --upstream leads with accuracy; its script, run under each build (the good one's float64 saved, the bad one
+    # reading it), prints errors whose ratio is the report's.
+    script = tmp_path / "repro.py"
+    assert run_cli("report", "--upstream", "-o", str(script)).returncode == 0
+    body = run_cli("report", "--upstream").stdout
+    assert "less accurate" in body and "error vs float64, good" in body
+    truth = tmp_path / "truth.pt"
+    errors = []
+    for python in (sys.executable, str(candidate)):
+        out = subprocess.run([python, str(script), "--truth", str(truth)], capture_output=True, text=True, check=True)
+        errors.append(float(out.stdout.split("rms ")[1].split(",")[0]))
+    top = (
+        numerics["decode"]["ops"][0]
+        if "1x1x" in body.split("Suggested title")[1][:80]
+        else numerics["prefill"]["ops"][0]
+    )
+    assert errors[1] / errors[0] == pytest.approx(top["error_ratio"], rel=0.01)
 
 
 def test_inputs_that_differ_between_builds_are_not_compared_and_exit_3(tmp_path: Path) -> None:

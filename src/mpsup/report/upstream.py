@@ -25,6 +25,7 @@ from urllib.parse import unquote
 from mpsup.console import md_code, md_comment, md_fence, one_line
 from mpsup.errors import UserError
 from mpsup.report.analysis import Analysis, WorkloadChange
+from mpsup.report.numerics_repro import AccuracyIssue, accuracy_issue
 from mpsup.report.op_repro import phase_repro
 from mpsup.report.repro import Repro, census_matmuls, phase_census, repro_for, script_text
 from mpsup.report.repro import census_repro as census_repro
@@ -373,6 +374,9 @@ def build_upstream(
     one the bisect followed)."""
     f = _Fields(keep_paths)
     rec = record.to_json()
+    accuracy = accuracy_issue(analysis, rec, f)
+    if accuracy is not None:
+        return _accuracy_upstream(analysis, record, rec, accuracy, bisect, f)
     main, slower = _regressions(analysis, record, bisect)
     repro = repro_for(rec, main.name)
     script = script_text(repro) if repro else None
@@ -394,3 +398,41 @@ def build_upstream(
     lines += _repro_section(rec, main, repro, script, f)
     lines += ["### Versions", "", *md_fence("\n".join(_versions(rec, bisect, f))), ""]
     return Upstream(markdown="\n".join(lines), script=script, workload=main.name)
+
+
+def _accuracy_upstream(
+    analysis: Analysis,
+    record: RunRecord,
+    rec: dict[str, Any],
+    issue: AccuracyIssue,
+    bisect: dict[str, Any] | None,
+    f: _Fields,
+) -> Upstream:
+    """Answers that got worse lead the issue (a wrong result outranks a slow one): the errors' table, then any
+    slowdown, then the script that computes the named op in each build and in float64."""
+    lines = list(issue.lines)
+    slower = [c for c in analysis.workloads if c.change == "slower" and c.speedup and c.part != "op"]
+    if slower:
+        lines += ["", "It is also slower: " + "; ".join(f"{f(c.name)} {_interval(c)}" for c in slower[:5]) + "."]
+    lines += [
+        "",
+        f"Measured with mpsup (run {f(record.id)}): the float64 reference ran in the good build's interpreter, on "
+        "the CPU, from the values both builds computed on (their digests match).",
+        "",
+    ]
+    if bisect:
+        lines += _bisect_section(bisect, f)
+    lines += ["#### Repro", ""]
+    if issue.script:
+        lines += [
+            "Run it with each build's interpreter, the good build first (it computes the float64 result and saves "
+            "it; the bad build reads it, so no float64 result of the bad build's enters its own error): "
+            "`python repro.py --truth truth.pt`. Each prints its build's error against float64:",
+            "",
+            *md_fence(issue.script.rstrip("\n"), "python"),
+            "",
+        ]
+    else:
+        lines += ["No standalone script for this answer: the phase's own error is in the table above.", ""]
+    lines += ["### Versions", "", *md_fence("\n".join(_versions(rec, bisect, f))), ""]
+    return Upstream(markdown="\n".join(lines), script=issue.script, workload=issue.workload)
