@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from mpsup.bench.energy_turns import EnergyTurns
 from mpsup.bench.events import SamplesTaken, SmokeStepDone
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
@@ -191,6 +192,7 @@ class Runner:
         self.progress = progress
         self.restarts = 0
         self.rates: dict[tuple[str, str, object], float] = {}  # FLOP/s, the best seen per Workload.rate_family
+        self.energy = EnergyTurns()  # reads nothing until bench/run.py gives it the run's meter
 
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]
@@ -199,6 +201,7 @@ class Runner:
         """Every worker is gone afterwards; force kills at once (an interrupted run waits for nothing)."""
         for s in self.sessions:
             s.close(force=force)
+        self.energy.close()
 
     def restart(self) -> None:
         """Fresh worker processes: a second pass then spans two process pairs, so a placement that favours
@@ -238,9 +241,11 @@ class Runner:
 
     def _sample(self, s: EnvSession, r: EnvMeasurement, count: int, *, warmup: bool, discard: int = 0) -> list[float]:
         t0 = self.options.clock()
+        turn = self.energy.begin(r.sample_s * (count + discard))
         ans = s.request({"op": "sample", "count": count, "discard": discard})
         if ans.get("type") == "error":
             raise RuntimeError(ans.get("message", "sampling failed"))
+        self.energy.end(turn, r, (count + discard) * (r.calls or 1), warmup=warmup)
         host: list[float] = ans["host"]  # finite numbers: the worker protocol checked them
         if discard:
             r.warmup.extend(x for x in ans.get("discarded") or [] if isinstance(x, float))

@@ -14,6 +14,7 @@ from mpsup.model.coverage import census as census_of
 from mpsup.report.aggregate import aggregate, model_speedup, unpaired_ratio
 from mpsup.report.attribution import PhaseAttribution, attribute
 from mpsup.report.changes import NOT_LAYERS, WorkloadChange
+from mpsup.report.energy import EnergyFigures, energy_figures
 from mpsup.report.findings import (
     AAFloorNote,
     Call,
@@ -90,6 +91,7 @@ class Analysis:
     census: dict[str, Any] = field(default_factory=dict)  # each phase's op census (baseline), for the HTML
     stacks: dict[str, str] = field(default_factory=dict)  # each side's stack and version, where one is MLX
     attribution: dict[str, PhaseAttribution] = field(default_factory=dict)  # which ops moved each phase
+    energy: EnergyFigures | None = None  # None: a record from before energy was read
 
     @property
     def sentence(self) -> str:
@@ -139,6 +141,7 @@ class Analysis:
             "conditions": self.noise,
             "workloads": [w.to_json() for w in self.workloads],
             **({"stacks": self.stacks} if self.stacks else {}),
+            **(self.energy.to_json() if self.energy else {}),
         }
 
 
@@ -589,4 +592,5 @@ def analyze(
         device_time=device_time_semantics(envs[0], envs[1]),
         method=METHOD_UNPAIRED if unpaired else METHOD,
         note_facts=_notes(record, changes, fig, (aa, floors), (by_process, worst_disagreement), held, threshold),
+        energy=energy_figures(record, a, b),
     )
