@@ -48,13 +48,18 @@ class EnergyTurns:
         return self._read()
 
     def end(self, start: Reading | None, r: EnvMeasurement, calls: int, *, warmup: bool) -> None:
+        """Called after every turn, read or not: the measuring turns are numbered so that a turn too short to
+        read leaves a gap, never shifts the next one into another round."""
+        number = None if warmup else r.measuring_turns
+        if not warmup:
+            r.measuring_turns += 1
         if start is None:
             return
         after = self._read()
         if after is None:
             return
         joules = {p: after.joules[p] - start.joules[p] for p in after.joules}
-        r.energy.append(EnergyTurn(warmup, calls, after.stamp - start.stamp, joules))
+        r.energy.append(EnergyTurn(warmup, calls, after.stamp - start.stamp, joules, number))
 
     def _read(self) -> Reading | None:
         assert self.meter is not None
@@ -76,7 +81,11 @@ class EnergyTurns:
 
     def summary(self) -> dict[str, Any]:
         """What reading cost the run; and why it stopped, where it did."""
-        doc: dict[str, Any] = {"reads": self.reads, "read_total_s": self.read_s, "skipped_turns": self.skipped_turns}
+        doc: dict[str, Any] = {
+            "read_count": self.reads,
+            "read_total_s": self.read_s,
+            "skipped_turns": self.skipped_turns,
+        }
         if self.failure:
             doc["failure"] = self.failure
         return doc

@@ -47,9 +47,15 @@ class EnergyTurn:
     calls: int
     seconds: float
     joules: dict[str, float]
+    # Which of the environment's measuring turns it was (0, 1, ...), read or not: in a paired run, its round.
+    turn: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"warmup": self.warmup, "calls": self.calls, "s": self.seconds, "j": dict(self.joules)}
+        doc: dict[str, object] = {"warmup": self.warmup, "calls": self.calls, "s": self.seconds}
+        if self.turn is not None:
+            doc["round"] = self.turn
+        doc["j"] = dict(self.joules)
+        return doc
 
 
 @dataclass
@@ -76,6 +82,7 @@ class EnvMeasurement:
     fallback_ops: list[str] | None = None  # ops the build or first call ran on the CPU (no MPS kernel)
     needs_metal: bool = False  # setup failed for a Metal kernel off MPS (the worker's `needs_metal` field)
     energy: list[EnergyTurn] = field(default_factory=list)  # each read turn, in order (bench/energy_turns.py)
+    measuring_turns: int = field(default=0, repr=False)  # taken so far, read or not: the next turn's number
     # What one sample costs by the latest setup's estimate: it sizes the batches. Never saved.
     sample_s: float = field(default=0.0, repr=False)
 

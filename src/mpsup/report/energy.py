@@ -31,6 +31,7 @@ class _Turn:
     calls: int
     s: float
     j: Mapping[str, float]
+    round: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,15 @@ class EnergyFigures:
 def _turns(doc: object) -> list[_Turn]:
     if not isinstance(doc, list):
         return []
-    return [_Turn(t["warmup"], t["calls"], float(t["s"]), t["j"]) for t in doc if isinstance(t, dict)]
+    return [_Turn(t["warmup"], t["calls"], float(t["s"]), t["j"], t.get("round")) for t in doc if isinstance(t, dict)]
+
+
+def _by_round(ta: Sequence[_Turn], tb: Sequence[_Turn], rounds: int) -> tuple[list[_Turn], list[_Turn]]:
+    """The turns of the rounds both builds had read, in round order: a round's two turns side by side."""
+    a = {t.round: t for t in ta if t.round is not None and t.round < rounds}
+    b = {t.round: t for t in tb if t.round is not None and t.round < rounds}
+    both = sorted(set(a) & set(b))
+    return [a[k] for k in both], [b[k] for k in both]
 
 
 def _per_call(turns: Sequence[_Turn], parts: Sequence[str], idle_w: float = 0.0) -> float | None:
@@ -118,9 +127,8 @@ def workload_energy(meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str) ->
         steps = meter.get("cadence_s") or {}
         cadence = max((c for p in timed if isinstance(c := steps.get(p), int | float)), default=0.0)
         span = MIN_STEPS * max(float(cadence), float(meter.get("read_s") or 0.0))
-        paired = len(ta) == len(tb) == len(w.ratios)
         ratios = []
-        for ga, gb in _blocks(ta, tb, span) if paired else []:
+        for ga, gb in _blocks(*_by_round(ta, tb, len(w.ratios)), span):
             ea, eb = _per_call(ga, timed, idle_timed), _per_call(gb, timed, idle_timed)
             if ea and eb and ea > 0 and eb > 0:
                 ratios.append(eb / ea)

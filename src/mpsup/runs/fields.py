@@ -88,10 +88,14 @@ def check_energy_turns(doc: Any, where: str) -> None:
         turn = _obj(t, at)
         _check(isinstance(turn.get("warmup"), bool), f"{at}.warmup", "true or false", turn.get("warmup"))
         calls = turn.get("calls")
-        _check(isinstance(calls, int) and not isinstance(calls, bool), f"{at}.calls", "a whole number", calls)
-        if not 0 <= int(calls) <= MAX_COUNT:
+        if not isinstance(calls, int) or isinstance(calls, bool):
+            raise Corrupt(f"{at}.calls: expected a whole number, found {_kind(calls)}")
+        if not 0 <= calls <= MAX_COUNT:
             raise Corrupt(f"{at}.calls: {calls} is out of range")
         _number(turn.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
+        number = turn.get("round")
+        if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
+            raise Corrupt(f"{at}.round: expected a whole number, found {_kind(number)}")
         for part, j in _obj(turn.get("j"), f"{at}.j").items():
             _check(part in ENERGY_PARTS, f"{at}.j", f"parts of {', '.join(ENERGY_PARTS)}", part)
             # A counter read twice can step back by its own rounding: a small negative is a reading, not damage.
@@ -114,6 +118,9 @@ def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
             _check(part in ENERGY_PARTS, f"{where}.{k}[{i}]", f"one of {', '.join(ENERGY_PARTS)}", part)
     for k in ("read_s", "window_s", "read_total_s"):
         _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
+    for k in ("read_count", "skipped_turns"):
+        _number(d.get(k), f"{where}.{k}", high=MAX_COUNT)
+    _text(d.get("failure"), f"{where}.failure")
     for k in ("cadence_s", "idle_w"):
         for part, v in _obj(d.get(k), f"{where}.{k}", optional=True).items():
             _check(part in ENERGY_PARTS, f"{where}.{k}", f"parts of {', '.join(ENERGY_PARTS)}", part)
