@@ -94,9 +94,12 @@ def mpsup(args: list[str], home: Path) -> dict[str, Any]:
     env = {**os.environ, "MPSUP_HOME": str(home), "COLUMNS": "200"}
     out = subprocess.run([sys.executable, "-m", "mpsup", *args, "--json"], env=env, capture_output=True, text=True)
     try:
-        return dict(json.loads(out.stdout))
+        doc = dict(json.loads(out.stdout))
     except json.JSONDecodeError:
+        doc = {}
+    if out.returncode not in (0, 1, 3) or doc.get("status") == "error":
         sys.exit(f"mpsup {' '.join(args)} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return doc
 
 
 def fmt(x: Any, spec: str) -> str:
@@ -149,7 +152,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512, help="prefill length and decode cache (default 512)")
     ap.add_argument("--times", type=int, default=3, help="`more`: attention computed this many times")
     ap.add_argument("--sleep-ms", type=float, default=2.0, help="`sleep`: CPU sleep before each embedding")
-    ap.add_argument("--dtype", default="bfloat16", help="mpsup bench --dtype (default bfloat16)")
+    ap.add_argument("--dtype", default="bf16", help="mpsup bench --dtype: bf16 (default), fp16 or fp32")
     ap.add_argument("--small", action="store_true", help="a small Llama (default on cpu): hidden 256, vocab 1024")
     ap.add_argument("--wheel", type=Path, help="an nvidia-ml-py wheel to install first, offline (pip --no-index)")
     opts = ap.parse_args()
