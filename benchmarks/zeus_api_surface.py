@@ -4,7 +4,8 @@ tests/test_energy_meters.py to check the fake against.
 
     pip download zeus-apple-silicon --no-deps --only-binary=:all: --platform macosx_14_0_arm64 \\
         --python-version 3.11 -d /tmp/zas
-    python benchmarks/zeus_api_surface.py /tmp/zas/zeus_apple_silicon-*.whl > tests/fixtures/energy/zeus_apple_silicon_api.json
+    python benchmarks/zeus_api_surface.py /tmp/zas/zeus_apple_silicon-*.whl \\
+        > tests/fixtures/energy/zeus_apple_silicon_api.json
 """
 
 from __future__ import annotations
