@@ -15,8 +15,8 @@ report's one line saying so.
     python benchmarks/energy_gpu.py --device cuda --out /tmp/energy       # the GPU: 5 A/A, more, sleep
     python benchmarks/energy_gpu.py --device cpu --aa 1 --cases ""         # a CPU: says "no energy meter"
 
-nvidia-ml-py: `pip install nvidia-ml-py` in the interpreter running mpsup (not the measured one, which is the same
-here); offline, `pip install --no-index /path/nvidia_ml_py-13.615.71-py3-none-any.whl` (see --wheel)."""
+nvidia-ml-py: the machine has no network, so its wheel travels in the repository's ignored `.whl/` folder
+(`pip download nvidia-ml-py --no-deps -d .whl`, carried with the tree) and --wheel installs it first."""
 
 from __future__ import annotations
 
