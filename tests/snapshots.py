@@ -77,6 +77,8 @@ HEALTHY: dict[str, Any] = {
     },
     "files": {"/System/Library/CoreServices/SystemVersion.plist": PLIST_15},
     "env": {},
+    # What energy/apple.py names with zeus-apple-silicon installed (no Mac captured this key: see test_energy_meters).
+    "energy_meter": {"name": "apple-ioreport", "reads": "IOReport Energy Model: the SoC's estimates"},
     "interpreter": {
         "executable": "/Users/me/venv/bin/python",
         "version": "3.12.4",

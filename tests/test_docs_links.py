@@ -190,6 +190,7 @@ def _broken_rules(imports: dict[str, set[str]]) -> list[str]:
                 "model/ or runs/ imports above the base",
             ),
             (_inside(name, "bench") and any(_inside(g, "report", "bisect", "doctor") for g in got), "bench imports up"),
+            (_inside(name, "energy") and any(not _inside(g, "energy") for g in own), "energy/ imports beyond itself"),
             (_inside(name, "report") and any(_inside(g, "bench", "envs", "doctor") for g in got), "report imports up"),
             (
                 name in {f"mpsup.report.{m}" for m in DECISIONS}
@@ -210,6 +211,7 @@ def test_the_import_rules_catch_what_they_are_for() -> None:
     assert _broken_rules({"mpsup.worker.ops": {"mpsup.worker.core", "mpsup.units"}})
     assert not _broken_rules({"mpsup.worker.ops": {"mpsup.worker.core"}, "mpsup.model.load": {"mpsup.safe_files"}})
     assert _broken_rules({"mpsup.report.verdict": {"mpsup.report.terminal"}})
+    assert _broken_rules({"mpsup.energy.nvml": {"mpsup.units"}})
     assert _broken_rules({"mpsup.stats": {"mpsup.units"}}) and _broken_rules({"mpsup.runs.store": {"mpsup.console"}})
     worker_ops = SRC / "worker" / "ops.py"
     assert _mpsup_imports(worker_ops) >= {"mpsup.worker.core", "mpsup.worker.device"}

@@ -88,7 +88,7 @@ def test_empty_snapshot_all_unknown(tmp_path: Path):
     assert set(statuses.values()) <= {"unknown", "ok"}
     assert statuses["apple-silicon"] == "unknown"
     assert statuses["mps-env"] == "ok"
-    assert len(statuses) == 11  # ten readiness checks and the optional MLX one
+    assert len(statuses) == 12  # ten readiness checks, the optional MLX one and the energy meter
 
 
 def test_checks_of_the_target_python_say_once_that_it_could_not_be_run(tmp_path: Path):
@@ -232,3 +232,22 @@ def test_the_fallback_variable_is_read_as_the_target_torch_reads_it(torch_versio
     s["env"] = {"PYTORCH_ENABLE_MPS_FALLBACK": value}
     f = {x.name: x for x in diagnose(snapshot_from_json(s, Path("x"))).findings}
     assert f["mps-env"].status is Status(status), f["mps-env"].summary
+
+
+def test_the_energy_meter_is_named_or_why_there_is_none(tmp_path: Path):
+    rc, doc = _doctor(tmp_path, snapshots.healthy())
+    assert _by_name(doc)["energy-meter"]["status"] == "ok"
+    assert "apple-ioreport" in _by_name(doc)["energy-meter"]["summary"]
+    none = snapshots.healthy()
+    none["energy_meter"] = {
+        "name": None,
+        "why": "zeus-apple-silicon is not installed (pip install 'mpsup[energy-mac]')",
+    }
+    rc, doc = _doctor(tmp_path, none)
+    f = _by_name(doc)["energy-meter"]
+    assert rc == 0 and f["status"] == "warn" and "not installed" in f["summary"] and "energy-mac" in f["fix"]
+    # A snapshot from before the key: not known, and the rest of the doctor's answer stands.
+    old = snapshots.healthy()
+    del old["energy_meter"]
+    rc, doc = _doctor(tmp_path, old)
+    assert rc == 0 and doc["ready"] is True and _by_name(doc)["energy-meter"]["status"] == "unknown"

@@ -38,6 +38,26 @@ class Summary:
     ci_high: float | None
 
 
+@dataclass(frozen=True)
+class EnergyTurn:
+    """One worker turn as the parent's meter saw it: the calls it ran (the discarded block's too), its seconds
+    between the two readings and the joules per part (the record's `envs[label].energy[i]`)."""
+
+    warmup: bool
+    calls: int
+    seconds: float
+    joules: dict[str, float]
+    # Which of the environment's measuring turns it was (0, 1, ...), read or not: in a paired run, its round.
+    turn: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {"warmup": self.warmup, "calls": self.calls, "s": self.seconds}
+        if self.turn is not None:
+            doc["round"] = self.turn
+        doc["j"] = dict(self.joules)
+        return doc
+
+
 @dataclass
 class EnvMeasurement:
     """One environment's part of one workload (the record's `envs[label]`)."""
@@ -61,6 +81,8 @@ class EnvMeasurement:
     phase: dict[str, Any] | None = None  # a whole model's setup facts (worker/whole_model.py), kept as sent
     fallback_ops: list[str] | None = None  # ops the build or first call ran on the CPU (no MPS kernel)
     needs_metal: bool = False  # setup failed for a Metal kernel off MPS (the worker's `needs_metal` field)
+    energy: list[EnergyTurn] = field(default_factory=list)  # each read turn, in order (bench/energy_turns.py)
+    measuring_turns: int = field(default=0, repr=False)  # taken so far, read or not: the next turn's number
     # What one sample costs by the latest setup's estimate: it sizes the batches. Never saved.
     sample_s: float = field(default=0.0, repr=False)
 
@@ -143,6 +165,8 @@ class EnvMeasurement:
             doc["device_median"] = self.device_median
         if self.summary_error is not None:
             doc["summary_error"] = self.summary_error
+        if self.energy:
+            doc["energy"] = [t.to_json() for t in self.energy]
         return doc
 
 

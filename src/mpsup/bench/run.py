@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from mpsup.bench.energy_turns import start_energy
 from mpsup.bench.events import (
     BenchStarted,
     SecondVisitDone,
@@ -217,6 +218,7 @@ def _measure(
     t_start = options.clock()
     before, facts, start_s = _start_workers(runner, options, journal, stops)
     record = new_record(mode, options.device, facts, _options_doc(options))
+    runner.energy, record["energy_meter"] = start_energy(options.device)  # idle power, the workers up and waiting
     if journal is not None:
         record["id"] = journal.run_id
     record["model"] = model
@@ -549,6 +551,8 @@ def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> 
         record["hygiene"]["after"] = after
         record["hygiene"]["changed"] = conditions_changed(record["hygiene"].get("before") or {}, after)
         record["crashes"] = {s.env.label: s.crashes for s in runner.sessions}
+        if (record.get("energy_meter") or {}).get("name"):
+            record["energy_meter"].update(runner.energy.summary())
         if journal is None:
             return None
         end = {

@@ -15,6 +15,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from mpsup.bench.energy_turns import EnergyTurns
 from mpsup.bench.events import SamplesTaken, SmokeStepDone
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.numerics import NumericsCapture, Reference
@@ -199,6 +200,7 @@ class Runner:
         paired_torch = len(envs) == 2 and all(e.stack == "torch" for e in envs)
         self.capture = NumericsCapture.create() if options.numerics and paired_torch else None
         self.reference_session: EnvSession | None = None
+        self.energy = EnergyTurns()  # reads nothing until bench/run.py gives it the run's meter
 
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]
@@ -225,6 +227,7 @@ class Runner:
         return Reference(
             request=lambda doc, timeout: session().request(doc, timeout=timeout), facts=lambda: session().facts
         )
+        self.energy.close()
 
     def restart(self) -> None:
         """Fresh worker processes: a second pass then spans two process pairs, so a placement that favours
@@ -269,9 +272,11 @@ class Runner:
 
     def _sample(self, s: EnvSession, r: EnvMeasurement, count: int, *, warmup: bool, discard: int = 0) -> list[float]:
         t0 = self.options.clock()
+        turn = self.energy.begin(r.sample_s * (count + discard))
         ans = s.request({"op": "sample", "count": count, "discard": discard})
         if ans.get("type") == "error":
             raise RuntimeError(ans.get("message", "sampling failed"))
+        self.energy.end(turn, r, (count + discard) * (r.calls or 1), warmup=warmup)
         host: list[float] = ans["host"]  # finite numbers: the worker protocol checked them
         if discard:
             r.warmup.extend(x for x in ans.get("discarded") or [] if isinstance(x, float))

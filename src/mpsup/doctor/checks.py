@@ -579,6 +579,20 @@ def check_mlx(f: HostFacts, i: dict[str, Any]) -> Finding:
     return _f(n, Status.OK, f"{ver} imports and sees the GPU (Metal)", **m)
 
 
+@check("energy-meter", "Energy meter")
+def check_energy_meter(f: HostFacts) -> Finding:
+    n = "energy-meter"
+    meter = f.energy_meter
+    if meter is None:
+        return _f(n, Status.UNKNOWN, "not recorded in this snapshot", RECAPTURE_FIX)
+    if meter.get("name"):
+        return _f(n, Status.OK, f"{meter['name']}: {meter.get('reads') or ''}".rstrip(": "), meter=meter["name"])
+    why = str(meter.get("why") or "not known why")
+    fix = "pip install 'mpsup[energy-mac]'" if "not installed" in why else None
+    # No meter costs only the energy figures: bench still times everything.
+    return _f(n, Status.WARN, f"none: bench will time but not measure energy ({why})", fix)
+
+
 def run_checks(facts: HostFacts) -> list[Finding]:
     findings = []
     for name, title, fn in CHECKS:

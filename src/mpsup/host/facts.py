@@ -30,6 +30,7 @@ class HostFacts:
     env: dict[str, str]
     interpreter: dict[str, Any] | None
     environments: list[dict[str, Any]] | None  # install-rc's candidates; None: not recorded
+    energy_meter: dict[str, Any] | None = None  # the meter an MPS run would read, or why none; None: not recorded
     swap: parsers.Swap | None = None  # `sysctl vm.swapusage`; None: not read
     memory_pressure: str | None = None  # normal, warn, critical; None: not read
 
@@ -148,6 +149,7 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
         env=dict(s.env),
         interpreter=interp,
         environments=s.environments,
+        energy_meter=s.energy_meter,
         swap=parsers.parse_swapusage(swap_text) if (swap_text := s.output(snap.SWAP)) else None,
         memory_pressure=parsers.memory_pressure(pressure) if (pressure := s.output(snap.PRESSURE)) else None,
     )

@@ -128,6 +128,9 @@ class Snapshot:
     interpreter: dict[str, Any] | None = None
     # install-rc's candidate environments on the captured machine; None: not recorded (older snapshots)
     environments: list[dict[str, Any]] | None = None
+    # The energy meter an MPS run would read ({"name", "reads"}), or why none ({"name": null, "why"}); None: not
+    # recorded (older snapshots)
+    energy_meter: dict[str, Any] | None = None
 
     def output(self, key: str) -> str | None:
         """Stdout of a command that ran and succeeded; None means not known."""
@@ -150,6 +153,8 @@ class Snapshot:
         }
         if self.environments is not None:
             doc["environments"] = self.environments
+        if self.energy_meter is not None:
+            doc["energy_meter"] = self.energy_meter
         return doc
 
 
@@ -175,6 +180,18 @@ def recorded_environment_summaries() -> list[dict[str, Any]] | None:
         return None
 
 
+def energy_meter_summary(device: str = "mps") -> dict[str, Any]:
+    """Which meter a run on `device` would read, opened and closed again: its name and what it reads, or why none."""
+    from mpsup.energy.choose import choose_meter
+
+    choice = choose_meter(device)
+    if choice.meter is None:
+        return {"name": None, "why": choice.why}
+    info = choice.meter.info
+    choice.meter.close()
+    return {"name": info.name, "reads": info.reads}
+
+
 def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
     from mpsup.probe import run_interpreter_probe
 
@@ -194,6 +211,7 @@ def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
         env=mps_env(os.environ),
         interpreter=interpreter,
         environments=recorded_environment_summaries(),
+        energy_meter=energy_meter_summary(),
     )
 
 
@@ -227,6 +245,11 @@ def snapshot_from_json(doc: Any, path: Path) -> Snapshot:
             raise _fail(path, f"'{name}' must be an object of strings")
     interpreter = _interpreter_from_json(doc.get("interpreter"), path)
     environments = _environments_from_json(doc.get("environments"), path)
+    energy = doc.get("energy_meter")
+    if energy is not None and (
+        not isinstance(energy, dict) or not all(isinstance(energy.get(k), str | None) for k in ("name", "why", "reads"))
+    ):
+        raise _fail(path, "'energy_meter' must be an object of name, why and reads (text or null)")
     captured = doc.get("captured_at", "")
     return Snapshot(
         schema=schema,
@@ -236,6 +259,7 @@ def snapshot_from_json(doc: Any, path: Path) -> Snapshot:
         env=dict(env),
         interpreter=interpreter,
         environments=environments,
+        energy_meter=energy,
     )
 
 

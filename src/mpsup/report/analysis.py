@@ -14,6 +14,7 @@ from mpsup.model.coverage import census as census_of
 from mpsup.report.aggregate import aggregate, model_speedup, unpaired_ratio
 from mpsup.report.attribution import PhaseAttribution, attribute
 from mpsup.report.changes import NOT_LAYERS, WorkloadChange
+from mpsup.report.energy import EnergyFigures, energy_figures
 from mpsup.report.findings import (
     AAFloorNote,
     Call,
@@ -100,6 +101,7 @@ class Analysis:
     # Same answers? Each phase's numerics (its ops ranked) and every compared workload's, by name.
     model_numerics: dict[str, PhaseNumerics] = field(default_factory=dict)
     numerics: dict[str, WorkloadNumerics] = field(default_factory=dict)
+    energy: EnergyFigures | None = None  # None: a record from before energy was read
 
     @property
     def sentence(self) -> str:
@@ -151,6 +153,7 @@ class Analysis:
             "model_numerics": {p.phase: _doc(self.model_numerics.get(p.phase)) for p in self.model_phases} or None,
             "workloads": [{**w.to_json(), "numerics": _doc(self.numerics.get(w.name))} for w in self.workloads],
             **({"stacks": self.stacks} if self.stacks else {}),
+            **(self.energy.to_json() if self.energy else {}),
         }
 
 
@@ -554,4 +557,5 @@ def analyze(
         device_time=device_time_semantics(envs[0], envs[1]),
         method=METHOD_UNPAIRED if unpaired else METHOD,
         note_facts=_notes(record, changes, fig, (aa, floors), (by_process, worst_disagreement), held, threshold),
+        energy=energy_figures(record, a, b),
     )

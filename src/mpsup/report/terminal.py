@@ -31,6 +31,7 @@ from mpsup.report.common import (
     unbounded_text,
     unmeasured_cell,
 )
+from mpsup.report.energy import energy_lines
 from mpsup.units import fmt_time
 
 
@@ -83,6 +84,8 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     # The model's phases first: they are the verdict; the table below is the explanation.
     for p in a.model_phases:
         console.print(phase_line(p, safe))
+    for line in energy_lines(a.energy):
+        console.print(safe(line), highlight=False)
     for attr in a.attribution.values():
         _attribution_terminal(attr, console, details=details)
     # The phases' lines above are their figures (as rows they would show a 0% share of the layers' time); the

@@ -70,3 +70,58 @@ def _number(doc: Any, where: str, *, low: float = 0.0, high: float = MAX_QUANTIT
     if (isinstance(doc, float) and not math.isfinite(doc)) or not low <= doc <= high:
         raise Corrupt(f"{where}: {doc!r} is out of range")
     return doc
+
+
+# --- energy (bench/energy_turns.py): the meter a run read, and each environment's read turns ---
+
+ENERGY_PARTS = ("package", "cpu", "gpu", "dram", "ane")
+MAX_JOULES = 1e12  # a turn's joules: far above any machine's hour
+MAX_TURNS = 100_000  # read turns of one environment in one workload (warmup, visits and rounds together)
+
+
+def check_energy_turns(doc: Any, where: str) -> None:
+    """envs[label].energy: a list of turns, each {warmup, calls, s, j: {part: joules}}."""
+    if doc is None:
+        return
+    for i, t in enumerate(_list(doc, where, MAX_TURNS)):
+        at = f"{where}[{i}]"
+        turn = _obj(t, at)
+        _check(isinstance(turn.get("warmup"), bool), f"{at}.warmup", "true or false", turn.get("warmup"))
+        calls = turn.get("calls")
+        if not isinstance(calls, int) or isinstance(calls, bool):
+            raise Corrupt(f"{at}.calls: expected a whole number, found {_kind(calls)}")
+        if not 0 <= calls <= MAX_COUNT:
+            raise Corrupt(f"{at}.calls: {calls} is out of range")
+        _number(turn.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
+        number = turn.get("round")
+        if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
+            raise Corrupt(f"{at}.round: expected a whole number, found {_kind(number)}")
+        for part, j in _obj(turn.get("j"), f"{at}.j").items():
+            _check(part in ENERGY_PARTS, f"{at}.j", f"parts of {', '.join(ENERGY_PARTS)}", part)
+            # A counter read twice can step back by its own rounding: a small negative is a reading, not damage.
+            _number(j, f"{at}.j.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
+
+
+def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
+    """The record's energy_meter: {name: null, why} without a meter; else what it reads and its probe."""
+    if doc is None:
+        return
+    d = _obj(doc, where)
+    name = _text(d.get("name"), f"{where}.name")
+    _text(d.get("why"), f"{where}.why")
+    if name is None:
+        return
+    for k in ("reads", "total", "main"):
+        _text(d.get(k), f"{where}.{k}")
+    for k in ("parts", "total_parts", "stamped"):
+        for i, part in enumerate(_list(d.get(k), f"{where}.{k}", len(ENERGY_PARTS), optional=True)):
+            _check(part in ENERGY_PARTS, f"{where}.{k}[{i}]", f"one of {', '.join(ENERGY_PARTS)}", part)
+    for k in ("read_s", "window_s", "read_total_s"):
+        _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
+    for k in ("read_count", "skipped_turns"):
+        _number(d.get(k), f"{where}.{k}", high=MAX_COUNT)
+    _text(d.get("failure"), f"{where}.failure")
+    for k in ("cadence_s", "idle_w"):
+        for part, v in _obj(d.get(k), f"{where}.{k}", optional=True).items():
+            _check(part in ENERGY_PARTS, f"{where}.{k}", f"parts of {', '.join(ENERGY_PARTS)}", part)
+            _number(v, f"{where}.{k}.{part}", low=-MAX_JOULES, high=MAX_JOULES)

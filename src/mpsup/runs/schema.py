@@ -26,6 +26,8 @@ from mpsup.runs.fields import (
     _obj,
     _required_text,
     _text,
+    check_energy_meter,
+    check_energy_turns,
 )
 from mpsup.runs.numerics_fields import check_numerics
 from mpsup.runs.phase_fields import (  # the census bounds: the report's readers take them from here
@@ -38,7 +40,8 @@ from mpsup.stats import usable_ratio
 
 SCHEMA = "mpsup.run/1.3"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
 # 1.2: needs_metal on a workload's envs entry and a smoke result; census tensors' param; op calls' reuse_bytes
-# 1.3: a workload's numerics (each build's answer against float64); census float inputs' value ranges
+# 1.3: a workload's numerics (each build's answer against float64); census float inputs' value ranges;
+#      energy_meter (the meter read, or why none) and a workload's envs entry's energy (its read turns)
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
@@ -202,6 +205,7 @@ class EnvRun:
         for i, sample in enumerate(samples):
             _number(sample, f"{where}.samples[{i}]", high=MAX_SECONDS, optional=False)
         check_env_phase(d, where)
+        check_energy_turns(d.get("energy"), f"{where}.energy")
         return cls(
             status=_text(d.get("status"), f"{where}.status"),
             reason=_text(d.get("reason"), f"{where}.reason"),
@@ -510,6 +514,7 @@ class RunRecord:
         envs = _list(d.get("environments"), "environments", MAX_ENVIRONMENTS)
         workloads = _list(d.get("workloads"), "workloads", MAX_WORKLOADS)
         smoke = _list(d.get("smoke"), "smoke", MAX_SMOKE, optional=True)
+        check_energy_meter(d.get("energy_meter"))
         parsed = tuple(WorkloadRun.from_json(w, f"workloads[{i}]") for i, w in enumerate(workloads))
         values = sum(len(w.ratios) + sum(len(e.samples) for e in w.envs.values()) for w in parsed)
         if values > MAX_VALUES:
