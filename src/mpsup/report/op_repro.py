@@ -3,8 +3,10 @@
 Where the phase's attribution names an op holding at least half of its change, the script times the top
 mover(s) with the census's exact call (shapes, strides, dtypes, the non-tensor arguments), in PyTorch's own
 idiom: `torch.utils.benchmark.Timer` with the device synchronised in the statement, `blocked_autorange`, and
-a `Compare` table of the saved measurements of each build. Where none does, it times the phase itself with the
-measured environment's transformers or diffusers, random weights from the record's config, and says why.
+a `Compare` table of the saved measurements of each build. Where none does, or the change is spread over the op
+kinds alike (attribution.spread_of: one kernel would be the wrong lead), it times the phase itself with the
+measured environment's transformers or diffusers, random weights from the model's config.json given when it
+runs, and says why; where the record cannot rebuild the phase, the top op's calls.
 Either way it runs itself in several fresh processes and prints their spread: a difference smaller than one
 process differs from the next is no evidence. No mpsup import; every value from the record is checked before
 it becomes code (names against a strict pattern, numbers as numbers, text as a Python literal)."""
