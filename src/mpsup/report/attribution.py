@@ -352,12 +352,23 @@ def heterogeneity_p(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHO
     return chi2_sf(q, len(kinds) - 1)
 
 
+def common_band(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) -> bool:
+    """Whether one speedup lies inside every kind's 95% interval, each widened by the tolerance as in
+    heterogeneity_p: Q adds its evidence over the kinds, so one kind far off beside several that agree can pass
+    it on few degrees of freedom where that kind's interval misses all the others'."""
+    tau2 = math.log1p(tolerance) ** 2
+    halves = [Z95 * math.sqrt(k.se**2 + tau2) for k in kinds]
+    return max(k.log_speedup - h for k, h in zip(kinds, halves, strict=True)) <= min(
+        k.log_speedup + h for k, h in zip(kinds, halves, strict=True)
+    )
+
+
 def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> Spread | None:
     """The change spread over the op kinds alike, or None. Alike means: at least SPREAD_MIN_KINDS kinds with an
     interval; every one of them called changed in the phase's direction (its interval clear of 1x and its
-    estimate past the practical threshold), so a kind that did not move vetoes it; and no heterogeneity beyond
-    the threshold (heterogeneity_p at least SPREAD_ALPHA). One kind at 0.5x beside others at 0.91x fails the
-    last; one at 0.08x beside others at 1x fails the second."""
+    estimate past the practical threshold), so a kind that did not move vetoes it; no heterogeneity beyond the
+    threshold (heterogeneity_p at least SPREAD_ALPHA); and a common band (common_band). One kind at 0.5x beside
+    others at 0.91x fails the last two; one at 0.08x beside others at 1x fails the second."""
     if not attr.change_s:
         return None
     kinds = kind_ratios(attr)
@@ -366,7 +377,7 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     direction = "slower" if attr.change_s > 0 else "faster"
     if any(classify_change(k.interval, threshold) != direction for k in kinds):
         return None
-    if heterogeneity_p(kinds, threshold) < SPREAD_ALPHA:
+    if heterogeneity_p(kinds, threshold) < SPREAD_ALPHA or not common_band(kinds, threshold):
         return None
     speeds = [math.exp(k.log_speedup) for k in kinds]
     return Spread(len(kinds), min(speeds), max(speeds))
