@@ -15,7 +15,9 @@ same pair again with --no-ops and prints the two wall times (what replay adds).
     python benchmarks/op_attribution.py --cases llama-aa --repeat 3      # A/A: no op should be called changed
 
 Cases: llama-sdpa (a Llama-shaped folder, attention slowed), llama-norm (its RMSNorm's mean slowed),
-vae-groupnorm (a Diffusers AutoencoderKL, group_norm slowed), llama-aa (no change: the A/A control).
+vae-groupnorm (a Diffusers AutoencoderKL, group_norm slowed), llama-aa (no change: the A/A control),
+llama-threads (the candidate capped at one CPU thread, the baseline torch's own: every op kind that runs in
+parallel slows, so the report should say the change is spread over the op kinds, not name the biggest).
 Works on CPU and on CUDA (--device cuda): the hook registers the kernel for the device's dispatch key."""
 
 from __future__ import annotations
@@ -29,9 +31,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-SITECUSTOMIZE = '''"""Slows one aten op of this torch with real extra work (MPSUP_SLOW_OP, MPSUP_SLOW_KEY)."""
+SITECUSTOMIZE = '''"""Slows one aten op of this torch with real extra work (MPSUP_SLOW_OP, MPSUP_SLOW_KEY), or caps its
+CPU threads (MPSUP_CAP_THREADS): every op that runs in parallel slows, as in a build with a smaller thread pool."""
 import os
 import warnings
+
+_cap = os.environ.get("MPSUP_CAP_THREADS", "")
+if _cap:
+    import torch
+
+    _set_threads = torch.set_num_threads
+    _set_threads(int(_cap))
+    # The worker sets the thread count it was asked for after startup: the cap stays under it.
+    torch.set_num_threads = lambda n, _set=_set_threads: _set(min(int(n), int(_cap)))
 
 _which = os.environ.get("MPSUP_SLOW_OP", "")
 if _which:
@@ -92,7 +104,10 @@ CASES: dict[str, tuple[str, str, str, list[str]]] = {
     "llama-norm": ("llama", "mean", "mean", []),
     "vae-groupnorm": ("vae", "group_norm", "group_norm", ["--only", "model/vae/vae_decode"]),
     "llama-aa": ("llama", "", "", []),
+    "llama-threads": ("llama", "", "", []),
 }
+# case -> the candidate's CPU threads (a cap under the baseline's own)
+THREADS = {"llama-threads": 1}
 
 
 def make_models(work: Path, tokens: int, size: dict[str, int], vae_too: bool, weights: bool) -> dict[str, Path]:
@@ -121,19 +136,19 @@ def make_models(work: Path, tokens: int, size: dict[str, int], vae_too: bool, we
     return {"llama": llama, "vae": vae}
 
 
-def make_wrapper(work: Path, name: str, slow: str, key: str, times: int = 2) -> Path:
+def make_wrapper(work: Path, name: str, slow: str, key: str, times: int = 2, threads: int | None = None) -> Path:
     hook = work / "hook"
     hook.mkdir(parents=True, exist_ok=True)
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
     path = work / f"env-{name}"
     lines = ["#!/bin/sh"]
+    if slow or threads:
+        lines.append(f"export PYTHONPATH={hook}${{PYTHONPATH:+:$PYTHONPATH}}")
     if slow:
-        lines += [
-            f"export PYTHONPATH={hook}${{PYTHONPATH:+:$PYTHONPATH}}",
-            f"export MPSUP_SLOW_OP={slow}",
-            f"export MPSUP_SLOW_KEY={key}",
-        ]
-        lines.append(f"export MPSUP_SLOW_TIMES={times}")
+        lines += [f"export MPSUP_SLOW_OP={slow}", f"export MPSUP_SLOW_KEY={key}", f"export MPSUP_SLOW_TIMES={times}"]
+    if threads:
+        # The pool is sized at startup from OMP_NUM_THREADS, over what the measuring tool exports.
+        lines += [f"export MPSUP_CAP_THREADS={threads}", f"export OMP_NUM_THREADS={threads}"]
     lines.append(f'exec "{sys.executable}" "$@"')
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o755)
@@ -183,6 +198,7 @@ def summarise(report: dict[str, Any], expect: str) -> list[dict[str, Any]]:
                 "top_speedup": top.get("speedup"),
                 "top_is_expected": bool(expect) and top.get("op") == expect,
                 "ops_called_changed": called,
+                "spread": attr.get("spread"),
             }
         )
     return rows
@@ -235,16 +251,18 @@ def main() -> None:
     results = []
     for case in cases:
         model, slow, expect, extra = CASES[case]
-        cand = make_wrapper(work, case, slow, key, opts.times)
+        cand = make_wrapper(work, case, slow, key, opts.times, THREADS.get(case))
         shape = ["--tokens", str(opts.tokens)] if model == "llama" else ["--resolution", opts.resolution]
         common = ["bench", "--model", str(models[model]), "--device", opts.device, "--no-smoke"]
         common += ["--budget", str(opts.budget), *shape, *extra, *(["--dtype", opts.dtype] if opts.dtype else [])]
-        pair = ["--aa"] if not slow else ["--baseline", str(base), "--candidate", str(cand)]
+        changed = slow or case in THREADS
+        pair = ["--aa"] if not changed else ["--baseline", str(base), "--candidate", str(cand)]
         for rep in range(opts.repeat):
             home = work / f"home-{case}-{rep}"
             bench, took = mpsup([*common, *pair], home)
             report, _ = mpsup(["report", str(bench["path"])], home)
             row = {"case": case, "rep": rep, "wall_s": took, "phases": summarise(report, expect)}
+            row["sentence"] = report.get("sentence")
             if opts.overhead:
                 _, bare = mpsup([*common, *pair, "--no-ops"], home)
                 row["wall_no_ops_s"] = bare
@@ -262,8 +280,16 @@ def main() -> None:
                     f"; ops explain {fmt(p['explained_change'], '.0%')} of the change; top mover {p['top_op']} "
                     f"{fmt(p['top_share'], '.0%')} ({fmt(p['top_speedup'], '.2f')}x)"
                     + ("" if not expect else " <- the slowed op" if p["top_is_expected"] else f" (expected {expect})")
-                    + (f"; ops called changed: {len(p['ops_called_changed'])}" if not slow else "")
+                    + (f"; ops called changed: {len(p['ops_called_changed'])}" if not changed else "")
+                    + "; "
+                    + (
+                        f"spread over {p['spread']['op_kinds']} op kinds ({p['spread']['low']:.2f}-"
+                        f"{p['spread']['high']:.2f}x)"
+                        if p["spread"]
+                        else "not spread"
+                    )
                 )
+            print(f"  sentence: {row['sentence']}")
     (work / "results.json").write_text(json.dumps(results, indent=1))
     print(f"# all figures: {work / 'results.json'}")
 

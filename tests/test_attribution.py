@@ -130,7 +130,8 @@ def test_the_phase_change_is_laid_at_the_op_that_moved() -> None:
 def test_json_has_exactly_the_issue_shape() -> None:
     doc = analyze(record()).to_json()
     pa = doc["phase_attribution"]["decode"]
-    assert set(pa) == {"coverage", "explained_change", "ops"}
+    assert set(pa) == {"coverage", "explained_change", "ops", "spread"}
+    assert pa["spread"] is None  # attention alone moved: no change every op shares (tests/test_spread.py)
     assert set(pa["coverage"]) == {"baseline", "candidate"}
     assert set(pa["ops"][0]) == {
         "op", "shapes", "dtypes", "count_baseline", "count_candidate", "baseline_s", "candidate_s", "speedup",

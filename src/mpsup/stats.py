@@ -134,6 +134,28 @@ def bootstrap_geomean_ci(
 PRACTICAL_THRESHOLD = 0.03
 
 
+def chi2_sf(x: float, df: int) -> float:
+    """P(X >= x) for X chi-square with `df` degrees of freedom (df >= 1), in closed form: for even df a Poisson
+    tail, for odd df the normal tail plus a finite sum (no incomplete-gamma series, no table)."""
+    if df < 1:
+        raise ValueError(f"chi2_sf: df must be >= 1, not {df}")
+    if not x > 0:
+        return 1.0
+    half = x / 2.0
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for j in range(1, df // 2):
+            term *= half / j
+            total += term
+        return min(1.0, math.exp(-half) * total)
+    total = math.erfc(math.sqrt(half))
+    term = math.sqrt(2 * x / math.pi) * math.exp(-half)  # (x/2)^(1/2) e^(-x/2) / Gamma(3/2)
+    for j in range(1, (df - 1) // 2 + 1):
+        total += term
+        term *= x / (2 * j + 1)
+    return min(1.0, total)
+
+
 def classify_change(ci: Interval, threshold: float = PRACTICAL_THRESHOLD) -> str:
     """'faster', 'slower' or 'same' for a speedup interval (baseline time / candidate time).
 

@@ -15,11 +15,19 @@ from typing import Any, Protocol
 
 from mpsup.model.op_replay import GROUP_KIND, OP_PART, call_key, is_view
 from mpsup.model.phases import phase_of
-from mpsup.stats import Interval, finite_or_none
+from mpsup.stats import PRACTICAL_THRESHOLD, Interval, chi2_sf, classify_change, finite_or_none
 
 # A phase whose share of the change is explained by ops summing to less than this is said to be unexplained by
 # any one op: report --upstream then times the phase itself.
 HALF = 0.5
+
+# Whether a change is spread over the op kinds alike (spread_of): at least this many kinds with an interval
+# each, since two kinds alike are as likely one kernel and its neighbour as a cause every call shares; and the
+# level of the heterogeneity test (Cochran's Q against chi-square with kinds - 1 degrees of freedom).
+SPREAD_MIN_KINDS = 3
+SPREAD_ALPHA = 0.05
+# A 95% interval is this many standard errors either side of its estimate (normal, on the log scale).
+Z95 = 1.959963984540054
 
 
 class _Change(Protocol):
@@ -87,10 +95,12 @@ class PhaseAttribution:
     not_timed: tuple[str, ...] = ()  # op workloads of this phase without a time in both environments
 
     def to_json(self) -> dict[str, Any]:
+        spread = self.spread
         return {
             "coverage": {"baseline": self.coverage_baseline, "candidate": self.coverage_candidate},
             "explained_change": self.explained_change,
             "ops": [o.to_json() for o in self.ops],
+            "spread": spread.to_json() if spread else None,
         }
 
     def remainder_json(self) -> dict[str, Any]:
@@ -110,6 +120,11 @@ class PhaseAttribution:
     def together(self) -> OpShare | None:
         """The line of the phase's other calls, replayed together, if the run timed one."""
         return next((o for o in self.ops if o.together), None)
+
+    @property
+    def spread(self) -> Spread | None:
+        """The op kinds' common move where the change is spread over them alike (spread_of), else None."""
+        return spread_of(self)
 
     @property
     def top_explains_half(self) -> bool:
@@ -273,3 +288,96 @@ def grouped_views(attr: PhaseAttribution, least: float = 0.05) -> tuple[list[OpS
     if len(views) > 1 and small_change and small_time:
         return [o for o in attr.ops if not o.view], views
     return list(attr.ops), []
+
+
+@dataclass(frozen=True)
+class KindRatio:
+    """One op kind's speedup over all its timed calls: their logs averaged by each call's time in the phase, with
+    a standard error from their 95% intervals (each call's rounds are its own, so the calls are independent)."""
+
+    op: str
+    log_speedup: float
+    se: float
+
+    @property
+    def interval(self) -> Interval:
+        half = Z95 * self.se
+        return Interval(
+            math.exp(self.log_speedup), math.exp(self.log_speedup - half), math.exp(self.log_speedup + half)
+        )
+
+
+def kind_ratios(attr: PhaseAttribution) -> list[KindRatio]:
+    """Each op kind of the phase (op_classes) with at least one call that has a bounded interval and a time in
+    the phase. Views are left out: they launch no kernel, so a change in what kernels share never reaches them."""
+    out = []
+    for cls in op_classes(attr):
+        weighted = []
+        for c in cls.calls:
+            sp = c.speedup
+            weight = c.baseline_s or c.candidate_s  # an op only the candidate calls weighs by its own time there
+            if c.view or sp is None or not sp.bounded or not 0 < sp.low <= sp.estimate <= sp.high or not weight:
+                continue
+            se = (math.log(sp.high) - math.log(sp.low)) / (2 * Z95)
+            weighted.append((weight, math.log(sp.estimate), se))
+        total = sum(w for w, _, _ in weighted)
+        if weighted and total > 0:
+            log_speedup = sum(w * y for w, y, _ in weighted) / total
+            se = math.sqrt(sum((w * e) ** 2 for w, _, e in weighted)) / total
+            out.append(KindRatio(cls.op, log_speedup, se))
+    return out
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A phase's change that every op kind took alike: how many kinds, and the lowest and highest of their
+    speedups (estimates)."""
+
+    op_kinds: int
+    low: float
+    high: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high}
+
+
+def heterogeneity_p(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) -> float:
+    """Cochran's Q over the kinds' log speedups, each kind's variance widened by log(1 + tolerance) squared (a
+    between-kind spread that small is no difference, as the practical threshold is no change), against
+    chi-square with kinds - 1 degrees of freedom: the chance of kinds this far apart were they alike."""
+    tau2 = math.log1p(tolerance) ** 2
+    weights = [1.0 / (k.se**2 + tau2) for k in kinds]
+    mean = sum(w * k.log_speedup for w, k in zip(weights, kinds, strict=True)) / sum(weights)
+    q = sum(w * (k.log_speedup - mean) ** 2 for w, k in zip(weights, kinds, strict=True))
+    return chi2_sf(q, len(kinds) - 1)
+
+
+def common_band(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) -> bool:
+    """Whether one speedup lies inside every kind's 95% interval, each widened by the tolerance as in
+    heterogeneity_p: Q adds its evidence over the kinds, so one kind far off beside several that agree can pass
+    it on few degrees of freedom where that kind's interval misses all the others'."""
+    tau2 = math.log1p(tolerance) ** 2
+    halves = [Z95 * math.sqrt(k.se**2 + tau2) for k in kinds]
+    return max(k.log_speedup - h for k, h in zip(kinds, halves, strict=True)) <= min(
+        k.log_speedup + h for k, h in zip(kinds, halves, strict=True)
+    )
+
+
+def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> Spread | None:
+    """The change spread over the op kinds alike, or None. Alike means: at least SPREAD_MIN_KINDS kinds with an
+    interval; every one of them called changed in the phase's direction (its interval clear of 1x and its
+    estimate past the practical threshold), so a kind that did not move vetoes it; no heterogeneity beyond the
+    threshold (heterogeneity_p at least SPREAD_ALPHA); and a common band (common_band). One kind at 0.5x beside
+    others at 0.91x fails the last two; one at 0.08x beside others at 1x fails the second."""
+    if not attr.change_s:
+        return None
+    kinds = kind_ratios(attr)
+    if len(kinds) < SPREAD_MIN_KINDS:
+        return None
+    direction = "slower" if attr.change_s > 0 else "faster"
+    if any(classify_change(k.interval, threshold) != direction for k in kinds):
+        return None
+    if heterogeneity_p(kinds, threshold) < SPREAD_ALPHA or not common_band(kinds, threshold):
+        return None
+    speeds = [math.exp(k.log_speedup) for k in kinds]
+    return Spread(len(kinds), min(speeds), max(speeds))

@@ -3,8 +3,10 @@
 Where the phase's attribution names an op holding at least half of its change, the script times the top
 mover(s) with the census's exact call (shapes, strides, dtypes, the non-tensor arguments), in PyTorch's own
 idiom: `torch.utils.benchmark.Timer` with the device synchronised in the statement, `blocked_autorange`, and
-a `Compare` table of the saved measurements of each build. Where none does, it times the phase itself with the
-measured environment's transformers or diffusers, random weights from the record's config, and says why.
+a `Compare` table of the saved measurements of each build. Where none does, or the change is spread over the op
+kinds alike (attribution.spread_of: one kernel would be the wrong lead), it times the phase itself with the
+measured environment's transformers or diffusers, random weights from the model's config.json given when it
+runs, and says why; where the record cannot rebuild the phase, the top op's calls.
 Either way it runs itself in several fresh processes and prints their spread: a difference smaller than one
 process differs from the next is no evidence. No mpsup import; every value from the record is checked before
 it becomes code (names against a strict pattern, numbers as numbers, text as a Python literal)."""
@@ -18,7 +20,7 @@ from typing import Any
 
 from mpsup.report.analysis import Analysis
 from mpsup.report.attribution import OpShare, PhaseAttribution, op_classes
-from mpsup.report.repro import PICK_DEVICE
+from mpsup.report.repro import PICK_DEVICE, torch_dtype
 from mpsup.units import fmt_interval
 
 _OVERLOAD = re.compile(r"aten\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+")
@@ -281,59 +283,133 @@ if __name__ == "__main__":
 """
 
 
+# A count from the record that becomes code: a positive int no larger than this, else no script.
+_MAX_COUNT = 1 << 20
+TEXT_TOKENS = 77  # the prompt embedding's length a UNet step sees, as the measuring worker makes it
+
+
+def _count(v: Any) -> int | None:
+    return v if type(v) is int and 0 < v <= _MAX_COUNT else None
+
+
+def _phase_info(w: dict[str, Any], key: str) -> Any:
+    """What the measuring worker said of the phase it built (a latent's shape, the VAE's factor), from either side."""
+    for env in (w.get("envs") or {}).values():
+        info = env.get("phase") if isinstance(env, dict) else None
+        if isinstance(info, dict) and info.get(key) is not None:
+            return info[key]
+    return None
+
+
+def _dims(text: Any) -> list[int] | None:
+    if not isinstance(text, str) or not re.fullmatch(r"[0-9]{1,7}(x[0-9]{1,7}){1,5}", text):
+        return None
+    dims = [int(d) for d in text.split("x")]
+    return dims if all(_count(d) for d in dims) else None
+
+
 def _phase_builder(w: dict[str, Any]) -> tuple[str, str] | None:
-    """The phase itself as the measured environment's library builds it from the record's config, or None."""
+    """The phase itself as the measured environment's library builds it from the model's config.json (read when
+    the script runs), in the phase's dtype, as the measuring worker calls it; or None."""
     config = w.get("config")
     if not isinstance(config, dict):
         return None
+    dtype = torch_dtype(str(w.get("dtype") or "fp32"))
     phase = w.get("phase")
     if w.get("library") == "transformers" and phase in ("prefill", "decode", "forward"):
-        tokens = w.get("tokens")
-        cache = w.get("cache") or tokens
-        if type(tokens) is not int or type(cache) is not int or not (0 < tokens <= 1 << 20 and 0 < cache <= 1 << 20):
+        return _transformers_builder(w, str(phase), dtype)
+    cls = config.get("_class_name")
+    if w.get("library") != "diffusers" or not isinstance(cls, str) or not _NAME.fullmatch(cls):
+        return None
+    head = [
+        "    import diffusers",
+        f"    model = diffusers.{cls}.from_config(load_config()).to(device=device, dtype=torch.{dtype}).eval()"
+        "  # random weights",
+        f"    def rand(*shape):\n        return torch.randn(shape).to(device=device, dtype=torch.{dtype})",
+    ]
+    if phase == "step":
+        latent = _dims(_phase_info(w, "latent"))
+        cross = config.get("cross_attention_dim")
+        context = cross if _count(cross) else 768  # what the worker takes where the config gives none or a list
+        if latent is None:
             return None
-        auto = "AutoModelForCausalLM" if w.get("causal") else "AutoModel"
-        body = [
-            "    import transformers",
-            "    config = transformers.AutoConfig.for_model(**load_config())",
-            f"    model = transformers.{auto}.from_config(config).to(device).eval()  # random weights",
-            "    vocab = config.vocab_size",
+        body = [*head, f"    sample = rand{tuple(latent)!r}", f"    context = rand(1, {TEXT_TOKENS}, {context})"]
+        extra = ""
+        if config.get("addition_embed_type") == "text_time":  # SDXL: pooled text and size conditioning
+            time_dim = _count(config.get("addition_time_embed_dim")) or 256
+            pooled = (_count(config.get("projection_class_embeddings_input_dim")) or 2816) - 6 * time_dim
+            if pooled <= 0:
+                return None
+            body.append(f'    cond = {{"text_embeds": rand(1, {pooled}), "time_ids": rand(1, 6)}}')
+            extra = ", added_cond_kwargs=cond"
+        body += [
+            "    timestep = torch.tensor([500], device=device)",
+            f"    return lambda: model(sample, timestep, encoder_hidden_states=context{extra})",
         ]
-        if phase == "decode":
-            body += [
-                f"    kv = model(input_ids=torch.randint(0, vocab, (1, {cache}), device=device), use_cache=True)"
-                ".past_key_values",
-                "    one = torch.randint(0, vocab, (1, 1), device=device)",
-                "    def step():",
-                "        model(input_ids=one, past_key_values=kv, use_cache=True)",
-                "        kv.crop(-1)  # every call sees the same cache length",
-                "    return step",
-            ]
-            what = f"one decode step on a {cache}-token cache"
-        else:
-            body += [
-                f"    ids = torch.randint(0, vocab, (1, {tokens}), device=device)",
-                "    return lambda: model(input_ids=ids)",
-            ]
-            what = f"a {tokens}-token {phase}"
-        return what, "def build_0(device):\n" + "\n".join(body) + "\n"
-    if w.get("library") == "diffusers" and phase in ("vae_decode", "vae_encode"):
-        latent = str(next((e.get("phase") or {}).get("latent") for e in (w.get("envs") or {}).values()) or "")
-        resolution = w.get("resolution")
-        dims = [int(d) for d in latent.split("x") if d.isdigit()] if re.fullmatch(r"[0-9x]{1,60}", latent) else []
-        cls = config.get("_class_name")
-        if not dims or not isinstance(cls, str) or not _NAME.fullmatch(cls) or not isinstance(resolution, list):
+        what = f"{cls} denoising step on a {'x'.join(map(str, latent))} latent ({dtype})"
+    elif phase == "vae_decode":
+        latent = _dims(_phase_info(w, "latent"))
+        if latent is None:
             return None
-        body = [
-            "    import diffusers",
-            f"    vae = diffusers.{cls}.from_config(load_config()).to(device).eval()  # random weights",
+        body = [*head, f"    z = rand{tuple(latent)!r}", "    return lambda: model.decode(z)"]
+        what = f"{cls} decode of a {'x'.join(map(str, latent))} latent ({dtype})"
+    elif phase == "vae_encode":
+        image = _encode_image(w, config)
+        if image is None:
+            return None
+        body = [*head, f"    image = rand{tuple(image)!r}", "    return lambda: model.encode(image)"]
+        what = f"{cls} encode of a {'x'.join(map(str, image))} image ({dtype})"
+    else:
+        return None
+    return what, "def build_0(device):\n" + "\n".join(body) + "\n"
+
+
+def _transformers_builder(w: dict[str, Any], phase: str, dtype: str) -> tuple[str, str] | None:
+    tokens = _count(w.get("tokens"))
+    cache = _count(w.get("cache") or tokens)
+    if tokens is None or cache is None:
+        return None
+    auto = "AutoModelForCausalLM" if w.get("causal") else "AutoModel"
+    body = [
+        "    import transformers",
+        "    config = transformers.AutoConfig.for_model(**load_config())",
+        f"    model = transformers.{auto}.from_config(config).to(device=device, dtype=torch.{dtype}).eval()"
+        "  # random weights",
+        "    vocab = config.vocab_size",
+    ]
+    if phase == "decode":
+        body += [
+            f"    kv = model(input_ids=torch.randint(0, vocab, (1, {cache}), device=device), use_cache=True)"
+            ".past_key_values",
+            "    one = torch.randint(0, vocab, (1, 1), device=device)",
+            "    def step():",
+            "        model(input_ids=one, past_key_values=kv, use_cache=True)",
+            "        kv.crop(-1)  # every call sees the same cache length",
+            "    return step",
         ]
-        if phase == "vae_decode":
-            body += [f"    z = torch.randn({tuple(dims)!r}, device=device)", "    return lambda: vae.decode(z)"]
-        else:
-            return None
-        return f"{cls} decode of a {latent} latent", "def build_0(device):\n" + "\n".join(body) + "\n"
-    return None
+        what = f"one decode step on a {cache}-token cache ({dtype})"
+    else:
+        body += [
+            f"    ids = torch.randint(0, vocab, (1, {tokens}), device=device)",
+            "    return lambda: model(input_ids=ids)",
+        ]
+        what = f"a {tokens}-token {phase} ({dtype})"
+    return what, "def build_0(device):\n" + "\n".join(body) + "\n"
+
+
+def _encode_image(w: dict[str, Any], config: dict[str, Any]) -> list[int] | None:
+    """The image a VAE's encode took: the latent's size times the VAE's factor (a video's frames as the worker
+    counted them), the config's input channels (a patchified VAE's before patchifying)."""
+    latent, factor = _dims(_phase_info(w, "latent")), _count(_phase_info(w, "factor"))
+    if latent is None or factor is None or len(latent) not in (4, 5):
+        return None
+    channels = _count(config.get("in_channels")) or 3
+    patch = _count(config.get("patch_size"))
+    if patch and patch > 1 and channels % (patch * patch) == 0:
+        channels //= patch * patch
+    frames = [_count(_phase_info(w, "frames")) or 1] if len(latent) == 5 else []
+    image = [1, channels, *frames, latent[-2] * factor, latent[-1] * factor]
+    return image if all(_count(d) for d in image) else None
 
 
 def _table(attr: PhaseAttribution, rows: int = 8) -> list[str]:
@@ -377,42 +453,36 @@ def _pct(x: float | None) -> str:
 
 
 def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, device: str) -> PhaseRepro | None:
-    """The repro for a regressed whole-model phase, or None (not a phase, or nothing usable in the record)."""
+    """The repro for a regressed whole-model phase: its top mover(s) where one op carries half of the change; the
+    phase itself where none does, or where the change is spread over the op kinds alike; the top op's calls where
+    the phase cannot be rebuilt. None for what is no phase, a compiled one, or a record that allows nothing."""
     w = next((x for x in record.get("workloads", []) if x.get("name") == workload), None)
     # A compiled phase runs kernels the eager ops and the eager phase do not: neither would repro it.
     if w is None or w.get("part") != "phase" or w.get("compile"):
         return None
     attr = next((a for a in analysis.attribution.values() if a.workload == workload), None)
     table = _table(attr) if attr is not None else []
-    movers: list[OpShare] = []
-    if attr is not None and attr.top_explains_half:
-        # The top op's calls (a kernel change moves all its shapes), then other ops' largest with a fifth or more.
-        classes = op_classes(attr)
-        others = [c.calls[0] for c in classes[1:] if (c.share_of_change or 0) >= MOVER_LEAST]
-        movers = [*classes[0].calls, *others][:MAX_MOVERS]
-    if movers:
-        try:
-            builders = _op_builders(movers)
-        except (NotCode, TypeError, ValueError):
-            builders = ""
-        if builders:
-            names = "; ".join(_label(o) for o in movers)
-            what = (
-                f"the op(s) that carry the {attr.phase if attr else workload} change, as the model calls them: {names}"
-            )
-            script = _fill(what, device, "", builders)
-            return PhaseRepro(what, script, table)
+    classes = op_classes(attr) if attr is not None else []
+    spread = attr.spread if attr is not None else None
+    if attr is not None and attr.top_explains_half and spread is None:
+        movers = _movers(attr)
+        if (ops := _ops_repro(movers, attr.phase, device, table)) is not None:
+            return ops
     phase = _phase_builder(w)
     if phase is None:
-        return None
+        # Nothing rebuilds the phase from its config: its top op, as the model calls it, is still a repro.
+        return _ops_repro(_movers(attr), attr.phase, device, table) if attr is not None and classes else None
     said, builder = phase
-    top = op_classes(attr)[:1] if attr is not None else []
-    share = _pct(top[0].share_of_change) if top else "n/a"
-    why = (
-        f"no op explains half of the change (the largest share is {share})"
-        if attr is not None
-        else "the run replayed no ops (--no-ops)"
-    )
+    share = _pct(classes[0].share_of_change) if classes else "n/a"
+    if spread is not None:
+        why = (
+            f"the change is spread over {spread.op_kinds} op kinds alike ({spread.low:.2f}-{spread.high:.2f}x), "
+            "something every call shares, not one kernel"
+        )
+    elif attr is not None:
+        why = f"no op explains half of the change (the largest share is {share})"
+    else:
+        why = "the run replayed no ops (--no-ops)"
     what = (
         f"the whole {w.get('phase')} phase ({said}, random weights from the model's config.json, "
         f"given with --config): {why}"
@@ -420,6 +490,28 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     lib = str(w.get("library"))
     script = _fill(what, device, f" and {lib}", builder + f"\n\nCASES = [({str(w.get('phase'))!r}, build_0)]\n")
     return PhaseRepro(what, script, table)
+
+
+def _movers(attr: PhaseAttribution) -> list[OpShare]:
+    """The top op's calls (a kernel change moves all its shapes), then other ops' largest with a fifth or more."""
+    classes = op_classes(attr)
+    if not classes:
+        return []
+    others = [c.calls[0] for c in classes[1:] if (c.share_of_change or 0) >= MOVER_LEAST]
+    return [*classes[0].calls, *others][:MAX_MOVERS]
+
+
+def _ops_repro(movers: list[OpShare], phase: str, device: str, table: list[str]) -> PhaseRepro | None:
+    """A script timing these census calls, or None where none can become code."""
+    if not movers:
+        return None
+    try:
+        builders = _op_builders(movers)
+    except (NotCode, TypeError, ValueError):
+        return None
+    names = "; ".join(_label(o) for o in movers)
+    what = f"the op(s) that carry the {phase} change, as the model calls them: {names}"
+    return PhaseRepro(what, _fill(what, device, "", builders), table)
 
 
 def _fill(what: str, device: str, libs: str, builders: str) -> str:

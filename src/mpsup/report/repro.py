@@ -151,7 +151,7 @@ def _pos(params: dict[str, Any], *keys: str) -> list[int] | None:
     return out if len(out) == len(keys) else None
 
 
-def _torch_dtype(name: str) -> str:
+def torch_dtype(name: str) -> str:
     """A torch dtype attribute name, never anything else: the script is code, the record is input."""
     name = DTYPES.get(name, name)
     return name if re.fullmatch(r"(b?float(16|32|64)|float8_e4m3fn|float8_e5m2|u?int(8|16|32|64))", name) else "float32"
@@ -170,7 +170,7 @@ def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
     """A suite or model-layer workload, rebuilt from its params as the worker builds it (worker/ops.py).
     What it says it times is made of numbers and names from fixed lists: the workload's own name is the
     record's text, which the body shows and the script never holds."""
-    kind, dtype = str(w.get("kind")), _torch_dtype(str(w.get("dtype", "fp32")))
+    kind, dtype = str(w.get("kind")), torch_dtype(str(w.get("dtype", "fp32")))
     if kind == "linear" and (dims := _pos(w, "tokens", "in_features", "out_features")):
         t, k, n = dims
         if _fits([t, k], [n, k], [t, n]):
@@ -279,7 +279,7 @@ def census_repro(phase: str, census: dict[str, Any], device: str) -> Repro | Non
     if not found:
         return None
     _, op, a, b, dtype, count = max(found, key=lambda f: f[0])
-    dtype = _torch_dtype(dtype)
+    dtype = torch_dtype(dtype)
     phase = phase if phase in PHASES else "model"  # a name from the fixed list: the script holds no record text
     seen = f"aten.{op} {_dims(a)} @ {_dims(b)}, {dtype}, {count} call(s) per {phase}"
     what = f"the {phase} phase's largest matmul by its op census ({seen}); one op of the phase, not the phase"

@@ -281,8 +281,9 @@ def _versions(record: dict[str, Any], bisect: dict[str, Any] | None, f: _Fields)
 def _regressions(
     analysis: Analysis, record: RunRecord, bisect: dict[str, Any] | None
 ) -> tuple[WorkloadChange, list[WorkloadChange]]:
-    """The workloads called slower, the one to report first: the bisect's target, else the slowest layer or phase
-    (an op replayed from a phase speaks through its phase's attribution); and all of them, slowest first."""
+    """The workloads called slower, the one to report first: the bisect's target, else the slowest phase (a model
+    run whole is about its phases: a layer beside them is one piece of one), else the slowest layer (an op
+    replayed from a phase speaks through its phase's attribution); and all of them, slowest first."""
     slower = sorted(
         (c for c in analysis.workloads if c.change == "slower" and c.speedup),
         key=lambda c: c.speedup.estimate if c.speedup else 1.0,
@@ -293,7 +294,10 @@ def _regressions(
         )
     listed = (bisect or {}).get("targets")
     targets = [str(t) for t in listed] if isinstance(listed, list) else []
-    main = next((c for c in slower if c.name in targets), next((c for c in slower if c.part != "op"), slower[0]))
+    phase = next((c for c in slower if c.part == "phase"), None)
+    main = next(
+        (c for c in slower if c.name in targets), phase or next((c for c in slower if c.part != "op"), slower[0])
+    )
     return main, slower
 
 

@@ -235,6 +235,18 @@ def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
     return "; ".join(parts)
 
 
+def spread_clause(phase: str, attr: PhaseAttribution) -> str | None:
+    """ "the prefill change is spread over 6 op kinds alike (0.52-0.56x): something every call shares (threads,
+    launch, allocation, synchronisation), not one kernel", where attribution.spread_of finds it, else None."""
+    spread = attr.spread
+    if spread is None:
+        return None
+    return (
+        f"the {phase} change is spread over {spread.op_kinds} op kinds alike ({spread.low:.2f}-{spread.high:.2f}x): "
+        "something every call shares (threads, launch, allocation, synchronisation), not one kernel"
+    )
+
+
 def rest_clause(phase: str, attr: PhaseAttribution) -> str | None:
     """ "62% of the decode change is in its 97 other calls, replayed together (mul 20, add 15, ...)", where those
     calls carry a fifth of the change and no op of its own does, else None."""
@@ -250,7 +262,8 @@ def rest_clause(phase: str, attr: PhaseAttribution) -> str | None:
 def mover_sentence(movers: list[tuple[PhaseChange, PhaseAttribution]]) -> str:
     """What the verdict sentence adds for each phase that changed: its top mover(s), or that no op explains it."""
     said = [
-        mover_clause(p.phase, attr)
+        spread_clause(p.phase, attr)
+        or mover_clause(p.phase, attr)
         or rest_clause(p.phase, attr)
         or f"no single op carries a fifth of the {p.phase} change"
         for p, attr in movers
