@@ -14,7 +14,7 @@ from mpsup.model.coverage import census as census_of
 from mpsup.report.aggregate import aggregate, model_speedup, unpaired_ratio
 from mpsup.report.attribution import PhaseAttribution, attribute
 from mpsup.report.changes import NOT_LAYERS, WorkloadChange
-from mpsup.report.energy import EnergyFigures, energy_figures
+from mpsup.report.energy import EnergyFigures, energy_clause, energy_figures
 from mpsup.report.findings import (
     AAFloorNote,
     Call,
@@ -413,6 +413,12 @@ def _with_answers(p: PhaseChange, pn: PhaseNumerics | None, baseline_torch: str)
     return replace(p, accuracy=pn.verdict, accuracy_clause=numerics_clause(pn, baseline_torch)) if pn else p
 
 
+def _with_energy(p: PhaseChange, energy: EnergyFigures | None) -> PhaseChange:
+    """The phase's energy clause joins its sentence, where a meter was read."""
+    clause = energy_clause(energy.model_energy.get(p.phase)) if energy and energy.meter else None
+    return replace(p, clauses=(*p.clauses, clause)) if clause else p
+
+
 def _decide(
     record: RunRecord,
     fig: _Figures,
@@ -521,6 +527,8 @@ def analyze(
     attribution = attribute(record.to_json(), {c.name: c for c in changes}, a, b) if phases else {}
     answers = model_numerics(record.to_json(), {p.phase: p.workload for p in phases}, a, b) if phases else {}
     phases = [_with_answers(p, answers.get(p.phase), _version(record.environments[0])) for p in phases]
+    energy = energy_figures(record, a, b)
+    phases = [_with_energy(p, energy) for p in phases]
     judged = {w.name: judge_numerics(w.extra.get("numerics"), w.name, a, b) for w in record.workloads}
     fig = _figures(record, changes, phases, seed)
     noise = _noise(record)
@@ -557,5 +565,5 @@ def analyze(
         device_time=device_time_semantics(envs[0], envs[1]),
         method=METHOD_UNPAIRED if unpaired else METHOD,
         note_facts=_notes(record, changes, fig, (aa, floors), (by_process, worst_disagreement), held, threshold),
-        energy=energy_figures(record, a, b),
+        energy=energy,
     )
