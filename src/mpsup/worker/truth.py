@@ -67,6 +67,39 @@ def reference_op(name: str, op: Any) -> Any:
     return attention
 
 
+def _grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Any:
+    """torch._grouped_mm by its definition (its kernels take no float64): each group's rows times its matrix."""
+    if mat_a.dim() == 3 and mat_b.dim() == 3:
+        out = torch.bmm(mat_a, mat_b)
+    elif mat_a.dim() == 2 and mat_b.dim() == 3 and offs is not None:
+        out = mat_a.new_zeros(mat_a.shape[0], mat_b.shape[-1])
+        start = 0
+        for g, end in enumerate(int(e) for e in offs.tolist()):
+            out[start:end] = mat_a[start:end] @ mat_b[g]
+            start = end
+    elif mat_a.dim() == 2 and mat_b.dim() == 2 and offs is not None:
+        parts, start = [], 0
+        for end in (int(e) for e in offs.tolist()):
+            parts.append(mat_a[:, start:end] @ mat_b[start:end])
+            start = end
+        out = torch.stack(parts)
+    else:
+        raise NotImplementedError(f"grouped_mm of {mat_a.dim()}-D by {mat_b.dim()}-D has no float64 definition here")
+    return out if bias is None else out + bias
+
+
+_DEFINITIONS: list[Any] = []  # the float64 kernels registered in this process (the reference only)
+
+
+def _define_missing_kernels() -> None:
+    """Kernels the CPU lacks in float64, registered by their definition: this process computes only truths."""
+    if _DEFINITIONS or not hasattr(torch.ops.aten, "_grouped_mm"):
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("_grouped_mm", _grouped_mm, "CPU")
+    _DEFINITIONS.append(lib)
+
+
 def _truth_spec(spec: dict[str, Any], depth: int | None) -> dict[str, Any]:
     """The workload as the reference builds it: a whole model at the builds' depth, never compiled."""
     if spec.get("kind") != "model_phase":
@@ -77,6 +110,7 @@ def _truth_spec(spec: dict[str, Any], depth: int | None) -> dict[str, Any]:
 
 def truth_answer(spec: dict[str, Any], depth: int | None) -> tuple[Any, str]:
     """The workload's answer in float64 on the CPU, and the digest of the values it computed on."""
+    _define_missing_kernels()
     values.TRUTH.reset()
     values.TRUTH.on = True
     try:
