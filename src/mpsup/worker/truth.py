@@ -67,7 +67,9 @@ def reference_op(name: str, op: Any) -> Any:
     return attention
 
 
-def _grouped_mm(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Any:
+def _grouped_mm(
+    mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Any = None, bias: Any = None, out_dtype: Any = None
+) -> Any:
     """torch._grouped_mm by its definition (its kernels take no float64): each group's rows times its matrix."""
     if mat_a.dim() == 3 and mat_b.dim() == 3:
         out = torch.bmm(mat_a, mat_b)
