@@ -115,6 +115,10 @@ def run_case(name: str, args: argparse.Namespace, root: Path) -> tuple[bool, lis
     report = subprocess.run([sys.executable, "-m", "mpsup", "report", "--json"], env=env, capture_output=True,
                             text=True, check=False)  # fmt: skip
     doc = json.loads(report.stdout)
+    if args.out:
+        ops = {w["name"]: w.get("numerics") for w in doc.get("workloads") or [] if w.get("part") == "op"}
+        keep = {"sentence": doc.get("sentence"), "model_numerics": doc.get("model_numerics"), "op_numerics": ops}
+        Path(args.out, f"{name}-{time.monotonic_ns()}.json").write_text(json.dumps(keep, indent=1))
     rows, ok = [], True
     for phase, n in (doc.get("model_numerics") or {}).items():
         sp = (doc.get("model_phases") or {}).get(phase) or {}
@@ -146,6 +150,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each A/A case")
     parser.add_argument("--budget", type=float, default=0.3)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--out", help="a folder: each run's numerics as the report gives them, one file a run")
     parser.add_argument("--small", action="store_true", help="small models (a CPU check of the script itself)")
     args = parser.parse_args()
     if args.small:
