@@ -170,7 +170,7 @@ def main() -> None:
     unknown = [c for c in cases if c not in ("more", "sleep")]
     if unknown:
         sys.exit(f"--cases: unknown case {unknown[0]!r} (known: more, sleep)")
-    common = ["bench", "--model", str(model), "--device", opts.device, "--no-smoke", "--no-ops"]
+    common = ["bench", "--model", str(model), "--device", opts.device, "--no-smoke", "--no-ops", "--no-numerics"]
     common += ["--budget", str(opts.budget), "--tokens", str(opts.tokens), "--dtype", opts.dtype]
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {opts.device} {json.dumps(config)}")
     runs = [("aa", i, ["--aa"]) for i in range(opts.aa)]
