@@ -29,7 +29,8 @@ from statistics import median
 from typing import Any
 
 from mpsup.errors import UserError
-from mpsup.report.analysis import FLOOR_CAP, PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS, analyze
+from mpsup.report.analysis import analyze
+from mpsup.report.floors import FLOOR_CAP, PROCESS_FLOOR_FACTOR, PROCESS_NEIGHBOURS
 from mpsup.runs.schema import as_record
 from mpsup.runs.select import merge_single_runs
 from mpsup.safe_files import DEFAULT_MAX_JSON_BYTES, parse_json, read_bytes_bounded

@@ -7,7 +7,8 @@ import math
 import random
 from pathlib import Path
 
-from mpsup.report.analysis import aa_floors, analyze, matching_aa
+from mpsup.report.analysis import analyze, matching_aa
+from mpsup.report.floors import aa_floors
 from mpsup.report.render import render_markdown, summary_lines
 from mpsup.stats import Interval, benjamini_hochberg, block_ratios, round_ratio_ci, sign_test_p
 from tests.paired_scenarios import Scenario, make_record

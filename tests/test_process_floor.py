@@ -8,7 +8,8 @@ import math
 import random
 from typing import Any
 
-from mpsup.report.analysis import analyze, process_floors
+from mpsup.report.analysis import analyze
+from mpsup.report.floors import process_floors
 from mpsup.runs.schema import as_record
 from tests.synthetic import paired_record
 

@@ -26,7 +26,7 @@ def test_concurrent_saves_keep_every_record(tmp_path: Path):
     # Every record survives, each under its own id, even when the clock and the random suffix collide.
     assert len(paths) == 16
     assert len({load_record(p).id for p in paths}) == 16
-    assert all(load_record(p).schema == "mpsup.run/1.2" for p in paths)
+    assert all(load_record(p).schema == "mpsup.run/1.3" for p in paths)
     assert not list(tmp_path.glob(".*.tmp"))
 
 

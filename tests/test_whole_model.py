@@ -453,7 +453,7 @@ def test_ops_that_fell_back_to_the_cpu_are_recorded() -> None:
             stacklevel=1,
         )
 
-    assert _first_call(forward, lambda: None) == ["aten::_upsample_bicubic2d_aa.out"]
+    assert _first_call(forward, lambda: None) == (["aten::_upsample_bicubic2d_aa.out"], None)
 
 
 # A real C++ TORCH_WARN_ONCE that fires on a CPU (aten's Cross.cpp), standing in for MPSFallback.mm's: one

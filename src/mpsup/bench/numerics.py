@@ -51,6 +51,8 @@ SKIPPED_PARTS = frozenset({"roofline"})
 MAX_ELEMENTS = 1 << 20  # compared per output (worker/outputs.py samples evenly past this)
 DEFAULT_SHARE = 0.25  # of the run's time so far, the most the reference may take
 TRUTH_TIMEOUT_S = 1800.0
+# The least the reference may take: a short run's quarter would not cover one phase of a small model.
+MIN_BUDGET_S = 10.0
 
 
 def _order(w: Workload) -> int:
@@ -161,7 +163,10 @@ def judge(
     if not todo:
         return {}
     progress(NumericsStarted(len(todo)))
-    budget = capture.share * elapsed_s
+    # The reference's start (an interpreter, torch, the user's transformers) is not its work: started first.
+    with contextlib.suppress(Exception):
+        reference.facts()
+    budget = max(capture.share * elapsed_s, MIN_BUDGET_S)
     spent = 0.0
     out: dict[int, dict[str, Any]] = {}
     for i, w in todo:
@@ -216,6 +221,8 @@ def _ask(reference: Reference, w: Workload, kept: dict[str, list[Saved]], entry:
     if not outputs:
         return _not_compared("the float64 reference returned none of the builds' outputs", reference=where)
     doc: dict[str, Any] = {"status": "compared", "reference": where, "outputs": outputs, "digest": digest}
+    if isinstance(ans.get("language"), dict):
+        doc["language"] = ans["language"]
     if ans.get("digest") != digest:
         # The truth computed on other values than the builds: its errors would measure that, not the builds.
         return _not_compared("the float64 reference computed on other values than the builds", reference=where)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -29,9 +29,16 @@ from mpsup.report.findings import (
     UnpairedNote,
     VerdictKind,
 )
+from mpsup.report.floors import (
+    VISIT_MIN_ROUNDS,
+    aa_floors,
+    process_floors,
+)
+from mpsup.report.numerics import PhaseNumerics, WorkloadNumerics, model_numerics
+from mpsup.report.numerics import judge as judge_numerics
 from mpsup.report.phases import PhaseChange, phase_changes, phase_verdict, with_width
 from mpsup.report.verdict import aa_call, layer_call, stack_call
-from mpsup.report.wording import note_text, one_environment, sides_vs, verdict_sentence
+from mpsup.report.wording import note_text, numerics_clause, one_environment, sides_vs, verdict_sentence
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
 from mpsup.stats import (
     METHOD,
@@ -90,6 +97,9 @@ class Analysis:
     census: dict[str, Any] = field(default_factory=dict)  # each phase's op census (baseline), for the HTML
     stacks: dict[str, str] = field(default_factory=dict)  # each side's stack and version, where one is MLX
     attribution: dict[str, PhaseAttribution] = field(default_factory=dict)  # which ops moved each phase
+    # Same answers? Each phase's numerics (its ops ranked) and every compared workload's, by name.
+    model_numerics: dict[str, PhaseNumerics] = field(default_factory=dict)
+    numerics: dict[str, WorkloadNumerics] = field(default_factory=dict)
 
     @property
     def sentence(self) -> str:
@@ -137,9 +147,15 @@ class Analysis:
             "peak_memory_ratio": self.peak_memory_ratio,
             "smoke_changes": self.smoke_changes,
             "conditions": self.noise,
-            "workloads": [w.to_json() for w in self.workloads],
+            # null where the run did not look (a single run, --no-numerics, an older record)
+            "model_numerics": {p.phase: _doc(self.model_numerics.get(p.phase)) for p in self.model_phases} or None,
+            "workloads": [{**w.to_json(), "numerics": _doc(self.numerics.get(w.name))} for w in self.workloads],
             **({"stacks": self.stacks} if self.stacks else {}),
         }
+
+
+def _doc(value: PhaseNumerics | WorkloadNumerics | None) -> dict[str, Any] | None:
+    return value.to_json() if value else None
 
 
 def _peak(env: EnvRun) -> float | None:
@@ -192,10 +208,6 @@ def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
             kind = "changed"
         out.append({"feature": s.feature, "baseline": sa, "candidate": sb, "change": kind})
     return out
-
-
-# A visit needs this many rounds before its median counts as that visit's lean.
-VISIT_MIN_ROUNDS = 3
 
 
 def visits_disagree(change: str, visit_medians: list[float], speedup: float | None = None) -> bool:
@@ -268,63 +280,6 @@ def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
             if names and names <= have:
                 return cand
     return None
-
-
-# No floor above a thousand-fold: beyond it every call is off anyway, and exp() of a hostile record's
-# log-distances (ratios of 1e-300) would overflow.
-FLOOR_CAP = math.log(1000.0)
-
-
-def aa_floors(aa: RunRecord) -> dict[str, float]:
-    """Per workload, how far from 1x an A/A run of the same setup lands: the farther end of its 95%
-    interval. A systematic difference between two worker processes (placement, caches) shows here, and
-    no torch change can be told apart from it in one run."""
-    floors = {}
-    for w in aa.workloads:
-        rs = w.paired_ratios
-        if not rs:
-            continue
-        ci = round_ratio_ci(rs)
-        if ci.bounded:
-            floors[w.name] = min(max(abs(math.log(ci.low)), abs(math.log(ci.high))), FLOOR_CAP)
-    return floors
-
-
-# Workloads of similar duration that pool their evidence about between-process spread, and the factor
-# that turns the median disagreement |d| between two process pairs into a floor: d ~ N(0, 2 s_b^2) for a
-# per-process effect of spread s_b, median |d| = 0.674 * sqrt(2) s_b, and the estimate (both pairs
-# together) carries s_b / sqrt(2); three of those (what ~120 workloads under multiplicity need) is
-# 1.5 * median|d| / 0.674 = 2.2 * median|d|.
-PROCESS_NEIGHBOURS = 15
-PROCESS_FLOOR_FACTOR = 1.5 / 0.6745
-
-
-def process_floors(record: RunRecord, label: str) -> tuple[dict[str, float], float]:
-    """Per workload, a floor (in log units) from the run itself: bench measures each workload with two
-    pairs of fresh worker processes, and how far the pairs disagree on workloads of similar duration
-    shows how much a process's placement (addresses, caches, library state) moves the result; short layers
-    disagree most (docs/explanation/methodology.md). Returns the floors and the largest median disagreement seen."""
-    points: list[tuple[float, float]] = []  # (log baseline time, |log disagreement|)
-    for w in record.workloads:
-        visits = w.ratios_by_visit
-        base = w.env(label).median
-        if len(visits) < 2 or min(len(visits[0]), len(visits[1])) < VISIT_MIN_ROUNDS or not base or base <= 0:
-            continue
-        points.append((math.log(base), abs(math.log(median(visits[0])) - math.log(median(visits[1])))))
-    if len(points) < PROCESS_NEIGHBOURS:
-        return {}, 0.0
-    floors: dict[str, float] = {}
-    worst = 0.0
-    for w in record.workloads:
-        base = w.env(label).median
-        if not base or base <= 0 or not w.ratios:
-            continue
-        here = math.log(base)
-        nearest = sorted(points, key=lambda p: abs(p[0] - here))[:PROCESS_NEIGHBOURS]
-        typical = median(d for _, d in nearest)
-        worst = max(worst, min(typical, FLOOR_CAP))
-        floors[w.name] = min(PROCESS_FLOOR_FACTOR * typical, FLOOR_CAP)
-    return floors, worst
 
 
 def _positive(x: Any) -> float | None:
@@ -450,6 +405,11 @@ def _figures(record: RunRecord, changes: list[WorkloadChange], phases: list[Phas
     )
 
 
+def _with_answers(p: PhaseChange, pn: PhaseNumerics | None, baseline_torch: str) -> PhaseChange:
+    """The phase with its numerics verdict and clause, where the run compared its answers."""
+    return replace(p, accuracy=pn.verdict, accuracy_clause=numerics_clause(pn, baseline_torch)) if pn else p
+
+
 def _decide(
     record: RunRecord,
     fig: _Figures,
@@ -556,6 +516,9 @@ def analyze(
     _settle_times_and_shares(changes)
     phases = with_width(phase_changes(record, {c.name: c for c in changes}, a, b), threshold)
     attribution = attribute(record.to_json(), {c.name: c for c in changes}, a, b) if phases else {}
+    answers = model_numerics(record.to_json(), {p.phase: p.workload for p in phases}, a, b) if phases else {}
+    phases = [_with_answers(p, answers.get(p.phase), _version(record.environments[0])) for p in phases]
+    judged = {w.name: judge_numerics(w.extra.get("numerics"), w.name, a, b) for w in record.workloads}
     fig = _figures(record, changes, phases, seed)
     noise = _noise(record)
     verdict, finding = _decide(record, fig, phases, attribution, changes, noise, threshold)
@@ -580,6 +543,8 @@ def analyze(
         model_phases=phases,
         census=census_of(record.to_json(), a) if phases else {},
         attribution=attribution,
+        model_numerics=answers,
+        numerics={k: v for k, v in judged.items() if v is not None},
         peak_memory_ratio=fig.memory,
         smoke_changes=_smoke_changes(record, a, b),
         noise=noise,

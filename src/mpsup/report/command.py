@@ -241,4 +241,6 @@ def _exit_code(analyses: tuple[Analysis, ...]) -> int:
     verdicts = {a.verdict for a in analyses}
     if "regression" in verdicts:
         return 1
-    return 3 if "inconclusive" in verdicts else 0
+    # A phase whose answers were to be judged and could not be: whether it still computes the same is unknown.
+    unjudged = any(pn.verdict == "not compared" for a in analyses for pn in a.model_numerics.values())
+    return 3 if "inconclusive" in verdicts or unjudged else 0

@@ -40,6 +40,15 @@ class PhaseChange:
     # Called "same" with an interval wider than twice the threshold: it could not have seen a change, so
     # every surface says "too wide to tell", not "no measurable change" (set by with_width).
     too_wide: bool = False
+    # Same answers? The phase's numerics verdict (report/numerics.py) and its clause (wording.numerics_clause);
+    # other clauses of the phase's one sentence (energy) follow it.
+    accuracy: str | None = None
+    accuracy_clause: str | None = None
+    clauses: tuple[str, ...] = ()
+
+    @property
+    def worse_answers(self) -> bool:
+        return self.accuracy in WORSE_ANSWERS
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -67,7 +76,16 @@ class PhaseChange:
         iv = self.speedup
         scaled = f", from {self.scaled_from} blocks" if self.scaled_from else ""
         words = "too wide to tell" if self.too_wide else CHANGE_WORDS[self.change]
-        return f"{self.phase} {iv.estimate:.2f}x (95% CI {iv.low:.2f}-{iv.high:.2f}x{scaled}), {words}"
+        text = f"{self.phase} {iv.estimate:.2f}x (95% CI {iv.low:.2f}-{iv.high:.2f}x{scaled}), {words}"
+        if self.accuracy_clause:
+            # Faster but worse answers is a regression: the sentence says "but".
+            joint = " but " if self.worse_answers and self.change == "faster" else ", "
+            text += joint + self.accuracy_clause
+        return text + "".join(f", {c}" for c in self.clauses)
+
+
+# Numerics verdicts that make a phase a regression whatever its speed.
+WORSE_ANSWERS = ("less accurate", "broken")
 
 
 def with_width(phases: list[PhaseChange], threshold: float = PRACTICAL_THRESHOLD) -> list[PhaseChange]:
@@ -129,6 +147,11 @@ def phase_verdict(
         if set(p.fallback) - set(p.fallback_candidate)
     ]
     native = f" {'; '.join(runs_natively)} (it fell back to the CPU before)." if runs_natively else ""
+    worse = [p for p in phases if p.worse_answers]
+    if worse:
+        which = " and ".join(p.phase for p in worse)
+        how = "broken" if any(p.accuracy == "broken" for p in worse) else "less accurate"
+        return "regression", f"Regression: your model's {which} answers are {how} with {vs}: {said}.{native}"
     if kinds <= {"same"} and (noise or wide):
         why = ", ".join(noise) if noise else f"the {' and '.join(p.phase for p in wide)} interval is too wide"
         return "inconclusive", f"Inconclusive: too noisy to tell ({why}); {said}, {vs}.{native}"

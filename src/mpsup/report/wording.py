@@ -23,6 +23,7 @@ from mpsup.report.findings import (
     UnpairedCall,
     UnpairedNote,
 )
+from mpsup.report.numerics import PhaseNumerics
 from mpsup.report.phases import PhaseChange, phase_verdict, stack_sentence
 from mpsup.stats import Interval
 from mpsup.units import fmt_bytes, fmt_interval
@@ -294,3 +295,40 @@ def note_text(note: Note) -> str:
         f"workload(s) need a change beyond their floor (up to {math.expm1(note.highest):.0%}) "
         f"before it is called; one run cannot tell a smaller change there from process placement."
     )
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+
+
+def numerics_clause(pn: PhaseNumerics, baseline_torch: str) -> str:
+    """The phase's answers in a few words: "same accuracy"; "less accurate: linear 1x128x1024,1024x1024 (float32)
+    is 40x further from float64 than in 2.13.0"; "answers not compared (why)"."""
+    n = pn.numerics
+    m = n.main
+    code = f"; the model code differs too ({pn.libraries[0]} vs {pn.libraries[1]})" if pn.libraries else ""
+    if n.verdict == "not compared":
+        return f"answers not compared ({n.reason})"
+    if n.verdict == "identical":
+        return "identical answers" + code
+    if n.verdict == "same accuracy":
+        return "same accuracy" + code
+    top = pn.top_op
+    if n.verdict == "broken" and m is not None:
+        if m.candidate_nonfinite > m.baseline_nonfinite:
+            what = f"{m.candidate_nonfinite} NaN or Inf in its {m.name} where float64 has none"
+        else:
+            what = f"its {m.name} {m.candidate_error:.0%} of their scale from float64" if m.candidate_error else ""
+        who = f"; the first op to break: {top.op} {top.shapes} ({top.dtypes})" if top else ""
+        return f"broken: {what}{who}{code}"
+    ratio = m.ratio if m else None
+    if n.verdict == "more accurate":
+        far = f" ({_times(1 / ratio)} closer to float64 than in {baseline_torch})" if ratio else ""
+        return "more accurate" + far + code
+    if top is not None and top.numerics.main is not None and top.numerics.main.ratio is not None:
+        return (
+            f"less accurate: {top.op} {top.shapes} ({top.dtypes}) is {_times(top.numerics.main.ratio)} further "
+            f"from float64 than in {baseline_torch}{code}"
+        )
+    far = f": {_times(ratio)} further from float64 than in {baseline_torch}" if ratio else ""
+    return "less accurate" + far + code

@@ -27,6 +27,7 @@ from mpsup.runs.fields import (
     _required_text,
     _text,
 )
+from mpsup.runs.numerics_fields import check_numerics
 from mpsup.runs.phase_fields import (  # the census bounds: the report's readers take them from here
     MAX_CENSUS_DIM,  # noqa: F401
     MAX_CENSUS_ELEMENTS,  # noqa: F401
@@ -35,8 +36,9 @@ from mpsup.runs.phase_fields import (  # the census bounds: the report's readers
 )
 from mpsup.stats import usable_ratio
 
-SCHEMA = "mpsup.run/1.2"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
+SCHEMA = "mpsup.run/1.3"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
 # 1.2: needs_metal on a workload's envs entry and a smoke result; census tensors' param; op calls' reuse_bytes
+# 1.3: a workload's numerics (each build's answer against float64); census float inputs' value ranges
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
@@ -271,6 +273,7 @@ class WorkloadRun:
             _number(r, f"{where}.ratios[{i}]", low=-MAX_QUANTITY)  # a ratio <= 0 is skipped, not fatal
         if texts["part"] == "phase":
             check_phase_workload(d, where)
+        check_numerics(d.get("numerics"), f"{where}.numerics")
         envs = {
             label: EnvRun.from_json(env, f"{where}.envs.{label}")
             # A workload skipped before any environment ran it may carry no (or null) envs.

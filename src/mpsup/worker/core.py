@@ -125,3 +125,5 @@ class Built:
     # numerics compares it, since an in-place op's later calls see the inputs it rewrote.
     first_output: Any = None
     has_first_output: bool = False
+    # A language model's prefill: its logits over the prompt and a greedy continuation, compared between builds.
+    extra_answers: Callable[[], dict[str, Any]] | None = None

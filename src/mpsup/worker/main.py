@@ -163,7 +163,9 @@ class Worker:
         try:
             out = built.first_output if built.has_first_output else built.fn()
             self.device.synchronize()
-            described = outputs.save(out, Path(want["path"]), int(want.get("max_elements") or outputs.MAX_ELEMENTS))
+            extra = built.extra_answers() if built.extra_answers is not None else None
+            limit = int(want.get("max_elements") or outputs.MAX_ELEMENTS)
+            described = outputs.save(out, Path(want["path"]), limit, extra)
             result: dict[str, Any] = {"saved": bool(described), "outputs": described}
             if not described:
                 result["reason"] = "the call returns no tensor"

@@ -62,10 +62,19 @@ def describe(name: str, t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def save(out: Any, path: Path, max_elements: int = MAX_ELEMENTS) -> list[dict[str, Any]]:
-    """The call's answer tensors to `path` (atomically: a reader never sees half a file); their descriptions."""
+LANGUAGE = ("logits_rows", "greedy")  # a language model's extra answers, compared between builds only
+
+
+def save(
+    out: Any, path: Path, max_elements: int = MAX_ELEMENTS, extra: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The call's answer tensors to `path` (atomically: a reader never sees half a file), with a language model's
+    extra answers whole (rows of logits, greedy tokens); the descriptions of the call's own."""
     tensors = answer_tensors(out)
     doc = {name: kept(t, max_elements) for name, t in tensors}
+    for name, t in (extra or {}).items():
+        if name in LANGUAGE and isinstance(t, torch.Tensor):
+            doc[name] = t.detach().to("cpu").to(torch.float64 if t.dtype.is_floating_point else torch.int64)
     tmp = path.with_name(path.name + ".part")
     torch.save(doc, tmp)
     os.replace(tmp, path)

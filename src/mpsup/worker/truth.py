@@ -180,4 +180,31 @@ def compare(req: dict[str, Any]) -> dict[str, Any]:
         if name not in sides:
             continue  # an output the builds did not return (an attention kernel's bookkeeping)
         docs.append({"name": name, **compare_output(t, sides[name])})
-    return {"type": "truth", "digest": digest, "outputs": docs}
+    answer: dict[str, Any] = {"type": "truth", "digest": digest, "outputs": docs}
+    language = compare_language(sides)
+    if language is not None:
+        answer["language"] = language
+    return answer
+
+
+def compare_language(sides: dict[str, dict[str, list[torch.Tensor]]]) -> dict[str, Any] | None:
+    """Two builds of a language model against each other: top-1 agreement and mean KL(baseline || candidate) in
+    float64 over the prompt's positions (llama.cpp's `--kl-divergence` figures), and the first of the greedy
+    tokens where the builds' continuations part (None: they agree on every one)."""
+    rows, greedy = sides.get("logits_rows", {}), sides.get("greedy", {})
+    if len(rows) != 2 or len(greedy) != 2:
+        return None
+    (a, b), (ga, gb) = (v[0] for v in rows.values()), (v[0] for v in greedy.values())
+    if a.shape != b.shape or not a.numel():
+        return None
+    pa, log_pa, log_pb = torch.softmax(a, -1), torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+    kl = (pa * (log_pa - log_pb)).sum(-1)
+    n = min(ga.numel(), gb.numel())
+    differ = (ga[:n] != gb[:n]).nonzero()
+    return {
+        "positions": int(a.shape[0]),
+        "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).double().mean()),
+        "kl_mean": float(kl[torch.isfinite(kl)].mean()) if bool(torch.isfinite(kl).any()) else None,
+        "greedy_tokens": n,
+        "greedy_diverges_at": int(differ[0, 0]) if differ.numel() else None,
+    }

@@ -31,6 +31,8 @@ from .device import Device
 
 _NOT_IMPLEMENTED = re.compile(r"operator '([\w:.]+)' is not currently implemented for the MPS device")
 MAX_LAYERS = 10_000
+LANGUAGE_ROWS = 32  # prompt positions whose full logits numerics compares between builds
+GREEDY_TOKENS = 32
 TEXT_TOKENS = 77  # CLIP's context: what a UNet's cross-attention and a pipeline's text encoder see
 
 
@@ -289,7 +291,10 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         info["cache"] = cache
     else:
         run, items = call.forward(tokens, causal), tokens
-    return _finish(run, params, model, info, items, device)
+    built = _finish(run, params, model, info, items, device)
+    if causal and params["phase"] != "decode" and not values.TRUTH.on:
+        built.extra_answers = call.language
+    return built
 
 
 @dataclass
@@ -301,6 +306,7 @@ class _HfCall:
     extra_kw: dict[str, Any]
     vocab: int
     dev: Any
+    prompt: torch.Tensor | None = None
 
     def ids(self, n: int) -> torch.Tensor:
         return values.ints((1, n), torch.int64, self.dev, 0, self.vocab - 1).to(self.dev)
@@ -327,10 +333,25 @@ class _HfCall:
 
         return run
 
+    def language(self) -> dict[str, torch.Tensor]:
+        """What a language model's answers come to, beside the timed phase (numerics, untimed): the logits over
+        up to LANGUAGE_ROWS of the prompt's positions, and a greedy continuation of GREEDY_TOKENS tokens."""
+        prompt = self.prompt
+        with torch.inference_mode(), _no_deprecations():
+            logits = self.model(input_ids=prompt).logits[0]
+            rows = logits[:: max(1, logits.shape[0] // LANGUAGE_ROWS)][:LANGUAGE_ROWS]
+            ids, kv, generated = prompt, None, []
+            for _ in range(GREEDY_TOKENS):
+                out = self.model(input_ids=ids, past_key_values=kv, use_cache=True)
+                kv = out.past_key_values
+                ids = out.logits[:, -1:].argmax(dim=-1)
+                generated.append(ids)
+        return {"logits_rows": rows, "greedy": torch.cat(generated, dim=1)[0]}
+
     def forward(self, tokens: int, causal: bool) -> Callable[[], Any]:
         """A prompt of `tokens` (a causal LM's prefill, with a fresh KV cache), or an encoder's forward."""
         model, extra_kw = self.model, self.extra_kw
-        prompt = self.ids(tokens)
+        prompt = self.prompt = self.ids(tokens)
         kw = {"use_cache": True} if causal else {}
 
         def run() -> Any:

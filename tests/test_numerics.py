@@ -1,0 +1,262 @@
+"""Same answers? (issue 45): each build's answer against a float64 truth computed by the baseline's interpreter.
+
+The rules of report/numerics.py on figures built here, each able to fail when its rule is turned off; then real
+paired CPU runs of a tiny Llama folder: a candidate whose aten::linear computes in bfloat16 (a torch.library
+override, which op replay sees) is less accurate and its linear is named; a candidate whose inputs differ is
+not compared; the baseline against itself is identical."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpsup.report.numerics import (
+    EPS,
+    PhaseNumerics,
+    allowed,
+    judge,
+    judge_output,
+    model_numerics,
+)
+from mpsup.report.phases import PhaseChange, phase_verdict
+from mpsup.report.wording import numerics_clause
+from mpsup.runs.fields import Corrupt
+from mpsup.runs.numerics_fields import check_numerics
+from mpsup.stats import Interval
+from tests.conftest import run_cli
+
+
+def output(eb: float, ec: float, *, dtype: str = "float32", floor: float | None = 0.0, identical: bool = False,
+           nb: int = 0, nc: int = 0) -> dict[str, Any]:  # fmt: skip
+    return {
+        "name": "logits",
+        "dtype": dtype,
+        "elements": 1000,
+        "scale": 1.0,
+        "truth_nonfinite": 0,
+        "errors": {
+            "baseline": {"rmse": eb, "max_abs": 3 * eb, "nonfinite": nb},
+            "candidate": {"rmse": ec, "max_abs": 3 * ec, "nonfinite": nc},
+        },
+        "between": {"rmse": abs(ec - eb), "max_abs": abs(ec - eb), "identical": identical},
+        "floor": floor,
+    }
+
+
+def verdict_of(**kw: Any) -> str:
+    call = judge_output(output(**kw), "baseline", "candidate")
+    assert call is not None
+    return call.verdict
+
+
+def test_identical_answers_are_identical_whatever_the_errors() -> None:
+    assert verdict_of(eb=1e-3, ec=1e-3, identical=True) == "identical"
+
+
+def test_float32_may_be_twice_as_far_from_float64_plus_two_epsilon() -> None:
+    base = 1e-6
+    assert verdict_of(eb=base, ec=1.9 * base) == "same accuracy"
+    assert verdict_of(eb=base, ec=2.0 * base + 3 * EPS["float32"]) == "less accurate"
+    assert verdict_of(eb=2.0 * base + 3 * EPS["float32"], ec=base) == "more accurate"
+
+
+def test_half_types_get_three_times() -> None:
+    base = 0.01
+    assert verdict_of(eb=base, ec=2.5 * base, dtype="float32") == "less accurate"
+    assert verdict_of(eb=base, ec=2.5 * base, dtype="bfloat16") == "same accuracy"
+    assert verdict_of(eb=base, ec=allowed("bfloat16", base) * 1.01, dtype="bfloat16") == "less accurate"
+
+
+def test_a_difference_inside_the_runs_own_floor_is_same_accuracy() -> None:
+    # What one build gives on two visits (a nondeterministic kernel) is no change between builds.
+    assert verdict_of(eb=1e-6, ec=5e-6, floor=1e-5) == "same accuracy"
+    assert verdict_of(eb=1e-6, ec=5e-6, floor=1e-7) == "less accurate"
+
+
+def test_nan_where_the_baseline_had_none_or_a_tenth_of_the_scale_is_broken() -> None:
+    assert verdict_of(eb=1e-6, ec=1e-6, nc=3) == "broken"
+    assert verdict_of(eb=1e-6, ec=1e-6, nb=3, nc=3) == "same accuracy"
+    assert verdict_of(eb=0.01, ec=0.2, dtype="bfloat16") == "broken"
+    assert verdict_of(eb=0.2, ec=0.2, dtype="bfloat16") == "same accuracy"
+
+
+def test_integer_outputs_use_the_exact_match_rate() -> None:
+    doc = {
+        "name": "output0",
+        "dtype": "int64",
+        "errors": {"baseline": {"match": 1.0}, "candidate": {"match": 0.9}},
+        "between": {"match": 0.9, "identical": False},
+        "floor": None,
+    }
+    call = judge_output(doc, "baseline", "candidate")
+    assert call is not None and call.verdict == "less accurate" and not call.is_float
+
+
+def test_the_worst_output_decides_and_not_compared_says_why() -> None:
+    doc = {"status": "compared", "outputs": [output(eb=1e-6, ec=1e-6), output(eb=1e-6, ec=1e-3)]}
+    assert judge(doc, "w", "baseline", "candidate").verdict == "less accurate"  # type: ignore[union-attr]
+    gone = judge({"status": "not_compared", "reason": "values differ"}, "w", "baseline", "candidate")
+    assert gone is not None and gone.verdict == "not compared" and gone.reason == "values differ"
+    assert judge(None, "w", "baseline", "candidate") is None
+
+
+def _record(phase_out: dict[str, Any], op_out: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "workloads": [
+            {"name": "model/prefill", "part": "phase", "numerics": {"status": "compared", "outputs": [phase_out]}},
+            {
+                "name": "model/op/linear/x",
+                "kind": "op_replay",
+                "op": "linear",
+                "shapes": "1x128x1024, 1024x1024",
+                "dtypes": "float32",
+                "op_phases": {"model/prefill": {"baseline": 7, "candidate": 7}},
+                "numerics": {"status": "compared", "outputs": [op_out]},
+            },
+            {
+                "name": "model/op/add/y",
+                "kind": "op_replay",
+                "op": "add",
+                "shapes": "1x128x1024",
+                "dtypes": "float32",
+                "op_phases": {"model/prefill": {"baseline": 9, "candidate": 9}},
+                "numerics": {"status": "compared", "outputs": [output(eb=1e-7, ec=1e-7, identical=True)]},
+            },
+        ]
+    }
+
+
+def test_a_faster_but_less_accurate_phase_is_a_regression_and_names_its_op() -> None:
+    rec = _record(output(eb=1e-6, ec=5e-5), output(eb=1e-7, ec=4e-6))
+    pn = model_numerics(rec, {"prefill": "model/prefill"}, "baseline", "candidate")["prefill"]
+    assert isinstance(pn, PhaseNumerics) and pn.verdict == "less accurate"
+    assert pn.top_op is not None and pn.top_op.op == "linear"
+    clause = numerics_clause(pn, "2.13.0")
+    assert clause == "less accurate: linear 1x128x1024, 1024x1024 (float32) is 40x further from float64 than in 2.13.0"
+    faster = PhaseChange(
+        "prefill", "model/prefill", Interval(1.10, 1.05, 1.15, 24), "faster", 1e-3, 0.9e-3, None,
+        accuracy=pn.verdict, accuracy_clause=clause,
+    )  # fmt: skip
+    verdict, sentence = phase_verdict([faster], [], "torch 2.14.1 vs torch 2.13.0")  # type: ignore[misc]
+    assert verdict == "regression"
+    assert "faster but less accurate: linear" in sentence
+    assert pn.to_json()["ops"][0]["error_ratio"] == pytest.approx(40.0)
+
+
+def test_an_identical_phase_names_no_op_and_stays_a_benefit() -> None:
+    rec = _record(output(eb=1e-6, ec=1e-6, identical=True), output(eb=1e-7, ec=1e-7, identical=True))
+    pn = model_numerics(rec, {"prefill": "model/prefill"}, "baseline", "candidate")["prefill"]
+    assert pn.verdict == "identical" and pn.top_op is None and numerics_clause(pn, "2.13.0") == "identical answers"
+    faster = PhaseChange(
+        "prefill", "model/prefill", Interval(1.10, 1.05, 1.15, 24), "faster", 1e-3, 0.9e-3, None,
+        accuracy=pn.verdict, accuracy_clause="identical answers",
+    )  # fmt: skip
+    assert phase_verdict([faster], [], "x vs y")[0] == "benefit"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"status": "maybe"},
+        {"status": "compared", "outputs": [{"name": "x", "errors": {"baseline": {"rmse": "a lot"}}}]},
+        {"status": "compared", "outputs": [{"name": "x", "floor": float("nan")}]},
+        {"status": "compared", "outputs": [{"name": "x"}] * 65},
+        {"status": "compared", "language": {"top1_agreement": 2.0}},
+    ],
+)
+def test_a_record_s_numerics_is_checked_on_reading(bad: dict[str, Any]) -> None:
+    with pytest.raises(Corrupt):
+        check_numerics(bad, "workloads[0].numerics")
+
+
+# --- real paired runs on this CPU ---
+
+LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+    "torch_dtype": "float32",
+}
+BF16_LINEAR = """import torch
+_lib = torch.library.Library("aten", "IMPL")
+def _linear(x, w, b=None):
+    out = (x.to(torch.bfloat16) @ w.to(torch.bfloat16).t()).to(x.dtype)
+    return out if b is None else out + b
+_lib.impl("linear", _linear, "CPU")
+"""
+
+
+def _candidate(tmp_path: Path, name: str, body: str) -> Path:
+    python = tmp_path / name
+    python.write_text(f'#!/bin/sh\n{body}exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+def _paired_run(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    folder = tmp_path / "llama"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(LLAMA))
+    args = ("bench", "--model", str(folder), "--tokens", "16", "--budget", "0.05", "--no-smoke", "--json", *extra)
+    bench = run_cli(*args)
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    report = run_cli("report", "--json", "--fail-on-regression")
+    doc = json.loads(report.stdout)
+    doc["exit_code"] = report.returncode
+    return doc
+
+
+def test_a_build_whose_linear_computes_in_bf16_is_less_accurate_and_its_linear_is_named(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(BF16_LINEAR)
+    candidate = _candidate(tmp_path, "bf16-linear-python", f'export PYTHONPATH="{hook}"\n')
+    doc = _paired_run(tmp_path, "--candidate", str(candidate))
+    numerics = doc["model_numerics"]
+    for phase in ("prefill", "decode"):
+        assert numerics[phase]["verdict"] == "less accurate", numerics[phase]
+        assert numerics[phase]["error_ratio"] > 10
+        top = numerics[phase]["ops"][0]
+        assert top["op"] == "linear" and top["verdict"] == "less accurate"
+        others = [o for o in numerics[phase]["ops"] if o["op"] != "linear"]
+        assert all(o["verdict"] in ("identical", "same accuracy") for o in others)
+    assert "less accurate: linear" in doc["sentence"]
+    assert doc["verdict"] == "regression" and doc["exit_code"] == 1
+    lang = next(w for w in doc["workloads"] if w["name"] == "model/prefill")["numerics"]
+    assert lang["verdict"] == "less accurate"
+
+
+def test_inputs_that_differ_between_builds_are_not_compared_and_exit_3(tmp_path: Path) -> None:
+    candidate = _candidate(
+        tmp_path, "perturbing-python", "export MPSUP_WORKER_TEST_HOOKS=1 MPSUP_TEST_PERTURB_VALUES=1\n"
+    )
+    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--no-ops")
+    for phase in ("prefill", "decode"):
+        n = doc["model_numerics"][phase]
+        assert n["verdict"] == "not compared" and "different values" in n["reason"]
+    assert "answers not compared" in doc["sentence"]
+    assert doc["exit_code"] == 3
+
+
+def test_the_baseline_against_itself_gives_identical_answers(tmp_path: Path) -> None:
+    doc = _paired_run(tmp_path, "--aa", "--no-ops")
+    for phase in ("prefill", "decode"):
+        n = doc["model_numerics"][phase]
+        assert n["verdict"] == "identical" and n["between_builds"] == 0.0
+        assert n["top1_agreement"] == 1.0 if phase == "prefill" else n["top1_agreement"] is None
+
+
+def test_no_numerics_leaves_the_report_without_them(tmp_path: Path) -> None:
+    doc = _paired_run(tmp_path, "--aa", "--no-ops", "--no-numerics")
+    assert doc["model_numerics"] == {"prefill": None, "decode": None}
