@@ -132,7 +132,10 @@ def reading(out: dict[str, Any], labels: tuple[str, str]) -> dict[str, Any]:
         "floor": out.get("floor"),
         "truth_nonfinite": out.get("truth_nonfinite"),
     }
-    if b is None or c is None:
+    if "match" in base or "match" in cand:  # an integer or boolean output: exact-match rate, out of the ranking
+        row.update(ratio=None, between=None, match=cand.get("match"))
+        row["verdict"] = "identical" if between.get("identical") else "differs"
+    elif b is None or c is None:
         row["verdict"] = "not compared"
     elif between.get("identical"):
         row["verdict"] = "identical"
@@ -147,12 +150,12 @@ def reading(out: dict[str, Any], labels: tuple[str, str]) -> dict[str, Any]:
     return row
 
 
-ORDER = ["identical", "same accuracy", "more accurate", "less accurate", "broken", "not compared"]
+BAD = ("more accurate", "less accurate", "broken", "differs")
 
 
 def worst(rows: list[dict[str, Any]]) -> str:
     seen = {r["verdict"] for r in rows}
-    for v in ("broken", "less accurate", "more accurate", "same accuracy", "identical"):
+    for v in ("broken", "differs", "less accurate", "more accurate", "same accuracy", "identical"):
         if v in seen:
             return v
     return "not compared"
@@ -278,7 +281,10 @@ def print_report(case: str, mn: dict[str, Any] | None) -> list[str]:
             f"  report {phase}: {doc.get('verdict')}; baseline {fmt(doc.get('baseline_error'))}, candidate "
             f"{fmt(doc.get('candidate_error'))}, ratio {fmt(doc.get('error_ratio'), '.1f')}, between "
             f"{fmt(doc.get('between_builds'))}, floor {fmt(doc.get('aa_floor'))}; top op {top.get('op')} "
-            f"{top.get('shapes', '')} ratio {fmt(top.get('error_ratio'), '.1f')}"
+            f"{top.get('shapes', '')} ratio {fmt(top.get('error_ratio'), '.1f')}; top-1 "
+            f"{fmt(doc.get('top1_agreement'), '.1%')}, KL {fmt(doc.get('kl_mean'))}, diverges at "
+            f"{doc.get('greedy_diverges_at')}; weights {doc.get('weights')}"
+            + (f"; {doc.get('reason')}" if doc.get("reason") else "")
         )
         verdict = str(doc.get("verdict") or "").replace("_", " ")
         if case == "aa" or not expect:
@@ -308,6 +314,7 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=LLAMA["vocab_size"], help="its vocab_size")
     ap.add_argument("--extra", default="", help="more mpsup bench options, space-separated")
     opts = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
     cases = [c.strip() for c in opts.cases.split(",") if c.strip() and c.strip() != "none"]
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -357,7 +364,7 @@ def main() -> int:
                         worst_ratio = max(worst_ratio, r["ratio"], 1 / r["ratio"] if r["ratio"] else 0)
                     if r.get("floor") is not None:
                         floors.append(r["floor"])
-            bad = [f"{it['name']} {it['verdict']}" for it in items if it["verdict"] in ORDER[2:5]]
+            bad = [f"{it['name']} {it['verdict']}" for it in items if it["verdict"] in BAD]
             mn = model_numerics(home, record["id"])
             rep = {p: d.get("verdict") for p, d in (mn or {}).items() if isinstance(d, dict)}
             fails += [f"A/A {i + 1}: {b}" for b in bad]

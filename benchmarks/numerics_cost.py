@@ -87,6 +87,7 @@ def main() -> int:
     ap.add_argument("--bound", type=float, default=0.25, help="the largest added share allowed (default 0.25)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/mpsup-numerics-cost"), help="work folder")
     opts = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
     work = opts.out
     work.mkdir(parents=True, exist_ok=True)
     llama = work / "llama"
