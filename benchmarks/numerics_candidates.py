@@ -10,7 +10,7 @@ For each case it runs `mpsup bench --model LLAMA --candidate WRAPPER --tokens 32
 float32 config folder, random weights) in its own MPSUP_HOME, reads the run record's `numerics`, and prints per
 phase and per replayed op: each build's RMSE against float64 (relative to the truth's RMS), their ratio, the
 difference between the builds, the run's own floor, this script's reading of it (the dynamo rule: candidate
-error > 2x baseline's + 8 float32 ulps is less accurate) and, per phase, the replayed op with the largest
+error > 2x baseline's + 2 float32 eps is less accurate, as the report) and, per phase, the replayed op with the largest
 candidate/baseline error ratio. Where `mpsup report --json` has `model_numerics` (the report half), it prints
 that too and checks its verdicts. `--aa N` adds N A/A runs (`--aa`): none may read worse than same accuracy.
 
@@ -53,8 +53,8 @@ CASES: dict[str, tuple[str, ...]] = {
     "norm": ("rsqrt", "mean"),
     "threads": (),
 }
-ULP32 = 2.0**-24  # errors are relative to the truth's RMS: a float32 ulp of it
-RULE_MULT, RULE_ULPS = 2.0, 8.0  # torch._dynamo.utils.same(fp64_ref=...) for float32, plus a few ulps
+EPS32 = 2.0**-23  # errors are relative to the truth's RMS: float32's machine epsilon of it
+RULE_MULT, RULE_EPS = 2.0, 2.0  # torch._dynamo.utils.same(fp64_ref=...) for float32, as report/numerics.py
 BROKEN = 0.1
 
 
@@ -141,9 +141,9 @@ def reading(out: dict[str, Any], labels: tuple[str, str]) -> dict[str, Any]:
         row["verdict"] = "identical"
     elif cand.get("nonfinite", 0) > base.get("nonfinite", 0) or (c > BROKEN and b <= BROKEN):
         row["verdict"] = "broken"
-    elif c > RULE_MULT * b + RULE_ULPS * ULP32 and (row["between"] or 0) > (row["floor"] or 0):
+    elif c > RULE_MULT * b + RULE_EPS * EPS32 and (row["between"] or 0) > (row["floor"] or 0):
         row["verdict"] = "less accurate"
-    elif b > RULE_MULT * c + RULE_ULPS * ULP32 and (row["between"] or 0) > (row["floor"] or 0):
+    elif b > RULE_MULT * c + RULE_EPS * EPS32 and (row["between"] or 0) > (row["floor"] or 0):
         row["verdict"] = "more accurate"
     else:
         row["verdict"] = "same accuracy"
@@ -332,7 +332,7 @@ def main() -> int:
     common = ["bench", "--model", str(model), "--tokens", str(opts.tokens), *opts.extra.split()]
     common += [] if opts.smoke else ["--no-smoke"]
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} load {load()} nproc {os.cpu_count()}")
-    print(f"# model {model}: {json.dumps(size)}; rule: candidate rmse > {RULE_MULT:g}x baseline + {RULE_ULPS:g} ulps")
+    print(f"# model {model}: {json.dumps(size)}; rule: candidate rmse > {RULE_MULT:g}x baseline + {RULE_EPS:g} eps32")
     fails: list[str] = []
     results: dict[str, Any] = {}
     for case in cases:

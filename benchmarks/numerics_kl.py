@@ -68,11 +68,12 @@ def split(text: bytes) -> tuple[bytes, bytes]:
     return text[:cut], text[cut:]
 
 
-def train(save: Path, minutes: float, seq: int, batch: int, lr: float, seed: int) -> dict[str, Any]:
+def train(save: Path, minutes: float, seq: int, batch: int, lr: float, seed: int, threads: int) -> dict[str, Any]:
     import torch
     import transformers
 
     torch.manual_seed(seed)
+    torch.set_num_threads(threads)  # a shared small machine: one thread does not spin against the others
     text_train, text_held = split(corpus())
     data = torch.tensor(list(text_train), dtype=torch.long)
     held = torch.tensor(list(text_held), dtype=torch.long)
@@ -108,7 +109,7 @@ def train(save: Path, minutes: float, seq: int, batch: int, lr: float, seed: int
         opt.step()
         step += 1
         if step % 50 == 0:
-            print(f"  step {step}: train loss {float(loss):.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"  step {step}: train loss {loss.item():.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     after, entropy_after = held_loss()
     model.eval()
     save.mkdir(parents=True, exist_ok=True)
@@ -213,6 +214,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=16, help="training batch")
     ap.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     ap.add_argument("--seed", type=int, default=0, help="training seed")
+    ap.add_argument("--threads", type=int, default=1, help="training threads (default 1)")
     ap.add_argument("--prompt-len", type=int, default=128, help="held-out prompt length in bytes (default 128)")
     ap.add_argument("--new", type=int, default=32, help="greedy tokens (default 32)")
     ap.add_argument("--cases", default="identical,matmul,threads", help="builds beside the baseline")
@@ -228,7 +230,7 @@ def main() -> int:
         ap.error("--save: outside the repository")
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} load {load()} nproc {os.cpu_count()}", flush=True)
     if opts.retrain or not (opts.save / "model.safetensors").is_file():
-        doc = train(opts.save, opts.minutes, opts.seq, opts.batch, opts.lr, opts.seed)
+        doc = train(opts.save, opts.minutes, opts.seq, opts.batch, opts.lr, opts.seed, opts.threads)
     else:
         doc = json.loads((opts.save / "training.json").read_text())
         print(f"# reusing {opts.save} (--retrain to train again)")
