@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,7 +47,19 @@ def load() -> str:
         return "?"
 
 
-def run(args: list[str], home: Path) -> tuple[float, dict[str, Any]]:
+# bench's progress bars on stderr end with each part's elapsed time: "numerics ━━━ 12/12 0:00:10 ..."
+BAR = re.compile(r"^(smoke|workloads|numerics)\s+\S+\s+\d+/\d+\s+(\d+):(\d\d):(\d\d)", re.M)
+
+
+def parts(stderr: str) -> dict[str, float]:
+    """Each progress bar's last elapsed time, seconds."""
+    out: dict[str, float] = {}
+    for m in BAR.finditer(stderr.replace("\r", "\n")):
+        out[m.group(1)] = int(m.group(2)) * 3600 + int(m.group(3)) * 60 + int(m.group(4))
+    return out
+
+
+def run(args: list[str], home: Path) -> tuple[float, dict[str, Any], dict[str, float]]:
     env = {**os.environ, "MPSUP_HOME": str(home), "COLUMNS": "200"}
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "mpsup", *args, "--json"], env=env, capture_output=True, text=True)
@@ -56,7 +69,7 @@ def run(args: list[str], home: Path) -> tuple[float, dict[str, Any]]:
     except json.JSONDecodeError:
         sys.exit(f"mpsup {' '.join(args)} failed ({out.returncode}): {out.stderr[-2000:]}")
     path = doc.get("path") or sorted((home / "runs").glob("*.json"))[-1]
-    return wall, json.loads(Path(path).read_text())
+    return wall, json.loads(Path(path).read_text()), parts(out.stderr)
 
 
 def numerics_figures(record: dict[str, Any]) -> dict[str, Any]:
@@ -107,21 +120,28 @@ def main() -> int:
     for target in chosen:
         walls: dict[str, list[float]] = {"--numerics": [], "--no-numerics": []}
         took: list[float] = []
+        timed: dict[str, list[float]] = {"--numerics": [], "--no-numerics": []}
+        judged: list[float] = []
         print(f"## {target}: bench {' '.join(targets[target])} {' '.join(pair)}")
         for i in range(opts.repeat):
             order = ["--numerics", "--no-numerics"] if i % 2 == 0 else ["--no-numerics", "--numerics"]
             for arm in order:
                 before = load()
-                wall, record = run([*common, *targets[target], arm], work / f"home-{target}-{arm[2:]}-{i}")
+                wall, record, bars = run([*common, *targets[target], arm], work / f"home-{target}-{arm[2:]}-{i}")
+                timed[arm].append(bars.get("workloads", float("nan")))
+                if arm == "--numerics":
+                    judged.append(bars.get("numerics", float("nan")))
                 walls[arm].append(wall)
                 fig = numerics_figures(record)
                 if arm == "--numerics":
                     took.append(fig["took_s"])
                 n_work = sum(1 for w in record.get("workloads") or [] if w.get("status") != "skipped")
                 print(
-                    f"  run {i + 1} {arm:<14} {wall:6.1f} s  {n_work} workloads"
+                    f"  run {i + 1} {arm:<14} {wall:6.1f} s  {n_work} workloads, timed part "
+                    f"{bars.get('workloads', float('nan')):.0f} s"
                     + (
-                        f"; reference {fig['took_s']:.1f} s, {fig['compared']} compared, {fig['not_compared']} not"
+                        f", numerics pass {bars.get('numerics', float('nan')):.0f} s (took_s {fig['took_s']:.1f} s), "
+                        f"{fig['compared']} compared, {fig['not_compared']} not"
                         if arm == "--numerics"
                         else ""
                     )
@@ -134,6 +154,11 @@ def main() -> int:
         share = on / off - 1
         pairs = [a / b - 1 for a, b in zip(walls["--numerics"], walls["--no-numerics"], strict=False)]
         rows.append((target, on, off, share, min(pairs), max(pairs), statistics.median(took)))
+        t_on, t_off = statistics.median(timed["--numerics"]), statistics.median(timed["--no-numerics"])
+        print(
+            f"  {target}: medians: timed part {t_on:.0f} s with numerics, {t_off:.0f} s without; numerics pass "
+            f"{statistics.median(judged):.0f} s, of which the reference's took_s {statistics.median(took):.1f} s"
+        )
         if share > opts.bound:
             fails.append(f"{target}: numerics adds {share:+.0%} (bound {opts.bound:+.0%})")
     print(f"{'target':<8} {'numerics':>9} {'no-numerics':>11} {'added':>7} {'pairs':>15} {'reference took_s':>17}")
