@@ -283,6 +283,9 @@ class PhaseNumerics:
             "greedy_diverges_at": self.greedy_diverges_at,
             "weights": "random" if self.random_weights else "real",
             "model_code": list(self.libraries) if self.libraries else None,
+            # The op that changed the numbers, or null: none of the ops compared alone moved (the change came
+            # from calls replayed only together, or from what the phase carries over, such as a decode's cache).
+            "top_op": self.top_op.to_json() if self.top_op else None,
             "ops": [o.to_json() for o in self.ops],
         }
         return doc
