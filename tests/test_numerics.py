@@ -323,3 +323,45 @@ def test_a_phase_whose_ops_did_not_move_names_no_op_in_json() -> None:
     doc = pn.to_json()
     assert doc["verdict"] == "less accurate" and doc["top_op"] is None and doc["ops"][0]["verdict"] == "identical"
     assert numerics_clause(pn, "2.13.0") == "less accurate: 500x further from float64 than in 2.13.0"
+
+
+# --- bisect --numerics ---
+
+
+def test_a_step_is_bad_where_answers_got_worse_and_good_only_where_all_were_judged() -> None:
+    from mpsup.bisect.logic import BAD, GOOD, INCONCLUSIVE, Figure, classify_numerics
+
+    def fig(accuracy: str | None) -> Figure:
+        return Figure("w", "same", 1.0, 0.99, 1.01, accuracy)
+
+    assert classify_numerics([fig("identical"), fig("less accurate")]) == BAD
+    assert classify_numerics([fig("same accuracy"), fig("broken")]) == BAD
+    assert classify_numerics([fig("identical"), fig("more accurate")]) == GOOD
+    assert classify_numerics([fig("identical"), fig("not compared")]) == INCONCLUSIVE
+    assert classify_numerics([fig(None)]) == INCONCLUSIVE and classify_numerics([]) == INCONCLUSIVE
+
+
+SKEWED_LINEAR = """import torch
+_lib = torch.library.Library("aten", "IMPL")
+def _linear(x, w, b=None):
+    out = torch.matmul(x, w.t())
+    return (out if b is None else out + b) * 1.05
+_lib.impl("linear", _linear, "CPU")
+"""
+
+
+def test_bisect_numerics_finds_the_first_build_whose_answers_got_worse(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SKEWED_LINEAR)
+    envs = [
+        _candidate(tmp_path, f"env{i}", f'export PYTHONPATH="{hook}"\n' if i >= 2 else "") for i in range(4)
+    ]  # 0, 1 good; 2, 3 scale every linear's answer by 1.05 (as fast as the good ones)
+    args = ["bisect", *map(str, envs), "--device", "cpu", "--only", "linear/896x896/t16", "--budget", "0.05"]
+    res = run_cli(*args, "--numerics", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "found" and doc["first_bad"]["index"] == 2 and doc["last_good"]["index"] == 1
+    for step in doc["steps"]:
+        accuracy = {f["accuracy"] for f in step["figures"]}
+        assert accuracy == ({"less accurate"} if step["index"] >= 2 else {"identical"}), step
