@@ -32,6 +32,7 @@ from mpsup.report.common import (
     unmeasured_cell,
 )
 from mpsup.report.energy import energy_lines
+from mpsup.report.numerics import numerics_lines
 from mpsup.units import fmt_time
 
 
@@ -84,7 +85,7 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     # The model's phases first: they are the verdict; the table below is the explanation.
     for p in a.model_phases:
         console.print(phase_line(p, safe))
-    for line in energy_lines(a.energy):
+    for line in numerics_lines(a.model_numerics) + energy_lines(a.energy):
         console.print(safe(line), highlight=False)
     for attr in a.attribution.values():
         _attribution_terminal(attr, console, details=details)
