@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -420,33 +421,31 @@ def test_real_stable_install_beside_this_environment(mpsup_home: Path) -> None:
     assert out.stdout.strip().split("+")[0] == version
 
 
-def test_ctrl_c_during_the_install_leaves_nothing_behind(
-    baseline: Path, indexes, companion_gate: Gate, mpsup_home: Path
-) -> None:
-    """Interrupted while the installer fetches a companion (the index holds that download until the Ctrl-C has
-    been sent), as a terminal's Ctrl-C would."""
-    import signal
-
-    before = _freeze(baseline)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mpsup",
-            "install-rc",
-            "--python",
-            str(baseline),
-            "--index-url",
-            indexes["slow"],
-            "--with",
-            "torchvision",
-            "--yes",
-        ],
+def _start_install(baseline: Path, index: str) -> subprocess.Popen[str]:
+    argv = ["install-rc", "--python", str(baseline), "--index-url", index, "--with", "torchvision", "--yes"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "mpsup", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
+
+
+def test_ctrl_c_during_the_install_leaves_nothing_behind(
+    baseline: Path, indexes, companion_gate: Gate, mpsup_home: Path
+) -> None:
+    """Interrupted while the installer fetches a companion (the index holds that download until the Ctrl-C has
+    been sent), as a terminal's Ctrl-C would."""
+
+    before = _freeze(baseline)
+    # A shell's background job (CI, `pytest &`) starts with SIGINT ignored, and a child inherits that through
+    # exec: a Ctrl-C would then do nothing. A handler set here is reset to the default in the child instead.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = _start_install(baseline, indexes["slow"])
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         # The companion is asked for only in the second install step: the new environment is half built.
         assert companion_gate.arrived.wait(120), "the install never asked for its companion"
