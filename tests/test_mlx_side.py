@@ -18,18 +18,8 @@ from mpsup.errors import UserError
 from mpsup.report.analysis import analyze, matching_aa
 from mpsup.runs.schema import RunRecord
 from tests.conftest import run_cli
+from tests.tiny_models import LLAMA
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-}
 STDLIB = set(sys.stdlib_module_names)
 
 
