@@ -88,7 +88,6 @@ def test_step_lines_say_what_happens() -> None:
 
 
 def test_an_event_the_renderer_does_not_know_is_refused() -> None:
-    @dataclasses.dataclass(frozen=True)
     class Unheard(Event):
         pass
 
