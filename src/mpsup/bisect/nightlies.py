@@ -388,7 +388,7 @@ class Throwaways:
         return None
 
     def _install(self, i: int) -> Path:
-        from mpsup.envs.execute import install_side_by_side
+        from mpsup.envs.execute import Seams, install_side_by_side
         from mpsup.envs.plan import InstallRequest, NothingToDo, plan_install
 
         version = self.versions[i]
@@ -408,7 +408,7 @@ class Throwaways:
         self.progress(Installing(version, str(plan.prefix), plan.wheel.size, plan.installer))
         t0 = time.monotonic()
         # No install progress: the bisect says one line per install instead (the event above).
-        result = install_side_by_side(plan, probe=self._probe)
+        result = install_side_by_side(plan, Seams(probe=self._probe))
         if simple_index.local_path(plan.wheel.url) is None:
             plan.wheel_path.unlink(missing_ok=True)  # the environment holds its contents
         seconds = time.monotonic() - t0
