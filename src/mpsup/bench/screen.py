@@ -19,6 +19,7 @@ from mpsup.bench.guidance import (
     time_lines,
 )
 from mpsup.bench.phase_table import render_phases
+from mpsup.bench.run_view import RunView
 from mpsup.bench.screen_text import name_list, plural, print_lines, print_wrapped
 from mpsup.bench.tables import is_measured, part_tables, smoke_cell, smoke_table, top_workloads
 from mpsup.console import printable, safe
@@ -27,31 +28,7 @@ from mpsup.units import fmt_bytes, fmt_time
 
 # The sections a finished run prints, in order. Each takes the run and the console and prints its
 # part (or nothing): a new section is one function and one entry in these tuples.
-Section = Callable[["RunView", Console], None]
-
-
-@dataclass(frozen=True)
-class RunView:
-    """A finished run as the screen reads it: the typed record, the document it was read from (the figures of
-    bench/figures.py and the phase table read that), and how many workloads the run set out to measure."""
-
-    run: RunRecord
-    doc: Mapping[str, Any]
-    selected: int | None = None
-
-    @property
-    def first(self) -> str:
-        """The first environment's label: a single run's only one, a paired run's baseline."""
-        return self.run.environments[0].label
-
-    @property
-    def paired(self) -> bool:
-        return len(self.run.environments) > 1
-
-    @property
-    def single_suite(self) -> bool:
-        """One environment timing the suite (not a model): the run the roofline and precision lines are about."""
-        return self.run.mode == "single" and self.run.model is None
+Section = Callable[[RunView, Console], None]
 
 
 def render_run(
