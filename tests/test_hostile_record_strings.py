@@ -263,5 +263,6 @@ def test_every_record_string_is_inert_on_every_surface(real_record: dict[str, An
     ops = {"workloads.*.name", "workloads.*.op", "workloads.*.shapes", "workloads.*.dtypes"}
     assert ops <= reached["html"] & reached["markdown"] & reached["upstream"] & reached["report terminal"]
     assert {"smoke.*.feature", "smoke.*.envs.<label>.message"} <= reached["bench screen"]
-    # Only a census's shapes are parsed as they are read (dimensions), so only they can refuse the text.
-    assert refused == ["workloads.*.envs.<label>.phase.census.entries.*.shapes"], refused
+    # Only a census's shapes (parsed as dimensions) and a numerics status (one of two words) are checked as they
+    # are read, so only they can refuse the text.
+    assert refused == ["workloads.*.envs.<label>.phase.census.entries.*.shapes", "workloads.*.numerics.status"], refused
