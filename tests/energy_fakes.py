@@ -216,7 +216,7 @@ class LaggingStepMeter:
     step_s: float = 0.1
     lag_s: float = 0.1
     read_s: float = 0.0026
-    sample_s: float = 0.002
+    sample_s: float = 0.005
     truth: WorkerCpuMeter = field(default_factory=WorkerCpuMeter)
     _history: list[tuple[float, float]] = field(default_factory=list, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
