@@ -220,7 +220,8 @@ def main() -> None:
         if meter.get("name"):
             print(
                 f"  windows {fmt(meter.get('windows_total_s'), '.1f')} s, "
-                f"reads {fmt(meter.get('read_total_s'), '.2f')} s of {took:.0f} s; plans {json.dumps(meter.get('windows'))}"
+                f"reads {fmt(meter.get('read_total_s'), '.2f')} s of {took:.0f} s; "
+                f"plans {json.dumps(meter.get('windows'))}"
             )
             for phase, old in turns(Path(bench["path"]), meter).items():
                 print(f"  {phase} turns (first design): {old}")
