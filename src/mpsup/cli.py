@@ -487,6 +487,10 @@ def bisect(
         bool, typer.Option("--keep-envs", help="--nightlies: keep the installed builds at the end (say where).")
     ] = False,
     allow_cpu_fallback: AllowCpuFallbackOpt = False,
+    numerics: Annotated[
+        bool,
+        typer.Option("--numerics", help="Find the first build whose answers got less accurate against float64."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
@@ -511,6 +515,7 @@ def bisect(
         python=python,
         keep_envs=keep_envs,
         allow_cpu_fallback=allow_cpu_fallback,
+        numerics=numerics,
     )
     raise typer.Exit(run_and_render(request, as_json))
 

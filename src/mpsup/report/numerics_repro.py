@@ -84,6 +84,7 @@ WIDE = [False]
 def make(shape, stride, dtype, where, span):
     """A tensor of this shape, layout and dtype from the stream: floats in the range the model's op saw, integers
     and masks in theirs; in the float64 pass, the same values rounded to dtype, then widened."""
+    # The element count is op_repro's script's too: each script stands alone, so each carries its own.
     if stride is None:
         n = 1
         for d in shape:
