@@ -209,6 +209,13 @@ def bench(
         Path | None,
         typer.Option("--reference", help="The interpreter that computes the float64 truth (default: the baseline's)."),
     ] = None,
+    energy: Annotated[
+        bool,
+        typer.Option(
+            "--energy",
+            help="Read the device's energy meter: paired phases get energy windows after their timed rounds.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -241,6 +248,7 @@ def bench(
         ops=ops,
         numerics=numerics,
         reference=reference,
+        energy=energy,
     )
     raise typer.Exit(run_and_render(request, list_only=list_only, as_json=as_json, details=details))
 

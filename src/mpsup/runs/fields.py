@@ -102,6 +102,24 @@ def check_energy_turns(doc: Any, where: str) -> None:
             _number(j, f"{at}.j.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
 
 
+def check_energy_windows(doc: Any, where: str) -> None:
+    """workloads[i].energy_windows (bench/energy_windows.py): a list, each {env, calls, s, work_s, j: {part: J}}."""
+    if doc is None:
+        return
+    for i, x in enumerate(_list(doc, where, MAX_TURNS)):
+        at = f"{where}[{i}]"
+        win = _obj(x, at)
+        _check(isinstance(win.get("env"), str), f"{at}.env", "a label", win.get("env"))
+        calls = win.get("calls")
+        if not isinstance(calls, int) or isinstance(calls, bool) or not 0 <= calls <= MAX_COUNT:
+            raise Corrupt(f"{at}.calls: expected a whole number in range, found {_kind(calls)}")
+        _number(win.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
+        _number(win.get("work_s"), f"{at}.work_s", high=MAX_SECONDS, optional=False)
+        for part, j in _obj(win.get("j"), f"{at}.j").items():
+            _check(part in ENERGY_PARTS, f"{at}.j", f"parts of {', '.join(ENERGY_PARTS)}", part)
+            _number(j, f"{at}.j.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
+
+
 def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
     """The record's energy_meter: {name: null, why} without a meter; else what it reads and its probe."""
     if doc is None:
@@ -116,7 +134,7 @@ def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
     for k in ("parts", "total_parts", "stamped"):
         for i, part in enumerate(_list(d.get(k), f"{where}.{k}", len(ENERGY_PARTS), optional=True)):
             _check(part in ENERGY_PARTS, f"{where}.{k}[{i}]", f"one of {', '.join(ENERGY_PARTS)}", part)
-    for k in ("read_s", "window_s", "read_total_s"):
+    for k in ("read_s", "window_s", "read_total_s", "windows_total_s"):
         _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
     for k in ("read_count", "skipped_turns"):
         _number(d.get(k), f"{where}.{k}", high=MAX_COUNT)
