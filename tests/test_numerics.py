@@ -365,3 +365,13 @@ def test_bisect_numerics_finds_the_first_build_whose_answers_got_worse(tmp_path:
     for step in doc["steps"]:
         accuracy = {f["accuracy"] for f in step["figures"]}
         assert accuracy == ({"less accurate"} if step["index"] >= 2 else {"identical"}), step
+
+
+def test_a_float64_copy_over_half_the_machine_s_memory_is_not_built() -> None:
+    from mpsup.bench.numerics import too_large
+    from mpsup.workloads import Workload
+
+    w = Workload("model/prefill", "model_phase", "phase", "bf16", {}, memory_bytes=2 * 2**30)
+    assert too_large(w, 64 * 2**30) is None  # 8 GiB of float64 beside 64 GiB
+    why = too_large(w, 12 * 2**30)
+    assert why is not None and "8.0 GiB" in why and "12.0 GiB" in why
