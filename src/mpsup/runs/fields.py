@@ -96,10 +96,15 @@ def check_energy_turns(doc: Any, where: str) -> None:
         number = turn.get("round")
         if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
             raise Corrupt(f"{at}.round: expected a whole number, found {_kind(number)}")
-        for part, j in _obj(turn.get("j"), f"{at}.j").items():
-            _check(part in ENERGY_PARTS, f"{at}.j", f"parts of {', '.join(ENERGY_PARTS)}", part)
-            # A counter read twice can step back by its own rounding: a small negative is a reading, not damage.
-            _number(j, f"{at}.j.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
+        _check_joules(turn.get("j"), f"{at}.j")
+
+
+def _check_joules(doc: Any, where: str) -> None:
+    """{part: joules}: parts of ENERGY_PARTS, each a finite number."""
+    for part, j in _obj(doc, where).items():
+        _check(part in ENERGY_PARTS, where, f"parts of {', '.join(ENERGY_PARTS)}", part)
+        # A counter read twice can step back by its own rounding: a small negative is a reading, not damage.
+        _number(j, f"{where}.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
 
 
 def check_energy_windows(doc: Any, where: str) -> None:
@@ -115,9 +120,7 @@ def check_energy_windows(doc: Any, where: str) -> None:
             raise Corrupt(f"{at}.calls: expected a whole number in range, found {_kind(calls)}")
         _number(win.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
         _number(win.get("work_s"), f"{at}.work_s", high=MAX_SECONDS, optional=False)
-        for part, j in _obj(win.get("j"), f"{at}.j").items():
-            _check(part in ENERGY_PARTS, f"{at}.j", f"parts of {', '.join(ENERGY_PARTS)}", part)
-            _number(j, f"{at}.j.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
+        _check_joules(win.get("j"), f"{at}.j")
 
 
 def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
