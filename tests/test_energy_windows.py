@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +129,10 @@ def test_an_aa_run_reads_1x_from_windows_where_the_turns_read_nothing_useful(tmp
         # A B, B A, ...: six windows a build, the same calls each, every pair one of each build.
         assert [x["env"] for x in wins] == [a, b, b, a] * 3
         assert len({x["calls"] for x in wins}) == 1
-        assert all(x["s"] > x["work_s"] >= WINDOW_STEPS * 0.1 * 0.5 for x in wins)
+        # Sized from a calibration a loaded machine can outrun: each window still spans several counter steps,
+        # and the typical one at least half of those planned.
+        assert all(x["s"] > x["work_s"] >= WINDOW_STEPS * 0.1 * 0.2 for x in wins)
+        assert statistics.median(x["work_s"] for x in wins) >= WINDOW_STEPS * 0.1 * 0.5
         new = window_energy(meter, w, a, b)
         assert new is not None and new["blocks"] == 6 and new["low"] is not None, new
         # The fake's energy is the workers' CPU time, which a shared machine's load moves: an A/A lands near 1x
