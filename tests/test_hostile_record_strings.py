@@ -20,11 +20,9 @@ import re
 import sys
 import typing
 from collections.abc import Iterator
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
-from markdown_it import MarkdownIt
 from rich.console import Console
 
 from mpsup.bench.screen import render_run
@@ -36,6 +34,7 @@ from mpsup.runs import schema
 from mpsup.runs.schema import RunRecord
 from tests.conftest import run_cli
 from tests.pkgindex import slow_linear
+from tests.rendered_page import Page, github
 from tests.tiny_models import write_llama_folder
 
 pytestmark = pytest.mark.slow
@@ -161,39 +160,6 @@ def _hostile(doc: dict[str, Any], paths: list[tuple[Any, ...]]) -> dict[str, Any
 # --- the surfaces ----------------------------------------------------------------------------------------------
 
 
-class _Page(HTMLParser):
-    """A page's tags, comments, link targets and the text outside code."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[str] = []
-        self.comments: list[str] = []
-        self.links: list[str] = []
-        self.live: list[str] = []
-        self._code = 0
-        self.feed(html)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self.links += [v or "" for k, v in attrs if k in ("href", "src", "action", "formaction", "xlink:href")]
-        self._code += tag in ("code", "pre")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._code -= tag in ("code", "pre")
-
-    def handle_comment(self, data: str) -> None:
-        self.comments.append(data)
-
-    def handle_data(self, data: str) -> None:
-        if not self._code:
-            self.live.append(data)
-
-
-def _github(markdown: str) -> _Page:
-    """Markdown as GitHub renders it (CommonMark, tables, raw HTML passed through)."""
-    return _Page(MarkdownIt("commonmark").enable("table").render(markdown))
-
-
 def _surfaces(doc: dict[str, Any]) -> dict[str, str]:
     """Each surface's text for the record; upstream's is absent where the record has no regression to report."""
     record = RunRecord.from_json(doc, "hostile")
@@ -217,7 +183,7 @@ def _problems(surface: str, text: str, clean: str) -> list[str]:
     found = ["an escape sequence"] if "\x1b" in text else []
     if surface in ("report terminal", "bench screen"):
         return found  # rich markup (`[/]`) would have raised
-    page, before = (_Page(text), _Page(clean)) if surface == "html" else (_github(text), _github(clean))
+    page, before = (Page(text), Page(clean)) if surface == "html" else (github(text), github(clean))
     # A code span is how text GitHub would link is kept inert; a changed label may open a section of the page.
     new_tags = set(page.tags) - set(before.tags) - {"code", "details", "summary"}
     if new_tags or page.tags.count("script") or page.tags.count("a") > before.tags.count("a"):

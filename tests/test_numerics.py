@@ -29,6 +29,7 @@ from mpsup.runs.fields import Corrupt
 from mpsup.runs.numerics_fields import check_numerics
 from mpsup.stats import Interval
 from tests.conftest import run_cli
+from tests.tiny_models import LLAMA as TINY_LLAMA
 
 
 def output(eb: float, ec: float, *, dtype: str = "float32", floor: float | None = 0.0, identical: bool = False,
@@ -176,18 +177,8 @@ def test_a_record_s_numerics_is_checked_on_reading(bad: dict[str, Any]) -> None:
 
 # --- real paired runs on this CPU ---
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 256,
-    "torch_dtype": "float32",
-}
+# float32: its error against float64 is a few units of float32, so a bf16 linear stands out by 10^4.
+LLAMA = {**TINY_LLAMA, "torch_dtype": "float32"}
 BF16_LINEAR = """import torch
 _lib = torch.library.Library("aten", "IMPL")
 def _linear(x, w, b=None):

@@ -117,6 +117,6 @@ def start_energy(device: str, idle_s: float = IDLE_S) -> tuple[EnergyTurns, dict
     except MeterError as exc:
         meter.close()
         return EnergyTurns(), {"name": None, "why": f"{meter.info.name} could not be read ({str(exc)[:200]})"}
-    # "pairing": energy per call comes from windows (bench/energy_windows.py); the turns read beside them are raw
-    # data the report no longer pairs (a 100 ms counter cannot attribute a turn of a few ms).
+    # "pairing": energy per call comes from windows (bench/energy_windows.py); the turns read beside them are kept
+    # as raw data and not paired (a 100 ms counter cannot attribute a turn of a few ms).
     return EnergyTurns(meter, cal), {**meter.info.to_json(), **cal.to_json(), "pairing": "windows"}

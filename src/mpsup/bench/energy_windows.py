@@ -1,9 +1,9 @@
 """Energy windows: each build's energy per call, from stretches of its own work long enough for the meter's
 counter, taken apart from the timed rounds.
 
-Why not the turns: NVML's counter moves every 100 ms and publishes up to a step late (an H100 in issue 47's
-run); a worker turn of a few ms to a few hundred ms cannot be told from its neighbours, and that run's A/A
-energy ratios read 0.45x to 5.2x while time read 0.97-1.03x. So after a whole-model phase's timed rounds, both
+Why not the turns: a counter that moves every 100 ms and publishes up to a step late (NVML's) cannot tell a
+worker turn of a few ms to a few hundred ms from its neighbours, so an A/A read that way lands far from 1x
+(docs/evidence/energy_windows.md). So after a whole-model phase's timed rounds, both
 workers still set up and warm, the builds take turns in windows of WINDOW_STEPS counter steps each, in A B B A
 order, PAIRS windows each, and the meter is read only at a window's edges.
 
@@ -36,7 +36,7 @@ PAIRS = 6  # windows per build: a ratio per A-B pair, six for stats.median_ci's 
 # A workload's windows together take at most this long: a slow phase (seconds a call) gets fewer pairs, and
 # under six no interval, rather than minutes of windows.
 MAX_WINDOWS_S = 60.0
-SETTLE_STEPS = 1.0  # NVML published up to a step late on an H100: a step of idle lets the window's tail land
+SETTLE_STEPS = 1.0  # a counter may publish up to a step late: a step of idle lets the window's tail land
 POLL_STEPS = 0.05  # then read this often (of a step) until the counter moves
 MAX_POLL_STEPS = 2.0  # a counter resting at idle (Apple's GPU row reads exactly zero) stops the polling here
 

@@ -149,10 +149,9 @@ def _frame(meter: Mapping[str, Any], w: WorkloadRun, a: str) -> _Frame:
 def workload_energy(meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str) -> dict[str, Any] | None:
     """One workload's figure (the JSON's `model_energy[phase]` or `energy[name]`), or None where not read.
 
-    From its energy windows where it has them. A record that paired energy by windows (`bench --energy` since
-    the windows) gives a workload without windows no figure: its turns, kept in the record, are too short for a
-    counter that moves every 100 ms (docs/explanation/energy.md). An earlier record's turns give the figure they
-    always gave."""
+    From its energy windows where it has them. A record that pairs energy by windows (`pairing: windows`) gives a
+    workload without windows no figure: its turns, kept in the record, are too short for a counter that moves
+    every 100 ms (docs/explanation/energy.md). A record without that key pairs its turns."""
     wins = _windows(w.extra.get("energy_windows"))
     if wins:
         return window_energy(meter, w, a, b, wins)

@@ -30,7 +30,7 @@ EPS = {
     "float8_e4m3fn": 2.0**-3,
     "float8_e5m2": 2.0**-2,
 }
-BROKEN_ERROR = 0.1  # relative RMS error past which an answer is no longer the computation's
+BROKEN_ERROR = 0.1  # relative RMS error past which an answer has stopped being the computation's
 # Worst first: the verdict of several outputs is the worst of theirs.
 SEVERITY: dict[str, int] = {
     "broken": 5,
