@@ -17,7 +17,10 @@ same pair again with --no-ops and prints the two wall times (what replay adds).
 Cases: llama-sdpa (a Llama-shaped folder, attention slowed), llama-norm (its RMSNorm's mean slowed),
 vae-groupnorm (a Diffusers AutoencoderKL, group_norm slowed), llama-aa (no change: the A/A control),
 llama-threads (the candidate capped at one CPU thread, the baseline torch's own: every op kind that runs in
-parallel slows, so the report should say the change is spread over the op kinds, not name the biggest).
+parallel slows, so the report should say the change is spread over the op kinds, not name the biggest),
+llama-mixed (attention at 2x and one linear call in ten computed twice, 1.1x: one kind moved more, so not spread;
+SDPA named), and on CUDA llama-alloc (the caching allocator off) and llama-launch (CUDA_LAUNCH_BLOCKING=1),
+changes every call shares.
 Works on CPU and on CUDA (--device cuda): the hook registers the kernel for the device's dispatch key."""
 
 from __future__ import annotations
@@ -44,6 +47,26 @@ if _cap:
     _set_threads(int(_cap))
     # The worker sets the thread count it was asked for after startup: the cap stays under it.
     torch.set_num_threads = lambda n, _set=_set_threads: _set(min(int(n), int(_cap)))
+
+_often = os.environ.get("MPSUP_OFTEN_OPS", "")
+if _often:
+    import torch
+
+    _lib_often = torch.library.Library("aten", "IMPL")
+    _every = int(os.environ.get("MPSUP_OFTEN_EVERY", "10"))
+    for _name in _often.split(","):
+        _base = getattr(torch.ops.aten, _name).default
+
+        def _now_and_then(*a, _op=_base, _count=[0], **kw):
+            # One call in _every computes twice: about 1.1x for every shape of the op, in the phase and replayed.
+            _count[0] += 1
+            if _count[0] % _every == 0:
+                _op.decompose(*a, **kw)
+            return _op.decompose(*a, **kw)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _lib_often.impl(_name, _now_and_then, os.environ.get("MPSUP_SLOW_KEY", "CPU"))
 
 _which = os.environ.get("MPSUP_SLOW_OP", "")
 if _which:
@@ -105,9 +128,21 @@ CASES: dict[str, tuple[str, str, str, list[str]]] = {
     "vae-groupnorm": ("vae", "group_norm", "group_norm", ["--only", "model/vae/vae_decode"]),
     "llama-aa": ("llama", "", "", []),
     "llama-threads": ("llama", "", "", []),
+    "llama-mixed": ("llama", "scaled_dot_product_attention", "scaled_dot_product_attention", []),
+    "llama-alloc": ("llama", "", "", []),
+    "llama-launch": ("llama", "", "", []),
 }
 # case -> the candidate's CPU threads (a cap under the baseline's own)
 THREADS = {"llama-threads": 1}
+# case -> ops of which one call in ten computes twice (1.1x), beside the slowed op at 2x: one kind moves and the
+# others move less, which must not read as spread
+OFTEN = {"llama-mixed": "linear"}
+TIMES = {"llama-mixed": 2}
+# case -> the candidate's environment (CUDA only): the caching allocator off, and every launch awaited
+ENV = {
+    "llama-alloc": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+    "llama-launch": {"CUDA_LAUNCH_BLOCKING": "1"},
+}
 
 
 def make_models(work: Path, tokens: int, size: dict[str, int], vae_too: bool, weights: bool) -> dict[str, Path]:
@@ -136,16 +171,28 @@ def make_models(work: Path, tokens: int, size: dict[str, int], vae_too: bool, we
     return {"llama": llama, "vae": vae}
 
 
-def make_wrapper(work: Path, name: str, slow: str, key: str, times: int = 2, threads: int | None = None) -> Path:
+def make_wrapper(
+    work: Path,
+    name: str,
+    slow: str,
+    key: str,
+    times: int = 2,
+    threads: int | None = None,
+    often: str = "",
+    env: dict[str, str] | None = None,
+) -> Path:
     hook = work / "hook"
     hook.mkdir(parents=True, exist_ok=True)
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
     path = work / f"env-{name}"
     lines = ["#!/bin/sh"]
-    if slow or threads:
+    if slow or threads or often:
         lines.append(f"export PYTHONPATH={hook}${{PYTHONPATH:+:$PYTHONPATH}}")
     if slow:
         lines += [f"export MPSUP_SLOW_OP={slow}", f"export MPSUP_SLOW_KEY={key}", f"export MPSUP_SLOW_TIMES={times}"]
+    if often:
+        lines += [f"export MPSUP_OFTEN_OPS={often}", f"export MPSUP_SLOW_KEY={key}"]
+    lines += [f"export {k}={v}" for k, v in (env or {}).items()]
     if threads:
         # The pool is sized at startup from OMP_NUM_THREADS, over what the measuring tool exports.
         lines += [f"export MPSUP_CAP_THREADS={threads}", f"export OMP_NUM_THREADS={threads}"]
@@ -251,11 +298,14 @@ def main() -> None:
     results = []
     for case in cases:
         model, slow, expect, extra = CASES[case]
-        cand = make_wrapper(work, case, slow, key, opts.times, THREADS.get(case))
+        if case in ENV and opts.device != "cuda":
+            sys.exit(f"--cases {case}: a CUDA candidate (--device cuda)")
+        times = TIMES.get(case, opts.times)
+        cand = make_wrapper(work, case, slow, key, times, THREADS.get(case), OFTEN.get(case, ""), ENV.get(case))
         shape = ["--tokens", str(opts.tokens)] if model == "llama" else ["--resolution", opts.resolution]
         common = ["bench", "--model", str(models[model]), "--device", opts.device, "--no-smoke"]
         common += ["--budget", str(opts.budget), *shape, *extra, *(["--dtype", opts.dtype] if opts.dtype else [])]
-        changed = slow or case in THREADS
+        changed = slow or case in THREADS or case in ENV
         pair = ["--aa"] if not changed else ["--baseline", str(base), "--candidate", str(cand)]
         for rep in range(opts.repeat):
             home = work / f"home-{case}-{rep}"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mpsup.energy.apple_rows import Rows, classify
-from mpsup.energy.meter import Choice, MeterError, MeterInfo, Reading
+from mpsup.energy.meter import Choice, CounterMeter, MeterError, MeterInfo
 
 # zeus-apple-silicon's AppleEnergyMetrics fields (mJ) -> the IOReport row each one sums.
 ZEUS_FIELDS = {"cpu_total_mj": "CPU Energy", "gpu_mj": "GPU Energy", "dram_mj": "DRAM", "ane_mj": "ANE"}
@@ -36,7 +36,9 @@ def zeus_rows(monitor: Any) -> Callable[[], Rows]:
     return rows
 
 
-class AppleMeter:
+class AppleMeter(CounterMeter):
+    _source = "IOReport"  # its extension raises RuntimeError
+
     def __init__(
         self, rows: Callable[[], Rows], clock: Callable[[], float] = time.perf_counter, main: str = "gpu"
     ) -> None:
@@ -60,18 +62,9 @@ class AppleMeter:
             notes=tuple(notes),
         )
 
-    @property
-    def info(self) -> MeterInfo:
-        return self._info
-
-    def read(self) -> Reading:
-        t0 = self._clock()
-        try:
-            got = classify(self._rows()).joules
-        except Exception as exc:  # the extension raises RuntimeError; any failure ends reading, never the run
-            raise MeterError(f"IOReport read failed: {exc}") from exc
-        t1 = self._clock()
-        return Reading((t0 + t1) / 2, {p: got.get(p, 0.0) for p in self._info.parts})
+    def _joules(self) -> dict[str, float]:
+        got = classify(self._rows()).joules
+        return {p: got.get(p, 0.0) for p in self._info.parts}
 
     def close(self) -> None:
         return None

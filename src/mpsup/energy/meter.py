@@ -7,7 +7,7 @@ and ANE rows on recent macOS), so only a run's total says anything of them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,6 +55,32 @@ class Meter(Protocol):
     def read(self) -> Reading: ...
 
     def close(self) -> None: ...
+
+
+class CounterMeter:
+    """What every meter shares: its info, and a read stamped halfway through `_joules`, whose failure (any of
+    `_failures`) ends reading with one MeterError naming `_source`, never the run."""
+
+    _info: MeterInfo
+    _clock: Callable[[], float]
+    _source = "meter"
+    _failures: tuple[type[BaseException], ...] = (Exception,)
+
+    @property
+    def info(self) -> MeterInfo:
+        return self._info
+
+    def read(self) -> Reading:
+        t0 = self._clock()
+        try:
+            joules = self._joules()
+        except self._failures as exc:
+            raise MeterError(f"{self._source} read failed: {exc}") from exc
+        t1 = self._clock()
+        return Reading((t0 + t1) / 2, joules)
+
+    def _joules(self) -> dict[str, float]:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mpsup.energy.meter import Choice, MeterError, MeterInfo, Reading
+from mpsup.energy.meter import Choice, CounterMeter, MeterInfo
 
 INSTALL = "pip install 'mpsup[energy-nvidia]'"
 
@@ -26,7 +26,9 @@ def nvml_index(environ: dict[str, str] | os._Environ[str] = os.environ) -> int |
     return int(first) if first.isdigit() else None
 
 
-class NvmlMeter:
+class NvmlMeter(CounterMeter):
+    _source = "NVML"
+
     def __init__(self, nvml: Any, handle: Any, name: str, clock: Callable[[], float] = time.perf_counter) -> None:
         self._nvml = nvml
         self._handle = handle
@@ -42,18 +44,8 @@ class NvmlMeter:
             notes=("the host CPU and its memory are left out",),
         )
 
-    @property
-    def info(self) -> MeterInfo:
-        return self._info
-
-    def read(self) -> Reading:
-        t0 = self._clock()
-        try:
-            mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
-        except Exception as exc:
-            raise MeterError(f"NVML read failed: {exc}") from exc
-        t1 = self._clock()
-        return Reading((t0 + t1) / 2, {"gpu": float(mj) / 1000.0})
+    def _joules(self) -> dict[str, float]:
+        return {"gpu": float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) / 1000.0}
 
     def close(self) -> None:
         try:

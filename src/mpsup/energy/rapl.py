@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpsup.energy.meter import Choice, MeterError, MeterInfo, Reading
+from mpsup.energy.meter import Choice, CounterMeter, MeterInfo
 
 POWERCAP = Path("/sys/class/powercap")
 _NAMES = {"core": "cpu", "dram": "dram"}  # subzones counted as parts; uncore (an iGPU) is left inside its package
@@ -59,7 +59,10 @@ def _name(zone: Path) -> str | None:
         return None
 
 
-class RaplMeter:
+class RaplMeter(CounterMeter):
+    _source = "RAPL"
+    _failures = (OSError, ValueError)
+
     def __init__(self, zones: list[_Zone], clock: Callable[[], float] = time.perf_counter) -> None:
         self._zones = zones
         self._clock = clock
@@ -75,20 +78,11 @@ class RaplMeter:
             notes=("a discrete GPU and the rest of the machine are left out",),
         )
 
-    @property
-    def info(self) -> MeterInfo:
-        return self._info
-
-    def read(self) -> Reading:
-        t0 = self._clock()
+    def _joules(self) -> dict[str, float]:
         joules: dict[str, float] = dict.fromkeys(self._info.parts, 0.0)
-        try:
-            for z in self._zones:
-                joules[z.part] += z.read_uj() / 1e6
-        except (OSError, ValueError) as exc:
-            raise MeterError(f"RAPL read failed: {exc}") from exc
-        t1 = self._clock()
-        return Reading((t0 + t1) / 2, joules)
+        for z in self._zones:
+            joules[z.part] += z.read_uj() / 1e6
+        return joules
 
     def close(self) -> None:
         return None

@@ -72,6 +72,16 @@ def _number(doc: Any, where: str, *, low: float = 0.0, high: float = MAX_QUANTIT
     return doc
 
 
+def _whole(doc: Any, where: str, *, high: float = MAX_COUNT, optional: bool = True) -> Any:
+    """A count: a whole number (`true` is none) from 0 to `high`."""
+    if doc is None and optional:
+        return None
+    _check(isinstance(doc, int) and not isinstance(doc, bool), where, "a whole number", doc)
+    if not 0 <= doc <= high:
+        raise Corrupt(f"{where}: {doc} is out of range")
+    return doc
+
+
 # --- energy (bench/energy_turns.py): the meter a run read, and each environment's read turns ---
 
 ENERGY_PARTS = ("package", "cpu", "gpu", "dram", "ane")
@@ -79,24 +89,26 @@ MAX_JOULES = 1e12  # a turn's joules: far above any machine's hour
 MAX_TURNS = 100_000  # read turns of one environment in one workload (warmup, visits and rounds together)
 
 
+def _energy_entries(doc: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+    """Each entry of an energy list with where it is; every entry's `calls`, seconds `s` and joules `j` checked."""
+    out = []
+    for i, x in enumerate(_list(doc, where, MAX_TURNS)):
+        at = f"{where}[{i}]"
+        entry = _obj(x, at)
+        _whole(entry.get("calls"), f"{at}.calls", optional=False)
+        _number(entry.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
+        _check_joules(entry.get("j"), f"{at}.j")
+        out.append((at, entry))
+    return out
+
+
 def check_energy_turns(doc: Any, where: str) -> None:
-    """envs[label].energy: a list of turns, each {warmup, calls, s, j: {part: joules}}."""
+    """envs[label].energy: a list of turns, each {warmup, calls, s, round, j: {part: joules}}."""
     if doc is None:
         return
-    for i, t in enumerate(_list(doc, where, MAX_TURNS)):
-        at = f"{where}[{i}]"
-        turn = _obj(t, at)
+    for at, turn in _energy_entries(doc, where):
         _check(isinstance(turn.get("warmup"), bool), f"{at}.warmup", "true or false", turn.get("warmup"))
-        calls = turn.get("calls")
-        if not isinstance(calls, int) or isinstance(calls, bool):
-            raise Corrupt(f"{at}.calls: expected a whole number, found {_kind(calls)}")
-        if not 0 <= calls <= MAX_COUNT:
-            raise Corrupt(f"{at}.calls: {calls} is out of range")
-        _number(turn.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
-        number = turn.get("round")
-        if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
-            raise Corrupt(f"{at}.round: expected a whole number, found {_kind(number)}")
-        _check_joules(turn.get("j"), f"{at}.j")
+        _whole(turn.get("round"), f"{at}.round", high=MAX_TURNS)
 
 
 def _check_joules(doc: Any, where: str) -> None:
@@ -111,16 +123,9 @@ def check_energy_windows(doc: Any, where: str) -> None:
     """workloads[i].energy_windows (bench/energy_windows.py): a list, each {env, calls, s, work_s, j: {part: J}}."""
     if doc is None:
         return
-    for i, x in enumerate(_list(doc, where, MAX_TURNS)):
-        at = f"{where}[{i}]"
-        win = _obj(x, at)
+    for at, win in _energy_entries(doc, where):
         _check(isinstance(win.get("env"), str), f"{at}.env", "a label", win.get("env"))
-        calls = win.get("calls")
-        if not isinstance(calls, int) or isinstance(calls, bool) or not 0 <= calls <= MAX_COUNT:
-            raise Corrupt(f"{at}.calls: expected a whole number in range, found {_kind(calls)}")
-        _number(win.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
         _number(win.get("work_s"), f"{at}.work_s", high=MAX_SECONDS, optional=False)
-        _check_joules(win.get("j"), f"{at}.j")
 
 
 def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:

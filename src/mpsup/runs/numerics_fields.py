@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpsup.runs.fields import MAX_QUANTITY, MAX_SECONDS, Corrupt, _check, _list, _number, _obj, _text
+from mpsup.runs.fields import MAX_QUANTITY, MAX_SECONDS, Corrupt, _check, _list, _number, _obj, _text, _whole
 
 MAX_OUTPUTS = 64  # a multi-output op returns a handful; a model, one
 MAX_DIMS = 16
@@ -13,20 +13,12 @@ MAX_SIDES = 16
 STATUSES = ("compared", "not_compared")
 
 
-def _whole(doc: Any, where: str) -> None:
-    if doc is None:
-        return
-    _check(isinstance(doc, int) and not isinstance(doc, bool), where, "a whole number", doc)
-    if not 0 <= doc <= MAX_QUANTITY:
-        raise Corrupt(f"{where}: {doc} is out of range")
-
-
 def _errors(doc: Any, where: str) -> None:
     d = _obj(doc, where)
     for key in ("rmse", "max_abs"):
         _number(d.get(key), f"{where}.{key}")
     _number(d.get("match"), f"{where}.match", high=1.0)
-    _whole(d.get("nonfinite"), f"{where}.nonfinite")
+    _whole(d.get("nonfinite"), f"{where}.nonfinite", high=MAX_QUANTITY)
     _text(d.get("mismatch"), f"{where}.mismatch")
     if "identical" in d:
         _check(isinstance(d["identical"], bool), f"{where}.identical", "a boolean", d["identical"])
@@ -37,9 +29,9 @@ def _output(doc: Any, where: str) -> None:
     _text(d.get("name"), f"{where}.name", optional=False)
     _text(d.get("dtype"), f"{where}.dtype")
     for i, dim in enumerate(_list(d.get("shape"), f"{where}.shape", MAX_DIMS, optional=True)):
-        _whole(dim, f"{where}.shape[{i}]")
-    _whole(d.get("elements"), f"{where}.elements")
-    _whole(d.get("truth_nonfinite"), f"{where}.truth_nonfinite")
+        _whole(dim, f"{where}.shape[{i}]", high=MAX_QUANTITY)
+    _whole(d.get("elements"), f"{where}.elements", high=MAX_QUANTITY)
+    _whole(d.get("truth_nonfinite"), f"{where}.truth_nonfinite", high=MAX_QUANTITY)
     _number(d.get("scale"), f"{where}.scale")
     _number(d.get("floor"), f"{where}.floor")
     errors = _obj(d.get("errors"), f"{where}.errors", optional=True)
@@ -71,10 +63,10 @@ def check_numerics(doc: Any, where: str) -> None:
     if len(digests) > MAX_SIDES:
         raise Corrupt(f"{where}.digests: {len(digests)} sides, more than {MAX_SIDES}")
     language = _obj(d.get("language"), f"{where}.language", optional=True)
-    _whole(language.get("positions"), f"{where}.language.positions")
-    _whole(language.get("greedy_tokens"), f"{where}.language.greedy_tokens")
-    _whole(language.get("greedy_diverges_at"), f"{where}.language.greedy_diverges_at")
-    _whole(language.get("kl_nonfinite"), f"{where}.language.kl_nonfinite")
+    _whole(language.get("positions"), f"{where}.language.positions", high=MAX_QUANTITY)
+    _whole(language.get("greedy_tokens"), f"{where}.language.greedy_tokens", high=MAX_QUANTITY)
+    _whole(language.get("greedy_diverges_at"), f"{where}.language.greedy_diverges_at", high=MAX_QUANTITY)
+    _whole(language.get("kl_nonfinite"), f"{where}.language.kl_nonfinite", high=MAX_QUANTITY)
     _number(language.get("top1_agreement"), f"{where}.language.top1_agreement", high=1.0)
     _number(language.get("kl_mean"), f"{where}.language.kl_mean", low=-1e-6)
     for i, out in enumerate(_list(d.get("outputs"), f"{where}.outputs", MAX_OUTPUTS, optional=True)):

@@ -7,7 +7,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mpsup.runs.fields import MAX_COUNT, MAX_SECONDS, Corrupt, _check, _list, _number, _obj, _required_text, _text
+from mpsup.runs.fields import (
+    MAX_COUNT,
+    MAX_SECONDS,
+    Corrupt,
+    _check,
+    _list,
+    _number,
+    _obj,
+    _required_text,
+    _text,
+    _whole,
+)
 
 MAX_FALLBACK_OPS = 1_000
 MAX_CENSUS_ENTRIES = 10_000  # a worker keeps 400 (op, shapes, dtypes) entries per phase
@@ -19,15 +30,6 @@ _PHASE_COUNTS = ("tokens", "cache", "depth", "frames")
 _PHASE_TEXTS = ("phase", "library", "component", "weights", "path")
 _INFO_COUNTS = ("layers", "depth", "tokens", "cache", "logits_kept", "factor", "frames")
 _INFO_TEXTS = ("library", "library_version", "architecture", "attention", "latent")
-
-
-def _whole(doc: Any, where: str, *, high: int = MAX_COUNT, optional: bool = True) -> Any:
-    if doc is None and optional:
-        return None
-    _check(isinstance(doc, int) and not isinstance(doc, bool), where, "a whole number", doc)
-    if not 0 <= doc <= high:
-        raise Corrupt(f"{where}: {doc} is out of range")
-    return doc
 
 
 def _scalars(d: Mapping[str, Any], where: str, counts: tuple[str, ...], texts: tuple[str, ...], flag: str) -> None:
