@@ -89,6 +89,13 @@ class VisitStarted(Event):
 
 
 @dataclass(frozen=True)
+class VisitDone(Event):
+    """A workload's later visit ended, with more planned (a whole-model run's visits, each in fresh processes)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class SecondVisitDone(Event):
     """A workload's second visit ended: all its planned visits are done."""
 
