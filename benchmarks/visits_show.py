@@ -62,7 +62,7 @@ def mpsup_run(args: list[str]) -> tuple[dict[str, Any], float]:
     t0 = time.monotonic()
     bench = json.loads(sh(["mpsup", "bench", *args, "--json"]))
     took = time.monotonic() - t0
-    report = json.loads(sh(["mpsup", "report", bench["id"], "--json"]))
+    report = json.loads(sh(["mpsup", "report", "--run", bench["id"], "--json"]))
     phases = {}
     for name, p in report["model_phases"].items():
         w = next((x for x in report["workloads"] if x["name"] == p.get("workload")), {})
@@ -158,6 +158,34 @@ def table(doc: dict[str, Any]) -> None:
     for k, (ok, n) in passes.items():
         if n:
             print(f"{k}: {ok} of {n} runs pass every phase")
+    sides(doc)
+
+
+def sides(doc: dict[str, Any]) -> None:
+    """Each torch-vs-MLX run's torch side three ways: its rounds' median (each timed call right after the other
+    stack's turn, no block discarded where either side's sample is a second or more), its warmup median
+    (consecutive calls in the same process) and the plain torch median of the iteration's plain process."""
+    home = Path(os.environ.get("MPSUP_HOME", Path.home() / ".mpsup")) / "runs"
+    mlx = [r for r in doc["runs"] if r["kind"] == "mlx"]
+    if not mlx:
+        return
+    print("torch side, ms: rounds median / warmup median / plain (same iteration); MLX likewise")
+    for i, r in enumerate(mlx):
+        path = home / f"{r['id']}.json"
+        if not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        plain = doc["plain"][i] if i < len(doc["plain"]) else None
+        cells = []
+        for w in rec["workloads"]:
+            p = w["name"].split("/")[-1]
+            for label, side in (("baseline", "torch"), ("candidate", "mlx")):
+                e = w["envs"][label]
+                rounds = 1e3 * statistics.median(e["samples"])
+                warm = 1e3 * statistics.median(e["warmup"]) if e.get("warmup") else float("nan")
+                ref = 1e3 * plain[side][p] if plain else float("nan")
+                cells.append(f"{p} {side} {rounds:.1f}/{warm:.1f}/{ref:.1f}")
+        print(f"  {r['id']}: " + "; ".join(cells))
 
 
 if __name__ == "__main__":
