@@ -7,8 +7,11 @@ GPU work per call: time and energy both up), `sleep` sleeps --sleep-ms on the CP
 waits: time up, GPU energy above idle flat, so its energy ratio must part from its time ratio). The A/A runs
 (`--aa`) must call nothing.
 
-For each run it prints per phase the time ratio (candidate / baseline time, from the report's speedup) beside the
-energy ratio (candidate / baseline energy above idle per token) with their 95% intervals, and the GPU's watts.
+Every run is `bench --energy`: energy per call comes from energy windows after each phase's timed rounds
+(docs/explanation/energy.md). For each run it prints per phase the time ratio (candidate / baseline time, from the
+report's speedup) beside the energy ratio (candidate / baseline energy above idle per token, from the windows) with
+their 95% intervals, the GPU's watts, and what the first design's per-turn readings (still in the record) say
+beside it (`turns`), with the seconds the windows and the reads took out of the run.
 It never changes the card's power settings. Without a meter (this CPU, or no nvidia-ml-py) each run prints the
 report's one line saying so.
 
@@ -144,6 +147,26 @@ def show(case: str, rep: int, took: float, report: dict[str, Any]) -> list[dict[
     return rows
 
 
+def turns(path: Path, meter: dict[str, Any]) -> dict[str, str]:
+    """Each phase's energy ratio as the first design paired it, turn by turn, from the same record."""
+    from mpsup.model.phases import phase_of
+    from mpsup.report.energy import turn_energy
+    from mpsup.runs.store import load_record
+
+    rec = load_record(path)
+    labels = [str(e.get("label")) for e in rec.to_json().get("environments") or []]
+    if len(labels) != 2:
+        return {}
+    out = {}
+    for w in rec.workloads:
+        phase = phase_of(w.to_json()) if w.part == "phase" else None
+        if phase:
+            f = turn_energy(meter, w, labels[0], labels[1]) or {}
+            ci = f"({fmt(f.get('low'), '.3f')}-{fmt(f.get('high'), '.3f')})"
+            out[phase] = f"{fmt(f.get('energy_ratio'), '.3f')}x {ci}"
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (NVML) or cpu (RAPL where readable, else none)")
@@ -171,6 +194,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"--cases: unknown case {unknown[0]!r} (known: more, sleep)")
     common = ["bench", "--model", str(model), "--device", opts.device, "--no-smoke", "--no-ops", "--no-numerics"]
+    common += ["--energy"]
     common += ["--budget", str(opts.budget), "--tokens", str(opts.tokens), "--dtype", opts.dtype]
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {opts.device} {json.dumps(config)}")
     runs = [("aa", i, ["--aa"]) for i in range(opts.aa)]
@@ -193,6 +217,14 @@ def main() -> None:
                 f"# meter {meter['name']}: read {fmt(meter.get('read_s'), '.4f')} s, cadence {meter.get('cadence_s')}"
             )
         rows += show(case, rep, took, report)
+        if meter.get("name"):
+            print(
+                f"  windows {fmt(meter.get('windows_total_s'), '.1f')} s, "
+                f"reads {fmt(meter.get('read_total_s'), '.2f')} s of {took:.0f} s; "
+                f"plans {json.dumps(meter.get('windows'))}"
+            )
+            for phase, old in turns(Path(bench["path"]), meter).items():
+                print(f"  {phase} turns (first design): {old}")
     (work / "energy_gpu.json").write_text(json.dumps(rows, indent=1))
     print(f"# rows: {work / 'energy_gpu.json'}")
 

@@ -10,9 +10,9 @@ tests/test_energy_meters.py to check the fake against.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
-import sys
 import zipfile
 from pathlib import Path
 
@@ -33,7 +33,13 @@ FIELDS = (
 
 
 def main() -> None:
-    wheel = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("wheel", type=Path, help="a zeus-apple-silicon macOS wheel")
+    wheel = parser.parse_args().wheel
     with zipfile.ZipFile(wheel) as z:
         init = z.read("zeus_apple_silicon/__init__.py").decode()
         ext = next(n for n in z.namelist() if n.startswith("zeus_apple_silicon/zeus_ext") and n.endswith(".so"))

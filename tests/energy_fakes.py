@@ -16,7 +16,10 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,3 +203,57 @@ class WorkerCpuMeter:
 
     def close(self) -> None:
         return None
+
+
+@dataclass
+class LaggingStepMeter:
+    """NVML's counter as an H100 showed it (docs/explanation/energy.md; /work/.device/3 in the issue's run): the
+    value moves only every `step_s` (100 ms), what it publishes at a move is the energy of `lag_s` before it (up
+    to one step late), and a read costs `read_s` (2.6 ms) of the caller's time. The energy underneath is
+    WorkerCpuMeter's (20 W, plus 30 W per CPU second the workers spend), sampled every `sample_s` by a thread so
+    the value of any moment in the past can be looked up: a lagging counter publishes the past."""
+
+    step_s: float = 0.1
+    lag_s: float = 0.1
+    read_s: float = 0.0026
+    sample_s: float = 0.005
+    truth: WorkerCpuMeter = field(default_factory=WorkerCpuMeter)
+    _history: list[tuple[float, float]] = field(default_factory=list, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._history.append((self.truth.clock(), self.truth.read().joules["gpu"]))
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.sample_s):
+            r = self.truth.read()
+            self._history.append((r.stamp, r.joules["gpu"]))
+
+    @property
+    def info(self) -> MeterInfo:
+        return MeterInfo("fake-nvml-lag", "the workers' CPU time, as NVML", "gpu", ("gpu",), ("gpu",), ("gpu",), "gpu")
+
+    def at(self, t: float) -> float:
+        """The true cumulative joules at `t`, interpolated between the thread's samples."""
+        h = self._history
+        i = bisect.bisect_right(h, t, key=lambda x: x[0])
+        if i == 0:
+            return h[0][1]
+        if i == len(h):
+            return h[-1][1]
+        (t0, j0), (t1, j1) = h[i - 1], h[i]
+        return j0 + (j1 - j0) * (t - t0) / (t1 - t0) if t1 > t0 else j1
+
+    def read(self) -> Reading:
+        start = self.truth.clock()
+        time.sleep(self.read_s)  # the driver call's cost, paid by the caller
+        moved = self.step_s * math.floor(start / self.step_s)  # the counter's last move before the read
+        return Reading(start + self.read_s / 2, {"gpu": self.at(moved - self.lag_s)})
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)

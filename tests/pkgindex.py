@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.server
+import sys
 import threading
-import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -134,24 +135,45 @@ def write_index(root: Path, wheels: list[Path], *, sha_override: dict[str, str] 
         page.write_text("<!DOCTYPE html><html><body>\n" + "\n".join(anchors) + "\n</body></html>\n")
 
 
+@dataclass
+class Gate:
+    """A download the test holds open: `arrived` is set when a path containing `marker` is asked for, and the
+    answer waits until the test sets `release`, so the client is mid-download for exactly as long as the test wants."""
+
+    marker: str
+    arrived: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    most_s: float = 120.0  # a test that never releases still lets the server shut down
+
+    def hold(self, path: str) -> None:
+        if self.marker in path:
+            self.arrived.set()
+            self.release.wait(self.most_s)
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    slow_marker = (
-        "/slow/files/torchvision"  # the companion on the index named "slow" takes a while: time to press Ctrl-C
-    )
+    gate: Gate | None = None
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:
-        if self.slow_marker in self.path:
-            time.sleep(20)
+        if self.gate is not None:
+            self.gate.hold(self.path)
         super().do_GET()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that hung up (an interrupted download, released later) is what these tests do on purpose.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 @contextmanager
 def _serving(handler) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """A threaded server on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -162,11 +184,17 @@ def _serving(handler) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def serve(root: Path) -> Iterator[str]:
-    """Serve `root` on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL."""
+def serve(root: Path, gate: Gate | None = None) -> Iterator[str]:
+    """Serve `root` on 127.0.0.1 (an ephemeral port) for the duration; yields the base URL. A `gate` holds the
+    downloads it names until the test releases them."""
 
-    def handler(*args, **kwargs):
-        return _QuietHandler(*args, directory=str(root), **kwargs)
+    class Handler(_QuietHandler):
+        pass
+
+    Handler.gate = gate
+
+    def handler(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return Handler(*args, directory=str(root), **kwargs)
 
     with _serving(handler) as url:
         yield url

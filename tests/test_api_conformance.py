@@ -438,6 +438,7 @@ MODULE_FILES = {
     "torch._inductor.config": ("torch/_inductor/config.py",),
     "torch.utils._python_dispatch": ("torch/utils/_python_dispatch.py",),  # the whole-model op census
     "torch.export.passes": ("torch/export/passes/__init__.py",),  # a .pt2 moved to the device
+    "torch.library": ("torch/library.py",),  # the float64 reference's kernels by definition
 }
 SUBMODULES = {
     "torch.nn",
@@ -453,6 +454,7 @@ SUBMODULES = {
     "torch._inductor.config",  # imported inside a try (compile smoke test); its member behind hasattr
     "torch.export",
     "torch.export.passes",
+    "torch.library",
 }
 
 
@@ -492,6 +494,8 @@ def _cpp_enum(header: str, enum: str) -> set[str]:
 def exists_in(wheel: Wheel, dotted: str) -> bool:
     if dotted in SUBMODULES:
         return True
+    if dotted.startswith("torch.ops.") and dotted.count(".") == 2:
+        return True  # an op namespace (torch.ops.aten): made on first access, in every torch since 1.x
     if dotted.count(".") == 1 and dotted.endswith("__") and dotted.split(".")[1].startswith("__"):
         return True  # a module's own dunders (torch.__file__, torch.__version__) exist in every module
     if dotted.startswith("torch.nn.functional.ScalingType."):

@@ -15,17 +15,10 @@ from mpsup.report.analysis import analyze
 from mpsup.report.upstream import build_upstream
 from mpsup.runs.schema import as_record
 from tests.test_attribution import record
+from tests.tiny_models import LLAMA as TINY_LLAMA
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 64,
-}
+# Smaller still: the repro script builds this model in the test's own subprocess.
+LLAMA = {**TINY_LLAMA, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "vocab_size": 64}
 
 
 def _t(*shape: int, stride: list[int] | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
 from mpsup.runs.store import list_record_paths, load_record
 from mpsup.workloads import Workload
 from tests.conftest import run_cli
+from tests.turn_clock import TurnClock
 
 
 def test_full_suite_on_cpu(mpsup_home: Path):
@@ -287,8 +288,12 @@ def test_progress_total_is_what_list_shows_and_smoke_steps_are_apart(mpsup_home:
 
 
 def test_paired_rounds_discard_the_switch_block_in_the_same_request():
-    opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.05, min_rounds=4), smoke=False)
+    pol = SamplingPolicy(budget_s=0.05, min_rounds=4)
+    # The first visit's share runs out as its fourth round ends; the second's no sooner than its second round.
+    clock = TurnClock(pol.budget_s / (2 * pol.min_rounds))
+    opts = BenchOptions(device="cpu", policy=pol, smoke=False, clock=clock)
     runner = Runner([EnvSpec("baseline", Path(sys.executable)), EnvSpec("baseline-2", Path(sys.executable))], opts)
+    clock.watch(runner)
     runner.start()
     tiny = Workload("tiny", "linear", "linear", "fp32", {"tokens": 2, "in_features": 8, "out_features": 8})
     try:
@@ -298,11 +303,13 @@ def test_paired_rounds_discard_the_switch_block_in_the_same_request():
     finally:
         runner.close()
     rounds = len(r["ratios"])
-    assert r["status"] == "ok" and rounds >= 6 and r["visits"] == 2
+    assert r["status"] == "ok" and 6 <= rounds <= 8 and r["visits"] == 2
+    assert clock.discards == [1] * (2 * rounds)  # every timed block came with its discarded one
     assert {x["visit"] for x in r["rounds"]} == {1, 2}
     for label in ("baseline", "baseline-2"):
         env = r["envs"][label]
-        per = r["samples_per_round"]
-        # One discarded block per round, kept apart from the samples the ratios come from.
-        assert len(env["samples"]) == rounds * per
+        # One discarded block per round, kept apart from the samples the ratios come from. Each visit sizes its
+        # rounds from its own calibration, so the two visits' rounds may hold different counts.
+        assert env["samples"] == [x for one in r["rounds"] for x in one[label]]
+        assert len(r["rounds"][-1][label]) == r["samples_per_round"]
         assert len(env["warmup"]) >= rounds

@@ -510,7 +510,8 @@ def test_real_weights_with_tensors_missing_refuse_the_phase_in_one_line(tmp_path
     from safetensors.torch import load_file, save_file
 
     from mpsup.worker.device import Device
-    from tests.test_whole_model import LLAMA, spec, write_llama_folder
+    from tests.test_whole_model import spec
+    from tests.tiny_models import LLAMA, write_llama_folder
 
     folder = write_llama_folder(tmp_path / "llama")
     full = load_file(str(folder / "model.safetensors"))

@@ -17,6 +17,7 @@ from mpsup.bench.workerproc import WorkerProcess, _valid, check_interpreter
 from mpsup.errors import UserError
 from mpsup.workloads import Workload
 from tests.conftest import run_cli
+from tests.turn_clock import TurnClock
 
 
 def _runner() -> Runner:
@@ -267,28 +268,50 @@ def test_a_paired_sample_of_a_second_or_more_discards_no_block_after_the_switch(
     """The discarded block after each switch is one full sample per side and round: for a whole-model phase at
     seconds a call it doubled the calls. Below the threshold it stays (it is what keeps small-layer A/A clean)."""
 
-    def discards(discard_up_to_s: float) -> tuple[int, set[int]]:
+    def discards(discard_up_to_s: float) -> list[int]:
         pol = SamplingPolicy(budget_s=0.05, discard_up_to_s=discard_up_to_s)
+        # The share runs out exactly when the twelfth round (the policy's least) ends.
+        clock = TurnClock(pol.budget_s / (2 * pol.min_rounds))
         envs = [EnvSpec("baseline", Path(sys.executable)), EnvSpec("candidate", Path(sys.executable))]
-        runner = Runner(envs, BenchOptions(device="cpu", policy=pol, smoke=False))
-        asked: list[int] = []
-        sample = runner._sample
-
-        def spy(s, r, count, *, warmup, discard=0):  # type: ignore[no-untyped-def]
-            if not warmup:
-                asked.append(discard)
-            return sample(s, r, count, warmup=warmup, discard=discard)
-
-        runner._sample = spy  # type: ignore[method-assign]
+        runner = Runner(envs, BenchOptions(device="cpu", policy=pol, smoke=False, clock=clock))
+        clock.watch(runner)
         runner.start()
         try:
             m = runner.measure(_tiny("linear/8x8/t2"))
         finally:
             runner.close()
-        assert m.status == "ok" and m.rounds
-        return len(asked), set(asked)
+        assert m.status == "ok" and m.rounds is not None and len(m.rounds) == pol.min_rounds
+        return clock.discards
 
-    turns, kept = discards(1.0)  # microsecond samples: one discarded block every turn
-    assert turns >= 24 and kept == {1}
-    turns, long = discards(0.0)  # as if every sample took a second or more
-    assert turns >= 24 and long == {0}
+    assert discards(1.0) == [1] * 24  # microsecond samples: one discarded block every turn
+    assert discards(0.0) == [0] * 24  # as if every sample took a second or more
+
+
+def test_each_side_discards_by_its_own_sample_length() -> None:
+    """torch against MLX: a 30 ms call after the other stack's second-long turn runs cold, so the short side still
+    discards its switch block though the long side does not."""
+    pol = SamplingPolicy(budget_s=0.05)
+    clock = TurnClock(pol.budget_s / (2 * pol.min_rounds))
+    envs = [EnvSpec("baseline", Path(sys.executable)), EnvSpec("candidate", Path(sys.executable))]
+    runner = Runner(envs, BenchOptions(device="cpu", policy=pol, smoke=False, clock=clock))
+    clock.watch(runner)
+    paired = runner._paired
+
+    def candidate_takes_seconds(live, m, *args, **kwargs):  # type: ignore[no-untyped-def]
+        m.envs["candidate"].sample_s = 2 * pol.discard_up_to_s
+        return paired(live, m, *args, **kwargs)
+
+    runner._paired = candidate_takes_seconds  # type: ignore[method-assign]
+    runner.start()
+    try:
+        m = runner.measure(_tiny("linear/8x8/t2"))
+    finally:
+        runner.close()
+    assert m.status == "ok" and m.rounds is not None
+    by_side: dict[str, list[int]] = {"baseline": [], "candidate": []}
+    turns = iter(clock.discards)
+    for rnd in m.rounds:
+        first = rnd.first
+        for label in (first, "candidate" if first == "baseline" else "baseline"):
+            by_side[label].append(next(turns))
+    assert set(by_side["baseline"]) == {1} and set(by_side["candidate"]) == {0}

@@ -158,7 +158,6 @@ def test_every_bench_event_has_a_rendering_and_an_unknown_one_raises():
     assert len(classes) >= 11
     console = Console(record=True, width=200, color_system=None, force_terminal=False)
 
-    @dataclasses.dataclass(frozen=True)
     class Unknown(Event):
         pass
 

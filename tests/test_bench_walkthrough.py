@@ -23,6 +23,7 @@ from mpsup.units import fmt_time
 from mpsup.workloads import Workload
 from tests.conftest import run_cli
 from tests.synthetic import paired_record
+from tests.tiny_models import LLAMA, write_llama_folder
 
 RUN_ID = "20261205T073509Z-9988c4"
 
@@ -318,17 +319,9 @@ def test_a_model_list_at_80_columns_keeps_counts_and_roles():
 
 
 def test_a_tiny_llama_folder_end_to_end(tmp_path: Path, mpsup_home: Path):
-    transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=1000,
-    )
-    folder = tmp_path / "llama"
-    transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    # A vocabulary large enough that the output head is one of the layers that take the time.
+    folder = write_llama_folder(tmp_path / "llama", {**LLAMA, "vocab_size": 1000})
     env = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
     res = run_cli("bench", "--model", str(folder), "--device", "cpu", "--budget", "0.05", "--no-smoke", env=env)
     assert res.returncode == 0, res.stderr[-2000:]

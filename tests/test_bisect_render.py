@@ -4,7 +4,7 @@ line for every progress event."""
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,7 +140,6 @@ def test_every_bisect_event_has_a_line():
 
 
 def test_an_event_without_a_line_is_an_error_not_silence():
-    @dataclass(frozen=True)
     class Unknown(Event):
         pass
 

@@ -16,7 +16,7 @@ from mpsup.model.config import pipeline_resolution
 from mpsup.model.extract import extract
 from mpsup.model.safetensors_header import ModelFormatError, TensorInfo
 from mpsup.model.sources import WholeModel, open_model
-from tests.test_whole_model import UNET, VAE
+from tests.tiny_models import UNET, VAE
 
 
 def _pipeline(root: Path, unet: dict[str, Any]) -> Path:

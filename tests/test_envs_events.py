@@ -88,7 +88,6 @@ def test_step_lines_say_what_happens() -> None:
 
 
 def test_an_event_the_renderer_does_not_know_is_refused() -> None:
-    @dataclasses.dataclass(frozen=True)
     class Unheard(Event):
         pass
 
@@ -146,7 +145,8 @@ def test_a_side_by_side_install_reports_each_step_in_order(
     plan = _plan(index)
     assert isinstance(plan, InstallPlan)
     seen: list[Event] = []
-    execute.install_side_by_side(plan, progress=seen.append, probe=lambda _p: NEW, free_bytes=lambda _p: 1 << 40)
+    seams = execute.Seams(progress=seen.append, probe=lambda _p: NEW, free_bytes=lambda _p: 1 << 40)
+    execute.install_side_by_side(plan, seams)
     assert seen == [
         ev.Fetching(plan.wheel.filename),
         ev.CreatingVenv(plan.baseline_python),

@@ -55,7 +55,7 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _install(plan: InstallPlan, probe: Any = lambda _p: NEW) -> execute.InstallResult:
-    return execute.install_side_by_side(plan, probe=probe, free_bytes=lambda _p: 1 << 40)
+    return execute.install_side_by_side(plan, execute.Seams(probe=probe, free_bytes=lambda _p: 1 << 40))
 
 
 def _entries(home: Path) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from packaging.tags import sys_tags
 
 from tests.conftest import run_cli
-from tests.pkgindex import build_wheel, fake_torch_files, serve, write_index
+from tests.pkgindex import Gate, build_wheel, fake_torch_files, serve, write_index
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,13 @@ def _torch(out: Path, version: str, tag: str = "py3-none-any") -> Path:
 
 
 @pytest.fixture(scope="module")
-def indexes(tmp_path_factory: pytest.TempPathFactory):
+def companion_gate() -> Gate:
+    """Holds the companion's download from the index named "slow" until the test that asked for it releases it."""
+    return Gate("/slow/files/torchvision")
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory: pytest.TempPathFactory, companion_gate: Gate):
     """Several indexes under one server: good, bad hash, broken wheel, nothing newer."""
     root = tmp_path_factory.mktemp("index")
     built = root / "built"
@@ -56,7 +63,7 @@ def indexes(tmp_path_factory: pytest.TempPathFactory):
     write_index(root / "broken", [stable, broken, extra])
     write_index(root / "old", [stable, extra])
     write_index(root / "slow", [stable, rc, vision])
-    with serve(root) as url:
+    with serve(root, companion_gate) as url:
         yield {name: f"{url}/{name}/simple" for name in ("good", "badhash", "broken", "old", "slow")} | {"root": root}
 
 
@@ -414,41 +421,43 @@ def test_real_stable_install_beside_this_environment(mpsup_home: Path) -> None:
     assert out.stdout.strip().split("+")[0] == version
 
 
-def test_ctrl_c_during_the_install_leaves_nothing_behind(baseline: Path, indexes, mpsup_home: Path) -> None:
-    """Interrupted while the installer fetches a companion (the slow index makes it wait), as a terminal's Ctrl-C would."""
-    import signal
-    import time
-
-    before = _freeze(baseline)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mpsup",
-            "install-rc",
-            "--python",
-            str(baseline),
-            "--index-url",
-            indexes["slow"],
-            "--with",
-            "torchvision",
-            "--yes",
-        ],
+def _start_install(baseline: Path, index: str) -> subprocess.Popen[str]:
+    argv = ["install-rc", "--python", str(baseline), "--index-url", index, "--with", "torchvision", "--yes"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "mpsup", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    envs = mpsup_home / "envs"
-    deadline = time.monotonic() + 60
-    # Wait until the checked torch wheel is in the temporary environment: the second step is now fetching torchvision.
-    while time.monotonic() < deadline and not list(envs.glob(".building-*/lib/python*/site-packages/torch")):
-        time.sleep(0.2)
-    assert list(envs.glob(".building-*")), "the install never reached its build step"
-    time.sleep(1)
-    os.killpg(proc.pid, signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
+
+
+def test_ctrl_c_during_the_install_leaves_nothing_behind(
+    baseline: Path, indexes, companion_gate: Gate, mpsup_home: Path
+) -> None:
+    """Interrupted while the installer fetches a companion (the index holds that download until the Ctrl-C has
+    been sent), as a terminal's Ctrl-C would."""
+
+    before = _freeze(baseline)
+    # A shell's background job (CI, `pytest &`) starts with SIGINT ignored, and a child inherits that through
+    # exec: a Ctrl-C would then do nothing. A handler set here is reset to the default in the child instead.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = _start_install(baseline, indexes["slow"])
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    try:
+        # The companion is asked for only in the second install step: the new environment is half built.
+        assert companion_gate.arrived.wait(120), "the install never asked for its companion"
+        assert list((mpsup_home / "envs").glob(".building-*/lib/python*/site-packages/torch"))
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        companion_gate.release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err  # 128 + SIGINT: stopped by the Ctrl-C, not failed nor finished
     assert "Traceback" not in err
     assert _envs(mpsup_home) == []
     assert _freeze(baseline) == before

@@ -13,10 +13,9 @@ import pytest
 transformers = pytest.importorskip("transformers", reason="transformers is in the test extra")
 
 from tests.conftest import run_cli  # noqa: E402
-from tests.test_whole_model import BERT, LLAMA, UNET, VAE, write_llama_folder  # noqa: E402
+from tests.tiny_models import BERT, LLAMA, UNET, VAE, write_llama_folder  # noqa: E402
 
 LINEAR_FAMILY = ("mm", "addmm", "bmm", "linear", "matmul")
-TINY_LLAMA = {**LLAMA, "num_hidden_layers": 2}
 
 
 def listed(folder: Path, *extra: str) -> list[dict[str, Any]]:
@@ -40,7 +39,7 @@ def assert_counted(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_llama_folder_lists_prefill_and_decode_with_their_ops(tmp_path: Path) -> None:
-    items = by_name(listed(write_llama_folder(tmp_path / "llama", TINY_LLAMA)))
+    items = by_name(listed(write_llama_folder(tmp_path / "llama", LLAMA)))
     for phase in ("model/prefill", "model/decode"):
         census = assert_counted(items[phase])
         assert any(op in LINEAR_FAMILY for op in census["ops"]), census["ops"]
@@ -53,7 +52,7 @@ def test_a_llama_folder_lists_prefill_and_decode_with_their_ops(tmp_path: Path) 
 
 
 def test_the_human_list_has_one_census_line_per_phase(tmp_path: Path) -> None:
-    folder = write_llama_folder(tmp_path / "llama", TINY_LLAMA)
+    folder = write_llama_folder(tmp_path / "llama", LLAMA)
     res = run_cli("bench", "--list", "--device", "cpu", "--model", str(folder), "--tokens", "1,8")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
     lines = [ln for ln in res.stdout.splitlines() if "aten calls" in ln]
@@ -70,7 +69,7 @@ def test_an_encoder_s_forward_has_a_census(tmp_path: Path) -> None:
 
 
 def test_a_model_type_transformers_does_not_know_has_a_reason_and_the_list_stands(tmp_path: Path) -> None:
-    folder = write_llama_folder(tmp_path / "llama", TINY_LLAMA)
+    folder = write_llama_folder(tmp_path / "llama", LLAMA)
     config = json.loads((folder / "config.json").read_text())
     hostile = "no-such-arch[/bold][red]\x1b]0;x"  # markup and a terminal escape: the config is not ours
     (folder / "config.json").write_text(json.dumps({**config, "model_type": hostile}))

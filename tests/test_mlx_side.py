@@ -18,18 +18,8 @@ from mpsup.errors import UserError
 from mpsup.report.analysis import analyze, matching_aa
 from mpsup.runs.schema import RunRecord
 from tests.conftest import run_cli
+from tests.tiny_models import LLAMA
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-}
 STDLIB = set(sys.stdlib_module_names)
 
 
@@ -341,3 +331,21 @@ def test_an_mlx_worker_is_pinned_where_the_workers_are_or_where_torch_calls_from
     assert mlx_pin_env(None, (1, 0)) == {"MPSUP_MLX_CPUS": "1"}  # CPU auto: the torch calling thread's CPU
     # Not pinned: still set, empty, so that a value in the user's shell cannot pin it behind their back.
     assert mlx_pin_env(None, None) == {"MPSUP_MLX_CPUS": ""}
+
+
+@pytest.mark.parametrize("mlx_candidate", [True, False])
+def test_the_bench_header_gives_torch_its_threads_and_mlx_none(mlx_candidate: bool) -> None:
+    """An MLX worker records no torch thread count: the header names each stack and gives the count to torch."""
+    from rich.console import Console
+
+    from mpsup.bench.screen import render_run
+
+    doc = _record(mlx_candidate)
+    for env in doc["environments"]:
+        env["threads"] = None if env["stack"] == "mlx" else 2
+    console = Console(width=120, record=True, color_system=None)
+    render_run(doc, console)
+    header = console.export_text().splitlines()[0]
+    sides = "torch 2.13.0 -> MLX 0.32.4" if mlx_candidate else "MLX 0.32.4 -> torch 2.13.0"
+    assert header.startswith(f"{sides} on CPU (cpu, torch on 2 CPU threads) · run r1")
+    assert "None" not in header

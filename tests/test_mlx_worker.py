@@ -15,7 +15,7 @@ import pytest
 
 from mpsup.bench.workerproc import WorkerProcess, mlx_pin_env
 from tests.conftest import run_cli
-from tests.test_mlx_side import LLAMA as SIDE_LLAMA
+from tests.tiny_models import LLAMA as SIDE_LLAMA
 
 ROOT = Path(__file__).resolve().parent.parent
 

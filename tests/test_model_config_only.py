@@ -14,19 +14,9 @@ from mpsup.model.load import checkpoint_dtype, load_model
 from mpsup.model.safetensors_header import ModelFormatError
 from mpsup.model.sources import WholeModel, open_model
 from tests.conftest import run_cli
+from tests.tiny_models import LLAMA as TINY_LLAMA
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-    "dtype": "bfloat16",
-}
+LLAMA = {**TINY_LLAMA, "dtype": "bfloat16"}  # a checkpoint dtype the config-only run takes for its own
 
 
 def config_folder(tmp_path: Path, config: dict[str, object] = LLAMA) -> Path:

@@ -19,19 +19,10 @@ from mpsup.model.safetensors_header import TensorInfo
 from mpsup.model.sources import WholeModel, open_model
 from mpsup.workloads import Workload
 from tests.test_model_comfy import wan_dit_keys, write_st
+from tests.tiny_models import WAN_VAE
 
 CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "model-configs"
 WAN22_VAE = CONFIGS / "wan2.2-ti2v-5b-vae__AutoencoderKLWan_z48__nvidia_Cosmos3-Edge__vae_config.json"
-TINY_WAN_VAE = {
-    "_class_name": "AutoencoderKLWan",
-    "base_dim": 8,
-    "z_dim": 4,
-    "dim_mult": [1, 2],
-    "num_res_blocks": 1,
-    "temperal_downsample": [True],  # one halving in time: 13 frames -> 7 latent frames
-    "latents_mean": [0.0] * 4,
-    "latents_std": [1.0] * 4,
-}
 # Wan 2.1's VAE in its original names (ComfyUI's, Comfy-Org's repackaging): a few tensors of each kind.
 WAN_VAE_NAMES = {
     "encoder.conv1.weight": (96, 3, 3, 3, 3),
@@ -75,7 +66,7 @@ def test_a_video_vae_s_phases_decode_the_clip_its_3d_convolutions_run(tmp_path: 
     from mpsup.worker.device import Device
     from mpsup.worker.whole_model import build_phase
 
-    path = diffusers_wan_vae(tmp_path / "wan", TINY_WAN_VAE)
+    path = diffusers_wan_vae(tmp_path / "wan", WAN_VAE)
     model = open_model(path, tokens=(1,), resolution=64, whole=WholeModel(frames=frames))
     phases = {w.params["phase"]: w for w in model.workloads if w.kind == "model_phase"}
     clip = frames or DEFAULT_VIDEO_FRAMES

@@ -29,6 +29,7 @@ from mpsup.runs.fields import Corrupt
 from mpsup.runs.numerics_fields import check_numerics
 from mpsup.stats import Interval
 from tests.conftest import run_cli
+from tests.tiny_models import LLAMA as TINY_LLAMA
 
 
 def output(eb: float, ec: float, *, dtype: str = "float32", floor: float | None = 0.0, identical: bool = False,
@@ -176,18 +177,8 @@ def test_a_record_s_numerics_is_checked_on_reading(bad: dict[str, Any]) -> None:
 
 # --- real paired runs on this CPU ---
 
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 256,
-    "torch_dtype": "float32",
-}
+# float32: its error against float64 is a few units of float32, so a bf16 linear stands out by 10^4.
+LLAMA = {**TINY_LLAMA, "torch_dtype": "float32"}
 BF16_LINEAR = """import torch
 _lib = torch.library.Library("aten", "IMPL")
 def _linear(x, w, b=None):
@@ -257,8 +248,8 @@ def test_inputs_that_differ_between_builds_are_not_compared_and_exit_3(tmp_path:
     candidate = _candidate(
         tmp_path, "perturbing-python", "export MPSUP_WORKER_TEST_HOOKS=1 MPSUP_TEST_PERTURB_VALUES=1\n"
     )
-    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--no-ops")
-    for phase in ("prefill", "decode"):
+    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--no-ops", "--only", "model/prefill")
+    for phase in ("prefill",):
         n = doc["model_numerics"][phase]
         assert n["verdict"] == "not compared" and "different values" in n["reason"]
     assert "answers not compared" in doc["sentence"]
@@ -271,8 +262,109 @@ def test_the_baseline_against_itself_gives_identical_answers(tmp_path: Path) -> 
         n = doc["model_numerics"][phase]
         assert n["verdict"] == "identical" and n["between_builds"] == 0.0
         assert n["top1_agreement"] == 1.0 if phase == "prefill" else n["top1_agreement"] is None
+    # --no-numerics on the same folder: the report has no numerics to show
+    off = json.loads(run_cli("bench", "--model", str(tmp_path / "llama"), "--tokens", "16", "--budget", "0.05",
+                             "--no-smoke", "--aa", "--no-ops", "--only", "model/prefill", "--no-numerics",
+                             "--json").stdout or "{}")  # fmt: skip
+    assert off.get("id")
+    report = json.loads(run_cli("report", "--json", "--run", off["id"]).stdout)
+    assert report["model_numerics"] == {"prefill": None}
 
 
-def test_no_numerics_leaves_the_report_without_them(tmp_path: Path) -> None:
-    doc = _paired_run(tmp_path, "--aa", "--no-ops", "--no-numerics")
-    assert doc["model_numerics"] == {"prefill": None, "decode": None}
+# --- the reference's own kernels, against torch's where torch has one ---
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_reference_attention_is_torch_s_own_causal_alignment_and_grouped_heads(causal: bool) -> None:
+    import torch
+
+    from mpsup.worker.truth import reference_op
+
+    name = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 4, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)  # more keys than queries
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1), is_causal=causal
+    )
+    got = reference_op(name, op)(q.double(), k.double(), v.double(), 0.0, causal)[0]
+    assert float((got - want).abs().max()) < 1e-12
+
+
+def test_the_reference_grouped_matmul_is_each_group_s_product() -> None:
+    import torch
+
+    from mpsup.worker.truth import _grouped_mm
+
+    a, w = torch.randn(10, 8, dtype=torch.float64), torch.randn(3, 8, 5, dtype=torch.float64)
+    offs = torch.tensor([4, 4, 10], dtype=torch.int32)
+    out = _grouped_mm(a, w, offs)
+    assert torch.equal(out[:4], a[:4] @ w[0]) and torch.equal(out[4:10], a[4:10] @ w[2])
+    grouped = getattr(torch, "_grouped_mm", None)
+    if grouped is not None:  # torch's own kernel, in float32, agrees where it has one here
+        try:
+            mine = grouped(a.float(), w.float(), offs=offs)
+        except RuntimeError:
+            return
+        assert torch.allclose(mine.double(), out, atol=1e-4)
+
+
+def test_a_phase_whose_ops_did_not_move_names_no_op_in_json() -> None:
+    # A decode computed on a cache its prefill built less accurately: its own ops are identical.
+    rec = _record(output(eb=1e-6, ec=5e-4), output(eb=1e-7, ec=1e-7, identical=True))
+    pn = model_numerics(rec, {"prefill": "model/prefill"}, "baseline", "candidate")["prefill"]
+    doc = pn.to_json()
+    assert doc["verdict"] == "less accurate" and doc["top_op"] is None and doc["ops"][0]["verdict"] == "identical"
+    assert numerics_clause(pn, "2.13.0") == "less accurate: 500x further from float64 than in 2.13.0"
+
+
+# --- bisect --numerics ---
+
+
+def test_a_step_is_bad_where_answers_got_worse_and_good_only_where_all_were_judged() -> None:
+    from mpsup.bisect.logic import BAD, GOOD, INCONCLUSIVE, Figure, classify_numerics
+
+    def fig(accuracy: str | None) -> Figure:
+        return Figure("w", "same", 1.0, 0.99, 1.01, accuracy)
+
+    assert classify_numerics([fig("identical"), fig("less accurate")]) == BAD
+    assert classify_numerics([fig("same accuracy"), fig("broken")]) == BAD
+    assert classify_numerics([fig("identical"), fig("more accurate")]) == GOOD
+    assert classify_numerics([fig("identical"), fig("not compared")]) == INCONCLUSIVE
+    assert classify_numerics([fig(None)]) == INCONCLUSIVE and classify_numerics([]) == INCONCLUSIVE
+
+
+SKEWED_LINEAR = """import torch
+_lib = torch.library.Library("aten", "IMPL")
+def _linear(x, w, b=None):
+    out = torch.matmul(x, w.t())
+    return (out if b is None else out + b) * 1.05
+_lib.impl("linear", _linear, "CPU")
+"""
+
+
+def test_bisect_numerics_finds_the_first_build_whose_answers_got_worse(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SKEWED_LINEAR)
+    envs = [
+        _candidate(tmp_path, f"env{i}", f'export PYTHONPATH="{hook}"\n' if i >= 2 else "") for i in range(4)
+    ]  # 0, 1 good; 2, 3 scale every linear's answer by 1.05 (as fast as the good ones)
+    args = ["bisect", *map(str, envs), "--device", "cpu", "--only", "linear/896x896/t16", "--budget", "0.05"]
+    res = run_cli(*args, "--numerics", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "found" and doc["first_bad"]["index"] == 2 and doc["last_good"]["index"] == 1
+    for step in doc["steps"]:
+        accuracy = {f["accuracy"] for f in step["figures"]}
+        assert accuracy == ({"less accurate"} if step["index"] >= 2 else {"identical"}), step
+
+
+def test_a_float64_copy_over_half_the_machine_s_memory_is_not_built() -> None:
+    from mpsup.bench.numerics import too_large
+    from mpsup.workloads import Workload
+
+    w = Workload("model/prefill", "model_phase", "phase", "bf16", {}, memory_bytes=2 * 2**30)
+    assert too_large(w, 64 * 2**30) is None  # 8 GiB of float64 beside 64 GiB
+    why = too_large(w, 12 * 2**30)
+    assert why is not None and "8.0 GiB" in why and "12.0 GiB" in why

@@ -185,6 +185,41 @@ def test_report_between_100_columns_and_the_full_width_goes_compact_instead_of_c
         assert ("baseline" in header) == (width == 200), header
 
 
+# Ops as a large attention model's replay names them: long names, shapes and shape lists.
+LONG_OPS = {
+    "scaled_dot_product_attention": (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "1x512x40x128, 1x512x40x128, 1x512x40x128, 1x40x512x512, 1x512x40x128, 1x512x40x128",
+    ),
+    "linear": ("linear", "1x512x5120, 27648x5120, 27648"),
+    "cat": ("_unsafe_index_put_with_accumulate", "1x8x512x128, 1x8x512x128"),
+}
+
+
+def test_the_op_tables_at_80_and_100_columns_keep_every_op_shape_and_interval_whole():
+    from mpsup.report.common import attribution_rows
+    from tests.test_attribution import record
+
+    rec = record()
+    for w in rec["workloads"]:
+        if w.get("op") in LONG_OPS:
+            w["op"], w["shapes"] = LONG_OPS[w["op"]]
+    a = analyze(rec)
+    rows = attribution_rows(a.attribution["decode"])
+    # Each row's op, every shape of its list and its interval (the views' row lists op names for shapes).
+    whole = {text for op, shapes, _, _, _, _, speedup, _, _ in rows for text in (op, speedup, *shapes.split(", "))}
+    whole.discard("")
+    assert whole >= {name for name, _ in LONG_OPS.values()} | {"unexplained", "1x40x512x512"}
+    assert sum("(95% CI" in text for text in whole) >= 2  # the two ops that did not move read alike
+    for width in (80, 100):
+        console, buf = _console(width)
+        render_terminal(a, console)
+        lines = buf.getvalue().splitlines()
+        _assert_fits(buf.getvalue(), width)
+        broken = [text for text in sorted(whole) if not any(text in line for line in lines)]
+        assert not broken, (width, broken)
+
+
 def test_published_claim_only_where_comparable():
     mps = dataclasses.replace(analyze(paired_record(1.2, seed=4)), candidate_torch="2.15.0")
     assert any("2.15 release notes" in ln for ln in summary_lines(mps))

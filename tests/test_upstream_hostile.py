@@ -12,12 +12,10 @@ import copy
 import io
 import json
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
-from markdown_it import MarkdownIt
 from rich.console import Console
 
 from mpsup.errors import UserError
@@ -29,6 +27,7 @@ from mpsup.report.upstream import build_upstream, census_repro, scrub
 from mpsup.runs.schema import RunRecord, as_record
 from mpsup.runs.store import load_record
 from tests.conftest import run_cli
+from tests.rendered_page import github
 from tests.test_upstream import _slow_record
 
 # The issue's own strings first, then their neighbours.
@@ -54,37 +53,6 @@ HOSTILE = [
     "&#64;everyone &lt;b&gt;",
 ]
 OURS = {"h3", "h4", "p", "table", "thead", "tbody", "tr", "th", "td", "code", "pre", "ul", "li"}
-
-
-class _Page(HTMLParser):
-    """The rendered body: its tags, comments, and the text that is not inside code."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[str] = []
-        self.comments: list[str] = []
-        self.live: list[str] = []
-        self._code = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self._code += tag in ("code", "pre")
-
-    def handle_endtag(self, tag: str) -> None:
-        self._code -= tag in ("code", "pre")
-
-    def handle_comment(self, data: str) -> None:
-        self.comments.append(data)
-
-    def handle_data(self, data: str) -> None:
-        if not self._code:
-            self.live.append(data)
-
-
-def _rendered(markdown: str) -> _Page:
-    page = _Page()
-    page.feed(MarkdownIt("commonmark").enable("table").render(markdown))
-    return page
 
 
 def _hostile_record(text: str) -> dict[str, Any]:
@@ -122,7 +90,7 @@ def _hostile_bisect(text: str) -> dict[str, Any]:
 
 
 def _assert_inert(markdown: str) -> None:
-    page = _rendered(markdown)
+    page = github(markdown)
     assert set(page.tags) <= OURS, set(page.tags) - OURS  # no img, a, script, details, h1/h2
     assert len(page.comments) == 1 and page.comments[0].startswith(" Suggested title:"), page.comments
     first = markdown.splitlines()[0]
@@ -174,7 +142,7 @@ def test_the_html_and_markdown_reports_stay_inert_for_the_same_fields() -> None:
         analysis = analyze(as_record(_hostile_record(text)))
         page = render_html(analysis)
         assert "<img" not in page and "<script" not in page and "<details" not in page
-        page_md = _rendered(render_markdown(analysis))
+        page_md = github(render_markdown(analysis))
         assert not {"img", "script", "details", "a", "h2"} & set(page_md.tags) and page_md.tags.count("h1") == 1
 
 

@@ -24,44 +24,7 @@ from mpsup.worker.core import Unsupported  # noqa: E402
 from mpsup.worker.device import Device  # noqa: E402
 from mpsup.worker.main import Worker  # noqa: E402
 from mpsup.worker.whole_model import build_phase  # noqa: E402
-
-LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-}
-MIXTRAL = {
-    **LLAMA,
-    "model_type": "mixtral",
-    "architectures": ["MixtralForCausalLM"],
-    "num_local_experts": 4,
-    "num_experts_per_tok": 2,
-}
-QWEN3_MOE = {
-    **LLAMA,
-    "model_type": "qwen3_moe",
-    "architectures": ["Qwen3MoeForCausalLM"],
-    "num_experts": 4,
-    "num_experts_per_tok": 2,
-    "moe_intermediate_size": 32,
-    "head_dim": 16,
-}
-BERT = {
-    "model_type": "bert",
-    "architectures": ["BertModel"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "vocab_size": 256,
-    "max_position_embeddings": 128,
-}
+from tests.tiny_models import BERT, DEEP_LLAMA, MIXTRAL, QWEN3_MOE, UNET, VAE, WAN_VAE, write_llama_folder  # noqa: E402
 
 
 def spec(config: dict[str, Any], phase: str, **extra: Any) -> dict[str, Any]:
@@ -71,7 +34,7 @@ def spec(config: dict[str, Any], phase: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_prefill_runs_the_model_whole_and_says_what_ran() -> None:
-    built = build_phase(spec(LLAMA, "prefill"), Device("cpu"))
+    built = build_phase(spec(DEEP_LLAMA, "prefill"), Device("cpu"))
     out = built.fn()
     assert out.logits.shape[:2] == (1, 1)  # generate() keeps the last position's logits only
     assert built.items_per_call == 8
@@ -85,7 +48,7 @@ def test_prefill_runs_the_model_whole_and_says_what_ran() -> None:
 
 
 def test_decode_sees_the_same_cache_length_on_every_call() -> None:
-    built = build_phase(spec(LLAMA, "decode", cache=16), Device("cpu"))
+    built = build_phase(spec(DEEP_LLAMA, "decode", cache=16), Device("cpu"))
     for _ in range(5):
         out = built.fn()
     cache = out.past_key_values
@@ -111,23 +74,23 @@ def test_a_model_that_does_not_fit_runs_a_prefix_of_its_blocks(monkeypatch: pyte
     monkeypatch.setattr(
         whole_model, "_capacity", lambda _device: 450_000
     )  # the embeddings (131 kB) and two 148 kB blocks
-    built = build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
+    built = build_phase(spec(DEEP_LLAMA, "prefill", fit_share=1.0), device)
     info = built.info or {}
     assert 1 <= info["depth"] < info["layers"] == 4
     built.fn()
 
 
 def test_depth_can_be_forced_and_even_one_block_too_many_is_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (build_phase(spec(LLAMA, "prefill", depth=1), Device("cpu")).info or {})["depth"] == 1
+    assert (build_phase(spec(DEEP_LLAMA, "prefill", depth=1), Device("cpu")).info or {})["depth"] == 1
     device = Device("cpu")
     monkeypatch.setattr(whole_model, "_capacity", lambda _device: 10_000)
     with pytest.raises(MemoryError, match="out of memory: even one block"):
-        build_phase(spec(LLAMA, "prefill", fit_share=1.0), device)
+        build_phase(spec(DEEP_LLAMA, "prefill", fit_share=1.0), device)
 
 
 def test_an_architecture_this_transformers_does_not_know_is_unsupported() -> None:
     with pytest.raises(Unsupported, match="does not know model_type 'no-such-arch'"):
-        build_phase(spec({**LLAMA, "model_type": "no-such-arch"}, "prefill"), Device("cpu"))
+        build_phase(spec({**DEEP_LLAMA, "model_type": "no-such-arch"}, "prefill"), Device("cpu"))
 
 
 def test_missing_transformers_is_unsupported_with_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,13 +105,13 @@ def test_missing_transformers_is_unsupported_with_the_interpreter(monkeypatch: p
 
     monkeypatch.setattr(importlib, "import_module", no_transformers)
     with pytest.raises(Unsupported, match="transformers is not installed in this environment"):
-        build_phase(spec(LLAMA, "prefill"), Device("cpu"))
+        build_phase(spec(DEEP_LLAMA, "prefill"), Device("cpu"))
 
 
 def test_the_worker_answers_setup_with_the_phase_facts() -> None:
     worker = Worker(io.StringIO())
     worker.hello({"device": "cpu"})
-    ready = worker.setup({"workload": spec(LLAMA, "decode", cache=8), "calls": 2})
+    ready = worker.setup({"workload": spec(DEEP_LLAMA, "decode", cache=8), "calls": 2})
     assert ready["type"] == "ready" and ready["phase"]["depth"] == 4 and ready["phase"]["cache"] == 8
     samples = worker.sample({"count": 3})
     assert len(samples["host"]) == 3 and all(s > 0 for s in samples["host"])
@@ -156,12 +119,12 @@ def test_the_worker_answers_setup_with_the_phase_facts() -> None:
 
 def test_phases_for_each_kind_of_model() -> None:
     opts = PhaseOptions(tokens=16, dtype="bf16")
-    causal = model_phases("transformers", LLAMA, None, "/m", opts)
+    causal = model_phases("transformers", DEEP_LLAMA, None, "/m", opts)
     assert [w.name for w in causal.workloads] == ["model/prefill", "model/decode"]
     assert causal.workloads[1].params["cache"] == 16
     encoder = model_phases("transformers", BERT, None, "/m", opts)
     assert [w.params["phase"] for w in encoder.workloads] == ["forward"]
-    compiled = model_phases("transformers", LLAMA, None, "/m", PhaseOptions(tokens=16, compile_too=True))
+    compiled = model_phases("transformers", DEEP_LLAMA, None, "/m", PhaseOptions(tokens=16, compile_too=True))
     assert [w.name for w in compiled.workloads][-1] == "model/decode/compiled"
     gguf = model_phases("gguf", {}, None, "/m.gguf", opts)
     assert not gguf.workloads and "estimated from its layers" in gguf.notes[0]
@@ -176,30 +139,6 @@ def test_phases_for_each_kind_of_model() -> None:
 
 
 diffusers = pytest.importorskip("diffusers", reason="diffusers is in the test extra")
-
-VAE = {
-    "_class_name": "AutoencoderKL",
-    "in_channels": 3,
-    "out_channels": 3,
-    "latent_channels": 4,
-    "block_out_channels": [8, 16],
-    "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
-    "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"],
-    "layers_per_block": 1,
-    "norm_num_groups": 4,
-}
-UNET = {
-    "_class_name": "UNet2DConditionModel",
-    "in_channels": 4,
-    "out_channels": 4,
-    "block_out_channels": [8, 16],
-    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
-    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
-    "layers_per_block": 1,
-    "cross_attention_dim": 16,
-    "attention_head_dim": 2,
-    "norm_num_groups": 4,
-}
 
 
 def diffusers_spec(config: dict[str, Any], phase: str, **extra: Any) -> dict[str, Any]:
@@ -216,18 +155,6 @@ def test_a_vae_decodes_and_encodes_at_the_resolution(phase: str) -> None:
     if phase == "vae_decode":
         assert out.sample.shape == (1, 3, 64, 64)
         assert info["latent"] == "1x4x32x32"
-
-
-WAN_VAE = {
-    "_class_name": "AutoencoderKLWan",
-    "base_dim": 8,
-    "z_dim": 4,
-    "dim_mult": [1, 2],
-    "num_res_blocks": 1,
-    "temperal_downsample": [True],  # one halving in time: 1 + 2k frames -> 1 + k latent frames
-    "latents_mean": [0.0] * 4,
-    "latents_std": [1.0] * 4,
-}
 
 
 def test_a_video_vae_decodes_and_encodes_the_frames_asked_for() -> None:
@@ -282,13 +209,6 @@ def test_an_unknown_diffusers_class_is_unsupported() -> None:
         build_phase(diffusers_spec({**VAE, "_class_name": "NoSuchModel"}, "vae_decode"), Device("cpu"))
 
 
-def write_llama_folder(folder: Path, config: dict[str, Any] = LLAMA) -> Path:
-    cfg = transformers.AutoConfig.for_model(**config)
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
-    model.save_pretrained(folder)
-    return folder
-
-
 def test_diffusers_folder_gives_its_phases(tmp_path: Path) -> None:
     from mpsup.model.sources import open_model
 
@@ -315,7 +235,7 @@ def test_diffusers_folder_gives_its_phases(tmp_path: Path) -> None:
 def test_torch_dtype_is_the_checkpoint_s(tmp_path: Path) -> None:
     from mpsup.model.sources import open_model
 
-    folder = write_llama_folder(tmp_path / "llama")
+    folder = write_llama_folder(tmp_path / "llama", DEEP_LLAMA)
     model = open_model(folder, tokens=(1, 8))
     prefill = model.workloads[0]
     assert prefill.name == "model/prefill" and prefill.dtype == "fp32" and prefill.params["tokens"] == 8
@@ -334,7 +254,7 @@ def aa_bench(model: str, only: str) -> Any:
 def test_paired_bench_and_report_carry_the_phases(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
-    folder = write_llama_folder(tmp_path / "llama")
+    folder = write_llama_folder(tmp_path / "llama", DEEP_LLAMA)
     bench = aa_bench(str(folder), "phase,*/t1")
     assert bench.returncode == 0, bench.stderr
     phases = json.loads(bench.stdout)["model_phases"]
@@ -363,7 +283,7 @@ def test_paired_bench_and_report_carry_the_phases(tmp_path: Path) -> None:
 def test_a_config_transformers_cannot_build_still_delivers_the_layers(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
-    folder = write_llama_folder(tmp_path / "llama")
+    folder = write_llama_folder(tmp_path / "llama", DEEP_LLAMA)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "no-such-arch"}))
     bench = aa_bench(str(folder), "phase,*/t1")
@@ -380,7 +300,7 @@ def test_a_config_transformers_cannot_build_still_delivers_the_layers(tmp_path: 
 def test_layers_alone_are_labelled_an_estimate(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
-    folder = write_llama_folder(tmp_path / "llama")
+    folder = write_llama_folder(tmp_path / "llama", DEEP_LLAMA)
     bench = aa_bench(str(folder / "model.safetensors"), "*/t1")
     assert bench.returncode == 0, bench.stderr
     report = json.loads(run_cli("report", "--json").stdout)
@@ -508,7 +428,7 @@ def test_a_fallback_warned_while_the_cache_filled_still_reaches_the_decode_phase
         _cross_without_dim()
     handle = register_module_forward_hook(hook)
     try:
-        built = build_phase(spec(LLAMA, "decode", cache=8), Device("cpu"))
+        built = build_phase(spec(DEEP_LLAMA, "decode", cache=8), Device("cpu"))
     finally:
         handle.remove()
     info = built.info or {}
@@ -550,18 +470,18 @@ def test_a_phase_s_cpu_ops_come_back_once_in_its_phase_info_not_as_a_layer_s(mon
 
 
 def test_real_weights_are_loaded_when_asked(tmp_path: Path) -> None:
-    folder = write_llama_folder(tmp_path / "llama")
+    folder = write_llama_folder(tmp_path / "llama", DEEP_LLAMA)
     saved = transformers.AutoModelForCausalLM.from_pretrained(folder)
-    built = build_phase(spec(LLAMA, "prefill", weights="real", path=str(folder)), Device("cpu"))
+    built = build_phase(spec(DEEP_LLAMA, "prefill", weights="real", path=str(folder)), Device("cpu"))
     model = built.keep[0]
     assert torch.equal(model.lm_head.weight, saved.lm_head.weight)
 
 
 def test_hostile_configs_fail_their_phase_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(Unsupported, match="num_hidden_layers 10000000 is beyond any real model"):
-        build_phase(spec({**LLAMA, "num_hidden_layers": 10_000_000}, "prefill"), Device("cpu"))
+        build_phase(spec({**DEEP_LLAMA, "num_hidden_layers": 10_000_000}, "prefill"), Device("cpu"))
     with pytest.raises(MemoryError, match="out of memory: even one block"):
-        build_phase(spec({**LLAMA, "hidden_size": 2**20, "intermediate_size": 2**22}, "prefill"), Device("cpu"))
+        build_phase(spec({**DEEP_LLAMA, "hidden_size": 2**20, "intermediate_size": 2**22}, "prefill"), Device("cpu"))
     monkeypatch.setattr(whole_model, "_capacity", lambda _device: 1000)
     with pytest.raises(MemoryError, match="its weights need"):
         build_phase(diffusers_spec(VAE, "vae_decode"), Device("cpu"))
@@ -584,7 +504,7 @@ def test_real_weights_of_a_relative_folder_are_asked_for_by_absolute_path(
 ) -> None:
     from mpsup.model.sources import WholeModel, open_model
 
-    write_llama_folder(tmp_path / "llama")
+    write_llama_folder(tmp_path / "llama", DEEP_LLAMA)
     monkeypatch.chdir(tmp_path)
     model = open_model(Path("llama"), tokens=(8,), whole=WholeModel(real_weights=True))
     # The worker runs in its own folder: "llama" there was another folder, or a Hub id tried after a long wait.
@@ -696,7 +616,7 @@ def test_a_phase_awaits_each_call_before_the_next_and_a_layer_does_not(monkeypat
     worker.hello({"device": "cpu"})
     waits: list[int] = []
     monkeypatch.setattr(worker.device, "synchronize", lambda: waits.append(1))
-    worker.setup({"workload": spec(LLAMA, "decode", cache=8), "calls": 2})
+    worker.setup({"workload": spec(DEEP_LLAMA, "decode", cache=8), "calls": 2})
     assert worker.current is not None
     before = len(waits)
     worker.current.fn()

@@ -52,7 +52,8 @@ def test_the_report_says_an_op_moved_onto_the_device() -> None:
 def test_a_phase_s_cpu_ops_are_not_listed_as_a_layer_timed_partly_on_the_cpu() -> None:
     """A record written with the ops both in the phase's info and the environment's own list: the phase table
     says them; the layers' lines do not list the phase again."""
-    from mpsup.bench.screen import RunView, _on_the_cpu
+    from mpsup.bench.run_view import RunView
+    from mpsup.bench.screen import _on_the_cpu
 
     rec = _record()
     layer = rec["workloads"][0]

@@ -209,6 +209,13 @@ def bench(
         Path | None,
         typer.Option("--reference", help="The interpreter that computes the float64 truth (default: the baseline's)."),
     ] = None,
+    energy: Annotated[
+        bool,
+        typer.Option(
+            "--energy",
+            help="Read the device's energy meter: paired phases get energy windows after their timed rounds.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -241,6 +248,7 @@ def bench(
         ops=ops,
         numerics=numerics,
         reference=reference,
+        energy=energy,
     )
     raise typer.Exit(run_and_render(request, list_only=list_only, as_json=as_json, details=details))
 
@@ -479,6 +487,10 @@ def bisect(
         bool, typer.Option("--keep-envs", help="--nightlies: keep the installed builds at the end (say where).")
     ] = False,
     allow_cpu_fallback: AllowCpuFallbackOpt = False,
+    numerics: Annotated[
+        bool,
+        typer.Option("--numerics", help="Find the first build whose answers got less accurate against float64."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
@@ -503,6 +515,7 @@ def bisect(
         python=python,
         keep_envs=keep_envs,
         allow_cpu_fallback=allow_cpu_fallback,
+        numerics=numerics,
     )
     raise typer.Exit(run_and_render(request, as_json))
 

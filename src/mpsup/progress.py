@@ -6,11 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, dataclass_transform
 
 
+@dataclass_transform(frozen_default=True)
 @dataclass(frozen=True)
 class Event:
-    """The base of every progress event."""
+    """The base of every progress event: each subclass becomes a frozen dataclass of the fields it declares, so
+    an event module holds only its events' fields and docstrings."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclass(frozen=True)(cls)
 
 
 Progress = Callable[[Event], None]

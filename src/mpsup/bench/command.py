@@ -62,6 +62,7 @@ class BenchRequest:
     ops: bool = True  # paired, a model run whole: each phase's ops replayed alone (model/op_replay.py)
     numerics: bool = True  # paired torch runs: each build's answers against float64 (bench/numerics.py)
     reference: Path | None = None  # the interpreter that computes the float64 truth (default: the baseline's)
+    energy: bool = False  # read the energy meter: idle power, then energy windows after each paired phase
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ def run(plan: BenchPlan, progress: Progress | NamedProgress, warn: Callable[[str
         # Only the bundled suite as a whole: what --only names, and a user's model, is what they asked for.
         skip_slow=plan.model_doc is None and not req.only,
         numerics=req.numerics,
+        energy=req.energy,
         reference_python=check_interpreter(req.reference, "--reference") if req.reference else None,
     )
     record, path = run_bench(

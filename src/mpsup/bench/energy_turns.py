@@ -33,6 +33,9 @@ class EnergyTurns:
     reads: int = 0
     read_s: float = 0.0  # spent reading, over the run
     skipped_turns: int = 0  # too short to read within MAX_READ_SHARE
+    windows_s: float = 0.0  # spent in energy windows (bench/energy_windows.py), over the run
+    window_error: str | None = None  # a worker's error that ended a workload's windows (its timing stands)
+    plans: dict[str, dict[str, object]] = field(default_factory=dict)  # each windowed workload's plan, by name
     _last: Reading | None = field(default=None, repr=False)
 
     def begin(self, expected_s: float) -> Reading | None:
@@ -45,6 +48,12 @@ class EnergyTurns:
         last = self._last
         if last is not None and self.clock() - last.stamp <= CHAIN_S:
             return last
+        return self._read()
+
+    def read(self) -> Reading | None:
+        """One reading outside the turns (a window's edge), or None once the meter has failed."""
+        if self.meter is None or self.failure:
+            return None
         return self._read()
 
     def end(self, start: Reading | None, r: EnvMeasurement, calls: int, *, warmup: bool) -> None:
@@ -85,9 +94,14 @@ class EnergyTurns:
             "read_count": self.reads,
             "read_total_s": self.read_s,
             "skipped_turns": self.skipped_turns,
+            "windows_total_s": self.windows_s,
         }
         if self.failure:
             doc["failure"] = self.failure
+        if self.window_error:
+            doc["window_error"] = self.window_error
+        if self.plans:
+            doc["windows"] = dict(self.plans)
         return doc
 
 
@@ -103,4 +117,6 @@ def start_energy(device: str, idle_s: float = IDLE_S) -> tuple[EnergyTurns, dict
     except MeterError as exc:
         meter.close()
         return EnergyTurns(), {"name": None, "why": f"{meter.info.name} could not be read ({str(exc)[:200]})"}
-    return EnergyTurns(meter, cal), {**meter.info.to_json(), **cal.to_json()}
+    # "pairing": energy per call comes from windows (bench/energy_windows.py); the turns read beside them are kept
+    # as raw data and not paired (a 100 ms counter cannot attribute a turn of a few ms).
+    return EnergyTurns(meter, cal), {**meter.info.to_json(), **cal.to_json(), "pairing": "windows"}

@@ -6,12 +6,9 @@ from the screen."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mpsup.progress import Event
 
 
-@dataclass(frozen=True)
 class BenchStarted(Event):
     """The workers are up and measuring begins: `total` workloads (what --list shows), `smoke` smoke steps,
     and `visits` planned per workload (two where paired rounds are split over two pairs of processes)."""
@@ -21,7 +18,6 @@ class BenchStarted(Event):
     visits: int = 1
 
 
-@dataclass(frozen=True)
 class SmokeStepDone(Event):
     """One environment ran one smoke test."""
 
@@ -30,7 +26,6 @@ class SmokeStepDone(Event):
     status: str
 
 
-@dataclass(frozen=True)
 class WorkloadStarted(Event):
     """A workload's first visit begins; `eta_s`: every pass still planned, this visit included."""
 
@@ -38,7 +33,6 @@ class WorkloadStarted(Event):
     eta_s: float | None = None
 
 
-@dataclass(frozen=True)
 class SamplesTaken(Event):
     """One slow request for samples inside a workload (warmup or measured): which side, how many so far, and
     what the request took."""
@@ -49,7 +43,6 @@ class SamplesTaken(Event):
     took_s: float
 
 
-@dataclass(frozen=True)
 class WorkloadDone(Event):
     """A workload's first visit ended with `status` ("ok", or why it was not measured)."""
 
@@ -57,7 +50,6 @@ class WorkloadDone(Event):
     status: str
 
 
-@dataclass(frozen=True)
 class WorkloadsAdded(Event):
     """`count` workloads (`what`: the whole-model phases' ops) joined the run, which then holds `total`."""
 
@@ -66,21 +58,18 @@ class WorkloadsAdded(Event):
     what: str = "ops"
 
 
-@dataclass(frozen=True)
 class SecondVisitsPlanned(Event):
     """`count` workloads get a second visit by fresh workers; the rest (failed, unsupported) are done."""
 
     count: int
 
 
-@dataclass(frozen=True)
 class WorkersRestarting(Event):
     """Fresh worker processes start before further visits."""
 
     eta_s: float | None = None
 
 
-@dataclass(frozen=True)
 class VisitStarted(Event):
     """A later visit of a measured workload begins (its second, or leftover time for a wide interval)."""
 
@@ -88,21 +77,18 @@ class VisitStarted(Event):
     eta_s: float | None = None
 
 
-@dataclass(frozen=True)
 class VisitDone(Event):
     """A workload's later visit ended, with more planned (a whole-model run's visits, each in fresh processes)."""
 
     name: str
 
 
-@dataclass(frozen=True)
 class SecondVisitDone(Event):
     """A workload's second visit ended: all its planned visits are done."""
 
     name: str
 
 
-@dataclass(frozen=True)
 class CensusStarted(Event):
     """`bench --list` takes the op census of `phases` whole-model phases on `device`, in the interpreter
     `python`."""
@@ -112,14 +98,12 @@ class CensusStarted(Event):
     python: str
 
 
-@dataclass(frozen=True)
 class NumericsStarted(Event):
     """The float64 reference judges `count` workloads' answers (each build's against float64)."""
 
     count: int
 
 
-@dataclass(frozen=True)
 class NumericsDone(Event):
     """One workload's answers judged: `status` "compared", or "not_compared"."""
 

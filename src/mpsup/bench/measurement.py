@@ -58,6 +58,21 @@ class EnergyTurn:
         return doc
 
 
+@dataclass(frozen=True)
+class EnergyWindow:
+    """One energy window (bench/energy_windows.py): a build's calls run back to back, the meter read at the idle
+    edges around them (the record's `workloads[i].energy_windows[k]`)."""
+
+    env: str  # the label whose worker ran it
+    calls: int  # every call of the window, the switch block's too
+    seconds: float  # between the two edge readings: the work and the idle gap after it
+    work_s: float  # the worker's request alone
+    joules: dict[str, float]
+
+    def to_json(self) -> dict[str, object]:
+        return {"env": self.env, "calls": self.calls, "s": self.seconds, "work_s": self.work_s, "j": dict(self.joules)}
+
+
 @dataclass
 class EnvMeasurement:
     """One environment's part of one workload (the record's `envs[label]`)."""
@@ -202,6 +217,8 @@ class WorkloadMeasurement:
     call_s: float | None = None
     call_predicted: bool = False
     budget_needed_s: float | None = None  # the --budget at which it would be measured
+    # bench --energy: each build's windows of work, in the order taken (A B B A ...), apart from the rounds
+    energy_windows: list[EnergyWindow] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -243,4 +260,6 @@ class WorkloadMeasurement:
             doc["call_predicted"] = self.call_predicted
         if self.budget_needed_s is not None:
             doc["budget_needed_s"] = self.budget_needed_s
+        if self.energy_windows:
+            doc["energy_windows"] = [x.to_json() for x in self.energy_windows]
         return doc

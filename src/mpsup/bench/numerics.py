@@ -13,6 +13,7 @@ verdict), then the ops that explain them, then the rest; what is left over is "n
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -191,7 +192,33 @@ def judge(
     return out
 
 
+ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+REFERENCE_MEMORY_SHARE = 0.5  # of the machine's memory, the most a float64 copy may take (a Mac shares it with its GPU)
+
+
+def _machine_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def too_large(w: Workload, memory: int | None) -> str | None:
+    """Why the float64 copy of this workload must not be built here, or None: its tensors at 8 bytes an element,
+    over half the machine's memory (unified on a Mac: overcommitting it can freeze the machine)."""
+    need = w.memory_bytes * 8 // ITEMSIZE.get(w.dtype, 4)
+    if memory and need > REFERENCE_MEMORY_SHARE * memory:
+        return (
+            f"its float64 copy would need {need / 2**30:.1f} GiB, over {REFERENCE_MEMORY_SHARE:.0%} of this machine's "
+            f"{memory / 2**30:.1f} GiB"
+        )
+    return None
+
+
 def _ask(reference: Reference, w: Workload, kept: dict[str, list[Saved]], entry: dict[str, Any]) -> dict[str, Any]:
+    big = too_large(w, _machine_memory())
+    if big is not None:
+        return _not_compared(big)
     req = {
         "op": "truth",
         "workload": w.spec(),

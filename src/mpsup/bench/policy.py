@@ -76,10 +76,11 @@ class SamplingPolicy:
     # docs/evidence/). A paired run keeps feeding its noisiest: a narrower interval there can turn "too wide"
     # into a call.
     leftover_reachable_only: bool = False
-    # Paired samples this long or longer get no discarded block after a switch: what a switch costs (a
+    # A side whose samples are this long or longer discards no block after a switch: what a switch costs (a
     # context, caches, clocks ramping up, milliseconds) is under 1% of a second-long call, and discarding
-    # it doubles the calls of a whole-model phase (one wasted call per side and round). Shorter ones keep it:
-    # without it A/A runs of small layers flag changes (docs/evidence/figures/cpu_long_sample_discard.txt).
+    # it doubles the calls of a whole-model phase (one wasted call per side and round). Shorter ones keep it,
+    # each side judged by its own samples: without it A/A runs of small layers flag changes
+    # (docs/evidence/figures/cpu_long_sample_discard.txt).
     discard_up_to_s: float = 1.0
 
     @classmethod

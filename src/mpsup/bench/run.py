@@ -200,6 +200,7 @@ def _options_doc(options: BenchOptions) -> dict[str, Any]:
         "memory_share": options.memory_share,
         "allow_cpu_fallback": options.allow_cpu_fallback,
         "numerics": options.numerics,
+        "energy": options.energy,
         "policy": dict(asdict(options.policy).items()),
     }
 
@@ -218,7 +219,8 @@ def _measure(
     t_start = options.clock()
     before, facts, start_s = _start_workers(runner, options, journal, stops)
     record = new_record(mode, options.device, facts, _options_doc(options))
-    runner.energy, record["energy_meter"] = start_energy(options.device)  # idle power, the workers up and waiting
+    if options.energy:  # idle power, the workers up and waiting
+        runner.energy, record["energy_meter"] = start_energy(options.device)
     if journal is not None:
         record["id"] = journal.run_id
     record["model"] = model

@@ -16,6 +16,7 @@ from statistics import median
 from typing import Any
 
 from mpsup.bench.energy_turns import EnergyTurns
+from mpsup.bench.energy_windows import plan_windows, read_edge, window
 from mpsup.bench.events import SamplesTaken, SmokeStepDone
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.numerics import NumericsCapture, Reference
@@ -64,6 +65,9 @@ class BenchOptions:
     # this interpreter (None: the baseline's).
     numerics: bool = False
     reference_python: Path | None = None
+    # bench --energy: read the device's meter (idle power first), and give paired whole-model phases energy
+    # windows after their timed rounds (bench/energy_windows.py)
+    energy: bool = False
 
 
 class EnvSession:
@@ -211,6 +215,7 @@ class Runner:
             s.close(force=force)
         if self.reference_session is not None:
             self.reference_session.close(force=force)
+        self.energy.close()
 
     def reference(self) -> Reference:
         """The float64 reference: a CPU worker of the baseline's interpreter (or --reference), started when first
@@ -227,7 +232,6 @@ class Runner:
         return Reference(
             request=lambda doc, timeout: session().request(doc, timeout=timeout), facts=lambda: session().facts
         )
-        self.energy.close()
 
     def restart(self) -> None:
         """Fresh worker processes: a second pass then spans two process pairs, so a placement that favours
@@ -332,7 +336,7 @@ class Runner:
                 calls = calls or r.calls
                 live.append(s)
         try:
-            self._visit(live, m, share, t0, min_rounds, 0)
+            self._visit(live, m, share, t0, min_rounds, 0, windows=w.part == "phase")
         except WorkerDied as exc:
             for s in live:
                 if m.envs[s.env.label].ok:
@@ -433,14 +437,18 @@ class Runner:
         min_rounds: int | None,
         min_new: int,
         first: EnvSession | None = None,
+        *,
+        windows: bool = False,
     ) -> None:
         """`first`: the environment that warms up first (the one set up first); the rounds keep their own
-        A B / B A alternation."""
+        A B / B A alternation. `windows`: energy windows after the rounds, where a meter is read."""
         if not live:
             return
         self._warmup(sorted(live, key=lambda s: s is not first), m, share, t0)
         if len(live) == 2:
             self._paired(live, m, share, t0, min_rounds, min_new)
+            if windows:
+                self._energy_windows(live, m)
         else:
             self._single(live[0], m.envs[live[0].env.label], share, t0)
         for s in live:
@@ -495,7 +503,9 @@ class Runner:
             m.rounds = []
         rounds, ratios = m.rounds, m.ratios
         per_round = pol.samples_per_round(max(ra.sample_s, rb.sample_s), share)
-        discard = 1 if max(ra.sample_s, rb.sample_s) < pol.discard_up_to_s else 0
+        # Each side by its own sample: a 30 ms torch call after a second-long MLX turn runs cold (caches, helper
+        # threads asleep) and pays the switch as much as it would after a short one.
+        discard = {s.env.label: int(m.envs[s.env.label].sample_s < pol.discard_up_to_s) for s in live}
         visit = m.visits + 1
         new = 0
         while True:
@@ -505,7 +515,9 @@ class Runner:
             for s in order:
                 # The first block after the other worker had the device pays for the switch
                 # (GPU context, caches, clocks): taken in the same request, kept out of the comparison.
-                got[s.env.label] = self._sample(s, m.envs[s.env.label], per_round, warmup=False, discard=discard)
+                got[s.env.label] = self._sample(
+                    s, m.envs[s.env.label], per_round, warmup=False, discard=discard[s.env.label]
+                )
             ma, mb = median(got[a.env.label]), median(got[b.env.label])
             ratios.append(ma / mb)
             rounds.append(
@@ -520,6 +532,44 @@ class Runner:
                 ra.stop = rb.stop = why
                 break
         m.samples_per_round = per_round
+
+    def _energy_windows(self, live: list[EnvSession], m: WorkloadMeasurement) -> None:
+        """Each build's energy per call, apart from the timed rounds (bench/energy_windows.py): windows in
+        A B B A order, the meter read only at their idle edges. A worker's error ends the windows, never the
+        timed figures already taken."""
+        cal, meter = self.energy.calibration, self.energy.meter
+        if meter is None or cal is None or self.energy.failure:
+            return
+        a, b = live
+        ra, rb = m.envs[a.env.label], m.envs[b.env.label]
+        # A sample's time as the rounds just took it: the setup's estimate comes from the first, slower calls.
+        sample_s = max(median(r.samples) if r.samples else r.sample_s for r in (ra, rb))
+        plan = plan_windows(cal, meter.info.total_parts, sample_s)
+        if plan is None:
+            return
+        clock = self.options.clock
+        t0 = clock()
+        try:
+            before = read_edge(self.energy, plan)
+            for k in range(2 * plan.pairs):
+                pair, second = divmod(k, 2)
+                s = (a, b)[(pair + second) % 2]  # A B, then B A: each pair's first build alternates
+                r = m.envs[s.env.label]
+                w0 = clock()
+                # One switch block first, as in the rounds: its calls count, as their energy does.
+                ans = s.request({"op": "sample", "count": plan.samples, "discard": 1})
+                work_s = clock() - w0
+                if ans.get("type") == "error":
+                    self.energy.window_error = str(ans.get("message", "sampling failed"))[:300]
+                    break
+                after = read_edge(self.energy, plan)
+                if before is None or after is None:
+                    break
+                m.energy_windows.append(window(s.env.label, (plan.samples + 1) * (r.calls or 1), work_s, before, after))
+                before = after
+        finally:
+            self.energy.windows_s += clock() - t0
+            self.energy.plans[m.name] = plan.to_json()
 
     def smoke_features(self) -> tuple[str, ...]:
         return SMOKE_FEATURES

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,39 +19,16 @@ from mpsup.bench.guidance import (
     time_lines,
 )
 from mpsup.bench.phase_table import render_phases
+from mpsup.bench.run_view import RunView
 from mpsup.bench.screen_text import name_list, plural, print_lines, print_wrapped
 from mpsup.bench.tables import is_measured, part_tables, smoke_cell, smoke_table, top_workloads
 from mpsup.console import printable, safe
-from mpsup.runs.schema import RunRecord, SmokeResult, WorkloadRun, as_record
+from mpsup.runs.schema import Environment, RunRecord, SmokeResult, WorkloadRun, as_record
 from mpsup.units import fmt_bytes, fmt_time
 
 # The sections a finished run prints, in order. Each takes the run and the console and prints its
 # part (or nothing): a new section is one function and one entry in these tuples.
-Section = Callable[["RunView", Console], None]
-
-
-@dataclass(frozen=True)
-class RunView:
-    """A finished run as the screen reads it: the typed record, the document it was read from (the figures of
-    bench/figures.py and the phase table read that), and how many workloads the run set out to measure."""
-
-    run: RunRecord
-    doc: Mapping[str, Any]
-    selected: int | None = None
-
-    @property
-    def first(self) -> str:
-        """The first environment's label: a single run's only one, a paired run's baseline."""
-        return self.run.environments[0].label
-
-    @property
-    def paired(self) -> bool:
-        return len(self.run.environments) > 1
-
-    @property
-    def single_suite(self) -> bool:
-        """One environment timing the suite (not a model): the run the roofline and precision lines are about."""
-        return self.run.mode == "single" and self.run.model is None
+Section = Callable[[RunView, Console], None]
 
 
 def render_run(
@@ -70,20 +47,28 @@ def _header(view: RunView, console: Console) -> None:
     """Which torch ran, paired as `A -> B`: the candidate's torch is what the run is about."""
     run = view.run
     envs = run.environments
-    # An MLX environment has no torch: it is named by its stack (`torch 2.13.0 -> MLX 0.32.4`).
-    sides = [f"MLX {e.extra.get('mlx_version')}" if e.stack == "mlx" else e.torch_version for e in envs]
-    torch = " -> ".join(safe(v) for v in sides) + (" (A/A)" if run.mode == "aa" else "")
-    counts = [e.extra.get("threads") for e in envs]
-    threads = (
-        ""
-        if counts[0] is None
-        else f", {safe(plural(counts[0], 'CPU thread'))}"
-        if len(set(counts)) == 1
-        else f", {' -> '.join(safe(c) for c in counts)} CPU threads"
-    )
+    if any(e.stack == "mlx" for e in envs):
+        # An MLX environment has no torch: beside one, each side is named by its stack (`torch 2.13.0 -> MLX 0.32.4`).
+        names = [f"MLX {e.extra.get('mlx_version')}" if e.stack == "mlx" else f"torch {e.torch_version}" for e in envs]
+        stacks = " -> ".join(safe(n) for n in names)
+    else:
+        stacks = "torch " + " -> ".join(safe(e.torch_version) for e in envs)
+    stacks += " (A/A)" if run.mode == "aa" else ""
     console.print(
-        f"[bold]torch {torch}[/] on {safe(envs[0].device_name)} ({safe(run.device)}{threads}) · run {safe(run.id)}"
+        f"[bold]{stacks}[/] on {safe(envs[0].device_name)} ({safe(run.device)}{_threads(envs)}) · run {safe(run.id)}"
     )
+
+
+def _threads(envs: Sequence[Environment]) -> str:
+    """The torch workers' CPU threads as the header's tail. An MLX worker sets no torch thread count (its record
+    holds none), so beside one the count is said to be torch's."""
+    counts = [e.extra.get("threads") for e in envs if e.stack != "mlx"]
+    if not counts or counts[0] is None:
+        return ""
+    if len(set(counts)) > 1:
+        return f", {' -> '.join(safe(c) for c in counts)} CPU threads"
+    owner = "torch on " if len(counts) < len(envs) else ""
+    return f", {owner}{safe(plural(counts[0], 'CPU thread'))}"
 
 
 def _what_ran(view: RunView, console: Console) -> None:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from mpsup.bench.phase_table import status_text
+from mpsup.bench.run_view import RunView
 from mpsup.bench.screen_text import is_narrow
 from mpsup.console import safe
 from mpsup.runs.schema import EnvRun, Memory, SmokeResult, WorkloadRun
 from mpsup.stats import geometric_mean
 from mpsup.units import fmt_bytes, fmt_rate, fmt_span, fmt_time
-
-if TYPE_CHECKING:
-    from mpsup.bench.screen import RunView
 
 PART_TITLES = {
     "linear": "BF16 linear layers of real models",

@@ -3,13 +3,10 @@ an event it has no line for is an error its tests catch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mpsup.bisect.results import Step
 from mpsup.progress import Event
 
 
-@dataclass(frozen=True)
 class Resumed(Event):
     """A bisect continued from its journal, with the steps it holds."""
 
@@ -17,7 +14,6 @@ class Resumed(Event):
     journal: str
 
 
-@dataclass(frozen=True)
 class StepStarted(Event):
     """A paired run of the good environment against environment `index` begins."""
 
@@ -31,7 +27,6 @@ class StepStarted(Event):
     planned: int  # the steps a bisect of this many environments takes when every call is clear
 
 
-@dataclass(frozen=True)
 class StepFinished(Event):
     """A paired run ended and was called: its figures and verdict."""
 
@@ -40,7 +35,6 @@ class StepFinished(Event):
     number: int
 
 
-@dataclass(frozen=True)
 class NightliesListed(Event):
     """--nightlies: the builds the bisect runs over, listed once when it starts."""
 
@@ -53,7 +47,6 @@ class NightliesListed(Event):
     at_most: int  # installs when every call is clear
 
 
-@dataclass(frozen=True)
 class Installing(Event):
     version: str
     prefix: str
@@ -61,14 +54,12 @@ class Installing(Event):
     installer: str
 
 
-@dataclass(frozen=True)
 class Installed(Event):
     version: str
     prefix: str
     seconds: float
 
 
-@dataclass(frozen=True)
 class Reused(Event):
     """A build found installed by an earlier run of the same bisect."""
 
@@ -76,7 +67,6 @@ class Reused(Event):
     prefix: str
 
 
-@dataclass(frozen=True)
 class Released(Event):
     """A build removed once its step was called: the bisect never asks for it again."""
 
@@ -84,7 +74,6 @@ class Released(Event):
     prefix: str
 
 
-@dataclass(frozen=True)
 class ThrowawaysRemoved(Event):
     """After a failed step or install: the throwaway environments removed."""
 

@@ -117,6 +117,8 @@ def _step_problem(s: Any) -> str | None:
             return "each figure needs a name and a change (strings)"
         if not all(_opt_number(f.get(k)) for k in ("speedup", "low", "high")):
             return "a figure's speedup, low and high must be numbers or null"
+        if not isinstance(f.get("accuracy"), (str, type(None))):
+            return "a figure's accuracy must be text or null"
     return None
 
 

@@ -25,9 +25,19 @@ class Figure:
     speedup: float | None
     low: float | None
     high: float | None
+    accuracy: str | None = None  # bisect --numerics: the workload's answers against float64 (report/numerics.py)
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "change": self.change, "speedup": self.speedup, "low": self.low, "high": self.high}
+        doc: dict[str, object] = {
+            "name": self.name,
+            "change": self.change,
+            "speedup": self.speedup,
+            "low": self.low,
+            "high": self.high,
+        }
+        if self.accuracy is not None:
+            doc["accuracy"] = self.accuracy
+        return doc
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,21 @@ def next_action(n: int, outcomes: Sequence[Outcome]) -> Measure | Done:
         return Done("found" if hi == lo + 1 else "inconclusive", lo, hi, unresolved)
     middle = (lo + hi) / 2
     return Measure(min(open_, key=lambda i: (abs(i - middle), i)), 1)
+
+
+WORSE_ANSWERS = ("less accurate", "broken")
+JUDGED = ("identical", "same accuracy", "more accurate", *WORSE_ANSWERS)
+
+
+def classify_numerics(figures: Sequence[Figure]) -> str:
+    """A step's verdict from its workloads' answers (bisect --numerics): bad where any got less accurate or broke
+    against the good build, good where every one was judged and none did, inconclusive where some answer could
+    not be compared (values that differ, no float64 reference)."""
+    if not figures:
+        return INCONCLUSIVE
+    if any(f.accuracy in WORSE_ANSWERS for f in figures):
+        return BAD
+    return GOOD if all(f.accuracy in JUDGED for f in figures) else INCONCLUSIVE
 
 
 def classify(

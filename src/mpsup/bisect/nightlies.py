@@ -23,17 +23,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from mpsup.bisect.events import Installed, Installing, Released, Reused
+from mpsup.envs import index as simple_index
 from mpsup.envs.discover import pick_wheel, wheels_of
-from mpsup.envs.index import (
-    Fetched,
-    IndexFile,
-    IndexUnreachable,
-    check_index_url,
-    check_link,
-    default_fetcher,
-    list_project_files,
-    local_path,
-)
 from mpsup.envs.records import ENV_RECORD, now_iso, read_env_record
 from mpsup.envs.tags import Target, target_from_probe
 from mpsup.envs.venvs import remove_tree, venv_python
@@ -105,12 +96,14 @@ def _describe(versions: list[Version]) -> str:
     return f"it lists {len(devs)} torch build(s), {devs[0]} to {devs[-1]}"
 
 
-def select_builds(files: list[IndexFile], target: Target, good: Endpoint, bad: Endpoint, where: str) -> Selection:
+def select_builds(
+    files: list[simple_index.IndexFile], target: Target, good: Endpoint, bad: Endpoint, where: str
+) -> Selection:
     """The dev builds from GOOD to BAD, in version order, that have a wheel for `target`; the ends must be listed.
 
     A version is a build whatever its local part (`+cpu`, the Linux wheels of PyTorch's CPU index): versions
     are grouped by their public part and install-rc's wheel choice (pick_wheel) picks within each."""
-    groups: dict[Version, list[IndexFile]] = defaultdict(list)
+    groups: dict[Version, list[simple_index.IndexFile]] = defaultdict(list)
     for w in wheels_of(files, "torch"):
         groups[Version(w.version.public)].append(w.file)
     listed = sorted(groups)
@@ -145,7 +138,7 @@ def select_builds(files: list[IndexFile], target: Target, good: Endpoint, bad: E
             skipped.append(str(v))
             continue
         # A page may link a wheel over plain http, or a remote page a local file: refused before any install.
-        check_link(pick.wheel.file.url, where)
+        simple_index.check_link(pick.wheel.file.url, where)
         chosen.append(str(pick.wheel.version))
     if len(chosen) > MAX_BUILDS:
         raise UserError(f"{len(chosen)} builds from {low} to {high}: at most {MAX_BUILDS}; name a narrower range")
@@ -161,11 +154,11 @@ class IndexSession:
     a resumed bisect whose builds are all installed works offline."""
 
     def __init__(self, python: Path, index_url: str) -> None:
-        check_index_url(index_url)
+        simple_index.check_index_url(index_url)
         self.python, self.index_url = python, index_url
         self._facts: dict[str, Any] | None = None
-        self._fetch: Callable[[str], Fetched] | None = None
-        self._pages: dict[str, Fetched] = {}
+        self._fetch: Callable[[str], simple_index.Fetched] | None = None
+        self._pages: dict[str, simple_index.Fetched] = {}
 
     def facts(self) -> dict[str, Any]:
         if self._facts is None:
@@ -190,21 +183,21 @@ class IndexSession:
         # As install-rc reads it: a macOS compatibility alias (10.16) is replaced by the host's real version.
         return target_from_probe(facts, read_host_macos() if facts.get("platform") == "darwin" else None)
 
-    def fetch(self, url: str) -> Fetched:
+    def fetch(self, url: str) -> simple_index.Fetched:
         if url not in self._pages:
             if self._fetch is None:
                 from mpsup.envs import installer as inst
 
                 # The user's pip `cert` (a corporate CA bundle), as install-rc reads the index with it.
                 settings = inst.pip_settings(self.python) if self.facts().get("pip") else {}
-                self._fetch = default_fetcher(settings.get("cert"))
+                self._fetch = simple_index.default_fetcher(settings.get("cert"))
             self._pages[url] = self._fetch(url)
         return self._pages[url]
 
-    def torch_files(self) -> list[IndexFile]:
+    def torch_files(self) -> list[simple_index.IndexFile]:
         try:
-            files = list_project_files(self.index_url, "torch", self.fetch)
-        except IndexUnreachable as exc:
+            files = simple_index.list_project_files(self.index_url, "torch", self.fetch)
+        except simple_index.IndexUnreachable as exc:
             raise UserError(f"cannot read the index ({exc}); nothing was installed") from None
         if not files:
             raise UserError(f"{self.index_url} lists no torch (is it a package index's simple/ URL?)")
@@ -395,7 +388,7 @@ class Throwaways:
         return None
 
     def _install(self, i: int) -> Path:
-        from mpsup.envs.execute import install_side_by_side
+        from mpsup.envs.execute import Seams, install_side_by_side
         from mpsup.envs.plan import InstallRequest, NothingToDo, plan_install
 
         version = self.versions[i]
@@ -409,14 +402,14 @@ class Throwaways:
             if found is None:
                 raise OperationFailed(f"torch {version}: {plan.message}")
             return venv_python(found)
-        if local_path(plan.wheel.url) is None:
+        if simple_index.local_path(plan.wheel.url) is None:
             # Downloaded beside the environments, not into install-rc's downloads/: it goes with them.
             plan = replace(plan, wheel_path=self.folder / WHEELS / plan.wheel.filename)
         self.progress(Installing(version, str(plan.prefix), plan.wheel.size, plan.installer))
         t0 = time.monotonic()
         # No install progress: the bisect says one line per install instead (the event above).
-        result = install_side_by_side(plan, probe=self._probe)
-        if local_path(plan.wheel.url) is None:
+        result = install_side_by_side(plan, Seams(probe=self._probe))
+        if simple_index.local_path(plan.wheel.url) is None:
             plan.wheel_path.unlink(missing_ok=True)  # the environment holds its contents
         seconds = time.monotonic() - t0
         self.entry["installs"].append(

@@ -32,9 +32,14 @@ def _figure(f: Figure) -> str:
     return fmt_interval(f.speedup, f.low, f.high)
 
 
+def _call(f: Figure) -> str:
+    """The time call, and under --numerics the answers' verdict beside it."""
+    return f"{f.change}, {f.accuracy}" if f.accuracy else f.change
+
+
 def step_line(step: Step, environment: str, number: int) -> str:
     """One finished step, as plain text: what the progress line and the docs show."""
-    figs = "; ".join(f"{f.name} {_figure(f)} {f.change}" for f in step.figures) or "no figures"
+    figs = "; ".join(f"{f.name} {_figure(f)} {_call(f)}" for f in step.figures) or "no figures"
     return f"step {number}: {environment} -> {step.verdict} ({figs}; run {step.run_id}, {step.seconds:.0f} s)"
 
 
@@ -230,7 +235,7 @@ def _steps_table(result: BisectResult) -> Table:
                 f"{s.budget_s:g} s" if first else "",
                 safe(f.name),
                 _figure(f),
-                f.change,
+                _call(f),
                 s.verdict if first else "",
                 safe(s.run_id or "") if first else "",
             )

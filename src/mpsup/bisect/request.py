@@ -39,6 +39,7 @@ class BisectRequest:
     python: Path | None = None
     keep_envs: bool = False  # leave the throwaway environments installed at the end
     allow_cpu_fallback: bool = False  # as bench takes it
+    numerics: bool = False  # a step is bad where the workload's answers got worse against float64, not slower
     journal: Path | None = None  # `--resume` alone: the journal these arguments were read from
 
 
@@ -51,6 +52,7 @@ def journal_args(req: BisectRequest, pythons: list[Path], device: str) -> dict[s
         **settings,
         # Written only when on, so that a bisect without the option keeps the key it has always had.
         **({"allow_cpu_fallback": True} if req.allow_cpu_fallback else {}),
+        **({"numerics": True} if req.numerics else {}),
     }
 
 
@@ -90,6 +92,7 @@ def _from_args(doc: dict[str, Any]) -> BisectRequest:
         environments=environments,
         **settings,
         allow_cpu_fallback=a.get("allow_cpu_fallback") is True,
+        numerics=a.get("numerics") is True,
         nightlies=night is not None,
         index_url=str(night["index_url"]) if night else None,
         python=Path(night["python"]) if night else None,

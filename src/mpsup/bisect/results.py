@@ -82,6 +82,7 @@ class Step:
                 _num(f.get("speedup")),
                 _num(f.get("low")),
                 _num(f.get("high")),
+                str(f["accuracy"]) if isinstance(f.get("accuracy"), str) else None,
             )
             for f in d.get("figures", [])
             if isinstance(f, dict)

@@ -19,7 +19,17 @@ from mpsup.bench.command import BUDGET_RANGE_S, BenchPlan
 from mpsup.bench.run import Interrupted
 from mpsup.bisect import journal
 from mpsup.bisect.events import Resumed, StepFinished, StepStarted
-from mpsup.bisect.logic import BAD, Done, Figure, Measure, Outcome, classify, max_paired_runs, next_action
+from mpsup.bisect.logic import (
+    BAD,
+    Done,
+    Figure,
+    Measure,
+    Outcome,
+    classify,
+    classify_numerics,
+    max_paired_runs,
+    next_action,
+)
 from mpsup.bisect.request import BisectRequest
 from mpsup.bisect.results import VERDICTS, BisectResult, EnvFacts, Step, exit_code, notes
 from mpsup.errors import OperationFailed, UserError
@@ -237,7 +247,10 @@ class Session:
             raise OperationFailed(f"step {number} ({self.names[i]}): {record['failure']}")
         reference = self.reference()
         figures = self.figures(self.analyze(record), reference if i != self.n - 1 else None)
-        verdict = classify(figures, self.req.threshold, reference if i != self.n - 1 else None)
+        if self.req.numerics:
+            verdict = classify_numerics(figures)
+        else:
+            verdict = classify(figures, self.req.threshold, reference if i != self.n - 1 else None)
         step = Step(i, action.attempt, budget, str(record.get("id") or "") or None, verdict, figures, seconds)
         self.steps.append(step)
         self.progress(StepFinished(step, self.names[i], number))
@@ -255,7 +268,9 @@ class Session:
 
     def figures(self, analysis: Analysis, reference: dict[str, float] | None) -> tuple[Figure, ...]:
         """The figures a step is called on: the workloads the ends step called slower, or all at the ends."""
-        wanted = set(reference) if reference else {w.name for w in self.plan.workloads}
+        # --numerics: every workload asked for is judged by its answers, whatever the ends' timing said.
+        wanted = set(reference) if reference and not self.req.numerics else {w.name for w in self.plan.workloads}
+        answers = analysis.numerics
         return tuple(
             Figure(
                 c.name,
@@ -263,6 +278,7 @@ class Session:
                 c.speedup.estimate if c.speedup else None,
                 finite_or_none(c.speedup.low) if c.speedup else None,
                 finite_or_none(c.speedup.high) if c.speedup else None,
+                answers[c.name].verdict if self.req.numerics and c.name in answers else None,
             )
             for c in sorted(analysis.workloads, key=lambda c: c.name)
             if c.name in wanted

@@ -59,10 +59,14 @@ def calibrate(
     idle: dict[str, float] = {}
     span = series[-1].stamp - series[0].stamp
     for p in parts:
-        moves = [r.stamp for prev, r in itertools.pairwise(series) if r.joules[p] != prev.joules[p]]
-        gaps = [b - a for a, b in itertools.pairwise(moves)]
+        moved = [r for prev, r in itertools.pairwise(series) if r.joules[p] != prev.joules[p]]
+        gaps = [b.stamp - a.stamp for a, b in itertools.pairwise(moved)]
         cadence[p] = median(gaps) if gaps else None
-        idle[p] = (series[-1].joules[p] - series[0].joules[p]) / span if span > 0 else 0.0
+        # From the first move to the last, where it moved twice: the readings at the window's ends are up to a
+        # step stale (NVML's 100 ms counter over 2 s: up to 5% low), the first read after a move is not.
+        first, last = (moved[0], moved[-1]) if len(moved) >= 2 else (series[0], series[-1])
+        width = last.stamp - first.stamp
+        idle[p] = (last.joules[p] - first.joules[p]) / width if width > 0 else 0.0
     stamped = tuple(
         p
         for p in parts

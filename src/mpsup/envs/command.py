@@ -190,7 +190,7 @@ def install(request: InstallRequest, hooks: Hooks) -> NothingNew | Planned | Dec
         return Declined()
     do_install = execute.install_in_place if plan.mode == "in-place" else execute.install_side_by_side
     with hooks.progress() as progress:
-        result = do_install(plan, progress=progress)
+        result = do_install(plan, execute.Seams(progress=progress))
     return Installed(plan, result, next_command(result))
 
 

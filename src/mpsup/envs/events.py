@@ -6,20 +6,17 @@ The install (execute.py, download.py) sends these through a `mpsup.progress.Prog
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from mpsup.progress import Event
 
 
-@dataclass(frozen=True)
 class Fetching(Event):
     """The wheel is being fetched (downloaded, or checked where it lies for a local one)."""
 
     filename: str
 
 
-@dataclass(frozen=True)
 class Downloaded(Event):
     """Bytes of the wheel written so far; `total` is None when neither the server nor the index gave a size."""
 
@@ -27,12 +24,10 @@ class Downloaded(Event):
     total: int | None
 
 
-@dataclass(frozen=True)
 class CreatingVenv(Event):
     base_python: Path
 
 
-@dataclass(frozen=True)
 class Installing(Event):
     """Side by side: torch (and `cloned` packages from the user's environment) into the new environment."""
 
@@ -41,17 +36,14 @@ class Installing(Event):
     cloned: int = 0
 
 
-@dataclass(frozen=True)
 class Verifying(Event):
     in_place: bool  # the upgraded environment itself, else the new one
 
 
-@dataclass(frozen=True)
 class MovingIntoPlace(Event):
     name: str
 
 
-@dataclass(frozen=True)
 class SavedPackages(Event):
     """In place: the environment's package list, saved for --rollback before anything changes."""
 
@@ -59,13 +51,11 @@ class SavedPackages(Event):
     path: Path
 
 
-@dataclass(frozen=True)
 class Upgrading(Event):
     python: Path
     version: str
     installer: str
 
 
-@dataclass(frozen=True)
 class RestoringSaved(Event):
     """An in-place upgrade failed: the saved packages go back."""

@@ -234,17 +234,22 @@ class InstallResult:
         }
 
 
-def install_side_by_side(
-    plan: InstallPlan,
-    *,
-    progress: Progress = ignore,
-    probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
-    free_bytes: Callable[[Path], int] | None = None,
-) -> InstallResult:
+@dataclass(frozen=True)
+class Seams:
+    """What an install calls out to besides pip, each replaceable in a test: where its progress goes, how an
+    interpreter is probed, how free disk space is read (None: the disk's own figure)."""
+
+    progress: Progress = ignore
+    probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe
+    free_bytes: Callable[[Path], int] | None = None
+
+
+def install_side_by_side(plan: InstallPlan, seams: Seams = Seams()) -> InstallResult:
     started = time.monotonic()
+    progress, probe = seams.progress, seams.probe
     _clear_leftover(plan.prefix)
     _clean_stale_builds()
-    check_space(plan, free_bytes)
+    check_space(plan, seams.free_bytes)
     fetched = _fetch(plan, progress)
     building = plan.prefix.with_name(f".building-{plan.name}-{os.getpid()}")
     moving = recorded = False
@@ -290,15 +295,10 @@ def _write_temp_lines(lines: tuple[str, ...] | list[str]) -> Path:
     return Path(name)
 
 
-def install_in_place(
-    plan: InstallPlan,
-    *,
-    progress: Progress = ignore,
-    probe: Callable[[Path], dict[str, Any] | None] = run_interpreter_probe,
-    free_bytes: Callable[[Path], int] | None = None,
-) -> InstallResult:
+def install_in_place(plan: InstallPlan, seams: Seams = Seams()) -> InstallResult:
     started = time.monotonic()
-    check_space(plan, free_bytes)
+    progress, probe = seams.progress, seams.probe
+    check_space(plan, seams.free_bytes)
     frozen = inst.freeze(plan.python)
     if frozen is None:
         raise OperationFailed(

@@ -293,6 +293,7 @@ def parse_system_profiler(text: str) -> GpuInfo:
     return parse_system_profiler_text(text)
 
 
+# A command's own type beside its parser, laid out as OsVersion above is: alike in layout, not in fields.
 @dataclass(frozen=True)
 class Uname:
     system: str | None

@@ -86,18 +86,42 @@ def _blocks(ta: Sequence[_Turn], tb: Sequence[_Turn], span_s: float) -> list[tup
     return out
 
 
-def workload_energy(meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str) -> dict[str, Any] | None:
-    """One workload's figure (the JSON's `model_energy[phase]` or `energy[name]`), or None where not read."""
-    all_a, all_b = _turns(w.env(a).extra.get("energy")), _turns(w.env(b).extra.get("energy"))
-    ta, tb = [t for t in all_a if not t.warmup], [t for t in all_b if not t.warmup]
-    if not ta or not tb:
-        return None
+@dataclass(frozen=True)
+class _Window:
+    env: str
+    calls: int
+    s: float  # between its edge readings: its work and the idle gap after it
+    work_s: float
+    j: Mapping[str, float]
+
+
+def _windows(doc: object) -> list[_Window]:
+    if not isinstance(doc, list):
+        return []
+    return [
+        _Window(str(x["env"]), int(x["calls"]), float(x["s"]), float(x["work_s"]), x["j"])
+        for x in doc
+        if isinstance(x, dict)
+    ]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What every figure of one workload shares: the parts, idle power, the scale to joules per token or call."""
+
+    doc: dict[str, Any]  # the figure with nothing measured yet
+    parts: list[str]
+    stamped: list[str]
+    timed: list[str]  # in the meter's total and stamped: the parts a window's (or turn's) reading means something for
+    idle: dict[str, float]
+    div: float  # joules per call of the blocks that ran -> per token or call of the whole model
+
+
+def _frame(meter: Mapping[str, Any], w: WorkloadRun, a: str) -> _Frame:
     parts = [p for p in meter.get("parts") or [] if p in PARTS]
     stamped = [p for p in meter.get("stamped") or [] if p in parts]
     total = [p for p in meter.get("total_parts") or parts if p in parts]
-    timed = [p for p in total if p in stamped]  # the parts a turn's reading means something for
     idle = {p: float(v) for p, v in (meter.get("idle_w") or {}).items() if isinstance(v, int | float)}
-    idle_timed = sum(idle.get(p, 0.0) for p in timed)
     env_a = w.env(a).to_json()
     scale = scale_of(env_a)  # joules of the blocks that ran -> the whole model's, as the phase's time is scaled
     phase = phase_of(w.to_json()) if w.part == "phase" else None
@@ -119,6 +143,98 @@ def workload_energy(meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str) ->
         "parts": dict.fromkeys(PARTS),
     }
     div = scale / (float(items) if per_token and isinstance(items, int | float) else 1.0)
+    return _Frame(doc, parts, stamped, [p for p in total if p in stamped], idle, div)
+
+
+def workload_energy(meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str) -> dict[str, Any] | None:
+    """One workload's figure (the JSON's `model_energy[phase]` or `energy[name]`), or None where not read.
+
+    From its energy windows where it has them. A record that pairs energy by windows (`pairing: windows`) gives a
+    workload without windows no figure: its turns, kept in the record, are too short for a counter that moves
+    every 100 ms (docs/explanation/energy.md). A record without that key pairs its turns."""
+    wins = _windows(w.extra.get("energy_windows"))
+    if wins:
+        return window_energy(meter, w, a, b, wins)
+    if meter.get("pairing") == "windows":
+        return None
+    return turn_energy(meter, w, a, b)
+
+
+def window_energy(
+    meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str, wins: Sequence[_Window] | None = None
+) -> dict[str, Any] | None:
+    """From energy windows: per call, each window's joules less idle power over its edges' span, over its calls;
+    a ratio per A-B pair of windows (taken back to back, A B then B A), median and 95% interval over the pairs."""
+    wins = list(wins if wins is not None else _windows(w.extra.get("energy_windows")))
+    wa, wb = [x for x in wins if x.env == a], [x for x in wins if x.env == b]
+    if not wa or not wb:
+        return None
+    f = _frame(meter, w, a)
+    doc, timed = f.doc, f.timed
+    doc["pairing"] = "windows"
+    idle_timed = sum(f.idle.get(p, 0.0) for p in timed)
+
+    def above(xs: Sequence[_Window]) -> float | None:
+        calls = sum(x.calls for x in xs)
+        return sum(sum(x.j.get(p, 0.0) for p in timed) - idle_timed * x.s for x in xs) / calls if calls else None
+
+    def working(xs: Sequence[_Window], parts: Sequence[str]) -> float | None:
+        """Per call with idle while working, the idle gaps' idle left out: what a call draws, idle included."""
+        calls = sum(x.calls for x in xs)
+        gap = sum(f.idle.get(p, 0.0) for p in parts)
+        return sum(sum(x.j.get(p, 0.0) for p in parts) - gap * (x.s - x.work_s) for x in xs) / calls if calls else None
+
+    ja, jb = working(wa, timed), working(wb, timed)
+    if timed and ja is not None and jb is not None:
+        doc["baseline_j"], doc["candidate_j"] = ja * f.div, jb * f.div
+        doc["total_ratio"] = jb / ja if ja > 0 else None
+        ratios = []
+        for first, second in zip(wins[0::2], wins[1::2], strict=False):
+            pair = {first.env: first, second.env: second}
+            if set(pair) != {a, b}:
+                continue
+            ea, eb = above([pair[a]]), above([pair[b]])
+            if ea is not None and eb is not None and ea > 0 and eb > 0:
+                ratios.append(eb / ea)
+        if ratios:
+            ci = median_ci(ratios)
+            doc["energy_ratio"], doc["blocks"] = ci.estimate, len(ratios)
+            if ci.bounded:
+                doc["low"], doc["high"] = ci.low, ci.high
+    main = str(meter.get("main"))
+    if main in f.stamped:
+        for key, xs in (("baseline_w", wa), ("candidate_w", wb)):
+            busy = sum(x.work_s for x in xs)
+            gap = f.idle.get(main, 0.0) * sum(x.s - x.work_s for x in xs)
+            doc[key] = (sum(x.j.get(main, 0.0) for x in xs) - gap) / busy if busy > 0 else None
+        doc["idle_w"] = f.idle.get(main)
+        doc["main"] = main
+    for p in f.parts:
+        whole = sum(x.j.get(p, 0.0) for x in wins)
+        if whole == 0.0:
+            doc["parts"][p] = {"read_zero": True}
+        elif p in f.stamped:
+            pa, pb = working(wa, [p]), working(wb, [p])
+            doc["parts"][p] = {
+                "baseline_j": pa * f.div if pa is not None else None,
+                "candidate_j": pb * f.div if pb is not None else None,
+            }
+        else:
+            doc["parts"][p] = {"run_j": whole, "batched": True}
+    return doc
+
+
+def turn_energy(meter: Mapping[str, Any], w: WorkloadRun, a: str, b: str) -> dict[str, Any] | None:
+    """From the meter read around each worker turn: a record's figure before energy windows (kept for those
+    records, and to show what the turns say beside the windows: benchmarks/energy_gpu.py)."""
+    all_a, all_b = _turns(w.env(a).extra.get("energy")), _turns(w.env(b).extra.get("energy"))
+    ta, tb = [t for t in all_a if not t.warmup], [t for t in all_b if not t.warmup]
+    if not ta or not tb:
+        return None
+    f = _frame(meter, w, a)
+    doc, timed, stamped, idle, div = f.doc, f.timed, f.stamped, f.idle, f.div
+    parts = f.parts
+    idle_timed = sum(idle.get(p, 0.0) for p in timed)
     ja, jb = _per_call(ta, timed), _per_call(tb, timed)
     if timed and ja is not None and jb is not None:
         doc["baseline_j"], doc["candidate_j"] = ja * div, jb * div
@@ -197,7 +313,9 @@ def energy_clause(fig: Mapping[str, Any] | None) -> str | None:
         ci = f" (95% CI {low:.2f}-{high:.2f}x)"
     else:
         n = fig.get("blocks") or 0
-        ci = f" (no interval: {n} block{'' if n == 1 else 's'} of paired rounds)" if n else " (run totals, no interval)"
+        unit = "pair" if fig.get("pairing") == "windows" else "block"
+        what = " of energy windows" if unit == "pair" else " of paired rounds"
+        ci = f" (no interval: {n} {unit}{'' if n == 1 else 's'}{what})" if n else " (run totals, no interval)"
     bw, cw = fig.get("baseline_w"), fig.get("candidate_w")
     name = PART_NAMES.get(str(fig.get("main")), str(fig.get("main")))
     watts = f"; {name} {bw:.1f} W -> {cw:.1f} W" if _finite(bw) and _finite(cw) else ""

@@ -19,6 +19,7 @@ from mpsup.report.common import (
     summary_lines,
     unmeasured_cell,
 )
+from mpsup.report.numerics import numerics_lines
 from mpsup.report.plots import svg_memory_plot, svg_phase_plot, svg_speedup_plot
 from mpsup.units import fmt_time
 
@@ -124,7 +125,10 @@ def render_html(a: Analysis) -> str:
         f'<td class="{esc(w.change)}">{esc(w.change)}</td></tr>'
         for i, w in enumerate(a.workloads)
     )
-    summary = "".join(f"<li>{line}</li>" for line in summary_lines(a, esc) + not_measured_lines(a.workloads, esc))
+    answers = [esc(line) for line in numerics_lines(a.model_numerics)]
+    summary = "".join(
+        f"<li>{line}</li>" for line in summary_lines(a, esc) + answers + not_measured_lines(a.workloads, esc)
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>mpsup report{AA_TAG if a.mode == "aa" else ""}: {esc(a.verdict)}</title>

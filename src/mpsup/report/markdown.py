@@ -17,6 +17,7 @@ from mpsup.report.common import (
     unmeasured_cell,
 )
 from mpsup.report.energy import energy_lines
+from mpsup.report.numerics import numerics_lines
 from mpsup.units import fmt_time
 
 
@@ -43,7 +44,7 @@ def render_markdown(a: Analysis) -> str:
         "",
     ]
     out += [f"- {line}" for line in summary_lines(a, md) + not_measured_lines(a.workloads, md)]
-    out += [f"- {md(line)}" for line in energy_lines(a.energy)]
+    out += [f"- {md(line)}" for line in numerics_lines(a.model_numerics) + energy_lines(a.energy)]
     out += attribution_markdown(a)
     out += [
         "",

@@ -30,7 +30,7 @@ EPS = {
     "float8_e4m3fn": 2.0**-3,
     "float8_e5m2": 2.0**-2,
 }
-BROKEN_ERROR = 0.1  # relative RMS error past which an answer is no longer the computation's
+BROKEN_ERROR = 0.1  # relative RMS error past which an answer has stopped being the computation's
 # Worst first: the verdict of several outputs is the worst of theirs.
 SEVERITY: dict[str, int] = {
     "broken": 5,
@@ -283,6 +283,9 @@ class PhaseNumerics:
             "greedy_diverges_at": self.greedy_diverges_at,
             "weights": "random" if self.random_weights else "real",
             "model_code": list(self.libraries) if self.libraries else None,
+            # The op that changed the numbers, or null: none of the ops compared alone moved (the change came
+            # from calls replayed only together, or from what the phase carries over, such as a decode's cache).
+            "top_op": self.top_op.to_json() if self.top_op else None,
             "ops": [o.to_json() for o in self.ops],
         }
         return doc
@@ -340,3 +343,35 @@ def model_numerics(
             random_weights=str(entry.get("weights") or "random") != "real",
         )
     return out
+
+
+def _e(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}"
+
+
+def numerics_lines(model: Mapping[str, PhaseNumerics]) -> list[str]:
+    """Each phase's answers in one line, for every format: the errors behind its verdict, the floor, the top op
+    and, for a language model, what its logits and greedy tokens say."""
+    lines = []
+    for phase, pn in model.items():
+        m = pn.numerics.main
+        if pn.verdict == "not compared" or m is None:
+            lines.append(f"{phase} answers: not compared ({pn.numerics.reason})")
+            continue
+        ratio = f" ({m.ratio:.3g}x)" if m.ratio is not None and not m.identical else ""
+        text = (
+            f"{phase} answers: {pn.verdict}; error against float64 {_e(m.baseline_error)} -> "
+            f"{_e(m.candidate_error)}{ratio}, between builds {_e(m.between)}, floor {_e(m.floor)}"
+        )
+        top = pn.top_op
+        if top is not None and top.numerics.main is not None:
+            text += f"; top op {top.op} {top.shapes} ({top.dtypes}) {_e(top.numerics.main.ratio)}x"
+        if pn.top1_agreement is not None:
+            weights = " (random weights: these say little, the errors decide)" if pn.random_weights else ""
+            diverges = "never" if pn.greedy_diverges_at is None else f"at token {pn.greedy_diverges_at}"
+            text += (
+                f"; top-1 agreement {pn.top1_agreement:.1%}, mean KL {_e(pn.kl_mean)}, greedy tokens part "
+                f"{diverges}{weights}"
+            )
+        lines.append(text)
+    return lines

@@ -1,5 +1,5 @@
 """`report --upstream` for answers that got worse: the issue leads with accuracy, as PyTorch's maintainers read it
-(#193487's table: each build's error against float64), and its script computes the op the report names, with the
+(a table of each build's error against float64), and its script computes the op the report names, with the
 census's exact call, in the build under test and in float64 on the CPU, from the same values, and prints the
 build's error. Run under each build, the two printed errors are the table's two columns. No mpsup import; every
 record value is checked before it becomes code (report/op_repro.py's rules)."""
@@ -84,6 +84,7 @@ WIDE = [False]
 def make(shape, stride, dtype, where, span):
     """A tensor of this shape, layout and dtype from the stream: floats in the range the model's op saw, integers
     and masks in theirs; in the float64 pass, the same values rounded to dtype, then widened."""
+    # The element count is op_repro's script's too: each script stands alone, so each carries its own.
     if stride is None:
         n = 1
         for d in shape:

@@ -18,8 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from mpsup.model.phases import PHASES
 from mpsup.report.analysis import Analysis
 from mpsup.report.attribution import OpShare, PhaseAttribution, op_classes
+from mpsup.report.common import md
 from mpsup.report.repro import PICK_DEVICE, torch_dtype
 from mpsup.units import fmt_interval
 
@@ -418,12 +420,8 @@ def _table(attr: PhaseAttribution, rows: int = 8) -> list[str]:
             return "n/a"
         return f"{s * 1e3:+.3f} ms" if abs(s) >= 1e-3 else f"{s * 1e6:+.1f} us"
 
-    def clean(text: str) -> str:
-        # A code span: nothing in it renders (no mention, link, emphasis or HTML); a pipe or backtick would end it.
-        return "`" + re.sub(r"[`|\s]+", " ", text).strip()[:120] + "`"
-
     lines = [
-        f"Where the {attr.phase} change went (each op timed alone in both builds, count x time per call): the ops "
+        f"Where the {md(attr.phase)} change went (each op timed alone in both builds, count x time per call): the ops "
         f"cover {_pct(attr.coverage_baseline)} of the phase in the good build and {_pct(attr.coverage_candidate)} "
         f"in the bad one, and explain {_pct(attr.explained_change)} of its change.",
         "",
@@ -441,7 +439,7 @@ def _table(attr: PhaseAttribution, rows: int = 8) -> list[str]:
             else f"{o.count_baseline} -> {o.count_candidate}"
         )
         lines.append(
-            f"| {clean(o.op)} | {clean(o.shapes)} | {clean(o.dtypes)} | {calls} | {speed} | {t(o.change_s)} "
+            f"| {md(o.op)} | {md(o.shapes)} | {md(o.dtypes)} | {calls} | {speed} | {t(o.change_s)} "
             f"| {_pct(o.share_of_change)} |"
         )
     lines.append(f"| unexplained (launch gaps, fusion, sync, ops not replayed) | | | | | {t(attr.unexplained_s)} | |")
@@ -510,7 +508,9 @@ def _ops_repro(movers: list[OpShare], phase: str, device: str, table: list[str])
     except (NotCode, TypeError, ValueError):
         return None
     names = "; ".join(_label(o) for o in movers)
-    what = f"the op(s) that carry the {phase} change, as the model calls them: {names}"
+    # A name from the fixed list: `what` goes into the script and the body's sentence as it is.
+    named = phase if phase in PHASES else "phase's"
+    what = f"the op(s) that carry the {named} change, as the model calls them: {names}"
     return PhaseRepro(what, _fill(what, device, "", builders), table)
 
 

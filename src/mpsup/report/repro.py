@@ -166,6 +166,11 @@ def _fits(*shapes: list[int]) -> bool:
     return all(math.prod(s) <= MAX_CENSUS_ELEMENTS for s in shapes)
 
 
+def _randn(name: str, shape: list[int], dtype: str) -> str:
+    """The script's line that makes operand `name`: random values of `shape` in `dtype` on the chosen device."""
+    return f"    {name} = torch.randn({', '.join(map(str, shape))}, device=device).to(torch.{dtype})\n"
+
+
 def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
     """A suite or model-layer workload, rebuilt from its params as the worker builds it (worker/ops.py).
     What it says it times is made of numbers and names from fixed lists: the workload's own name is the
@@ -176,9 +181,9 @@ def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
         if _fits([t, k], [n, k], [t, n]):
             return Repro(
                 f"torch.nn.functional.linear, input {t}x{k}, weight {n}x{k}, {dtype}, no bias",
-                f"    x = torch.randn({t}, {k}, device=device).to(torch.{dtype})\n"
-                f"    w = torch.randn({n}, {k}, device=device).to(torch.{dtype})\n"
-                "    return lambda: torch.nn.functional.linear(x, w)",
+                _randn("x", [t, k], dtype)
+                + _randn("w", [n, k], dtype)
+                + "    return lambda: torch.nn.functional.linear(x, w)",
                 device,
             )
     if kind == "matmul" and (dims := _pos(w, "n")):
@@ -186,9 +191,7 @@ def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
         if _fits([n, n]):
             return Repro(
                 f"torch.mm of two {n}x{n} {dtype} matrices",
-                f"    a = torch.randn({n}, {n}, device=device).to(torch.{dtype})\n"
-                f"    b = torch.randn({n}, {n}, device=device).to(torch.{dtype})\n"
-                "    return lambda: torch.mm(a, b)",
+                _randn("a", [n, n], dtype) + _randn("b", [n, n], dtype) + "    return lambda: torch.mm(a, b)",
                 device,
             )
     if kind == "int_mm" and (dims := _pos(w, "tokens", "in_features", "out_features")):
@@ -204,8 +207,7 @@ def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
     if kind == "pad" and (shape := _int_list(w.get("shape"))) and (pad := _int_list(w.get("pad"))):
         return Repro(
             f"torch.nn.functional.pad of a {_dims(shape)} {dtype} tensor by {pad}",
-            f"    x = torch.randn({shape}, device=device).to(torch.{dtype})\n"
-            f"    return lambda: torch.nn.functional.pad(x, {pad})",
+            _randn("x", shape, dtype) + f"    return lambda: torch.nn.functional.pad(x, {pad})",
             device,
         )
     if kind == "conv" and (ws := _int_list(w.get("weight_shape"))) and (xs := _int_list(w.get("input_shape"))):
@@ -219,9 +221,9 @@ def workload_repro(w: dict[str, Any], device: str) -> Repro | None:
             return Repro(
                 f"torch.nn.functional.conv{nd}d, input {_dims(xs)}, weight {_dims(ws)}, {dtype}, "
                 f"padding {padding}, stride {stride}",
-                f"    x = torch.randn({xs}, device=device).to(torch.{dtype})\n"
-                f"    w = torch.randn({ws}, device=device).to(torch.{dtype})\n"
-                f"    return lambda: torch.nn.functional.conv{nd}d(x, w, padding={padding}, stride={stride})",
+                _randn("x", xs, dtype)
+                + _randn("w", ws, dtype)
+                + f"    return lambda: torch.nn.functional.conv{nd}d(x, w, padding={padding}, stride={stride})",
                 device,
             )
     return None

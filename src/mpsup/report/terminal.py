@@ -8,6 +8,7 @@ from collections import Counter
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -32,6 +33,7 @@ from mpsup.report.common import (
     unmeasured_cell,
 )
 from mpsup.report.energy import energy_lines
+from mpsup.report.numerics import numerics_lines
 from mpsup.units import fmt_time
 
 
@@ -84,7 +86,7 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     # The model's phases first: they are the verdict; the table below is the explanation.
     for p in a.model_phases:
         console.print(phase_line(p, safe))
-    for line in energy_lines(a.energy):
+    for line in numerics_lines(a.model_numerics) + energy_lines(a.energy):
         console.print(safe(line), highlight=False)
     for attr in a.attribution.values():
         _attribution_terminal(attr, console, details=details)
@@ -93,9 +95,8 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
     layers = [w for w in a.workloads if w.part not in NOT_LAYERS] if a.model_phases else list(a.workloads)
     rows = terminal_rows(layers, details=details)
     t = _terminal_table(rows, narrow=False)
-    # The wide table only where it fits whole: squeezed, rich cuts the count, share and times to "c…".
-    needed = Measurement.get(console, console.options.update_width(10_000), t).maximum
-    narrow = console.width < NARROW or needed > console.width
+    # The wide table only where it fits whole.
+    narrow = console.width < NARROW or not _fits(console, t)
     if narrow:
         t = _terminal_table(rows, narrow=True)
     if rows:  # a model run whole from its config alone has phases and no layers: no empty table
@@ -121,13 +122,44 @@ def render_terminal(a: Analysis, console: Console, *, details: bool = False) -> 
 
 def _attribution_terminal(attr: PhaseAttribution, console: Console, *, details: bool) -> None:
     console.print(safe(attribution_heading(attr)), highlight=False)
+    rows = attribution_rows(attr, limit=None if details else ATTRIBUTION_ROWS)
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
     for col in ATTRIBUTION_HEAD:
-        t.add_column(col, justify="left" if col in ("op", "shapes", "dtypes") else "right")
-    for row in attribution_rows(attr, limit=None if details else ATTRIBUTION_ROWS):
+        t.add_column(col, justify="left" if col in ("op", "shapes", "dtypes") else "right", no_wrap=True)
+    for row in rows:
         t.add_row(*(safe(c) for c in row))
-    console.print(t)
+    # Squeezed, a table cuts the op names, shapes and intervals it exists to show: below its width, a block each.
+    if _fits(console, t):
+        console.print(t)
+    else:
+        console.print(OP_BLOCKS_LEGEND, highlight=False)
+        for row in rows:
+            _op_block(row, console)
     console.print(UNEXPLAINED_LEGEND, highlight=False)
+
+
+# What the lines of each op's block hold, in the order the table's columns do.
+OP_BLOCKS_LEGEND = (
+    "Each op below: dtypes, calls per phase call; shapes; speedup (95% CI); time per phase call "
+    "(baseline -> candidate): change, share of the phase's change"
+)
+
+
+def _op_block(row: tuple[str, ...], console: Console) -> None:
+    """One row of the op table as a block: the op on a line, then each of its long texts on a line of its own,
+    indented, so a narrow terminal wraps a list of shapes between shapes and never cuts one."""
+    op, shapes, dtypes, calls, baseline, candidate, speedup, change, share = row
+    calls_text = f"{calls} call{'' if calls == '1' else 's'}" if calls else ""
+    console.print(" · ".join(safe(x) for x in (op, dtypes, calls_text) if x), highlight=False)
+    times = f"{baseline} -> {candidate}: " if baseline or candidate else ""
+    for line in (shapes, speedup, f"{times}{change}, {share} of the change" if change else ""):
+        if line:
+            console.print(Padding(safe(line), (0, 0, 0, 4), expand=False), highlight=False)
+
+
+def _fits(console: Console, table: Table) -> bool:
+    """Whether `table` fits the console whole: squeezed, rich cuts its cells to "c…"."""
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum <= console.width
 
 
 def _terminal_table(rows: list[WorkloadChange], *, narrow: bool) -> Table:

@@ -96,10 +96,31 @@ def check_energy_turns(doc: Any, where: str) -> None:
         number = turn.get("round")
         if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
             raise Corrupt(f"{at}.round: expected a whole number, found {_kind(number)}")
-        for part, j in _obj(turn.get("j"), f"{at}.j").items():
-            _check(part in ENERGY_PARTS, f"{at}.j", f"parts of {', '.join(ENERGY_PARTS)}", part)
-            # A counter read twice can step back by its own rounding: a small negative is a reading, not damage.
-            _number(j, f"{at}.j.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
+        _check_joules(turn.get("j"), f"{at}.j")
+
+
+def _check_joules(doc: Any, where: str) -> None:
+    """{part: joules}: parts of ENERGY_PARTS, each a finite number."""
+    for part, j in _obj(doc, where).items():
+        _check(part in ENERGY_PARTS, where, f"parts of {', '.join(ENERGY_PARTS)}", part)
+        # A counter read twice can step back by its own rounding: a small negative is a reading, not damage.
+        _number(j, f"{where}.{part}", low=-MAX_JOULES, high=MAX_JOULES, optional=False)
+
+
+def check_energy_windows(doc: Any, where: str) -> None:
+    """workloads[i].energy_windows (bench/energy_windows.py): a list, each {env, calls, s, work_s, j: {part: J}}."""
+    if doc is None:
+        return
+    for i, x in enumerate(_list(doc, where, MAX_TURNS)):
+        at = f"{where}[{i}]"
+        win = _obj(x, at)
+        _check(isinstance(win.get("env"), str), f"{at}.env", "a label", win.get("env"))
+        calls = win.get("calls")
+        if not isinstance(calls, int) or isinstance(calls, bool) or not 0 <= calls <= MAX_COUNT:
+            raise Corrupt(f"{at}.calls: expected a whole number in range, found {_kind(calls)}")
+        _number(win.get("s"), f"{at}.s", high=MAX_SECONDS, optional=False)
+        _number(win.get("work_s"), f"{at}.work_s", high=MAX_SECONDS, optional=False)
+        _check_joules(win.get("j"), f"{at}.j")
 
 
 def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
@@ -116,7 +137,7 @@ def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
     for k in ("parts", "total_parts", "stamped"):
         for i, part in enumerate(_list(d.get(k), f"{where}.{k}", len(ENERGY_PARTS), optional=True)):
             _check(part in ENERGY_PARTS, f"{where}.{k}[{i}]", f"one of {', '.join(ENERGY_PARTS)}", part)
-    for k in ("read_s", "window_s", "read_total_s"):
+    for k in ("read_s", "window_s", "read_total_s", "windows_total_s"):
         _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
     for k in ("read_count", "skipped_turns"):
         _number(d.get(k), f"{where}.{k}", high=MAX_COUNT)

@@ -74,6 +74,7 @@ def check_numerics(doc: Any, where: str) -> None:
     _whole(language.get("positions"), f"{where}.language.positions")
     _whole(language.get("greedy_tokens"), f"{where}.language.greedy_tokens")
     _whole(language.get("greedy_diverges_at"), f"{where}.language.greedy_diverges_at")
+    _whole(language.get("kl_nonfinite"), f"{where}.language.kl_nonfinite")
     _number(language.get("top1_agreement"), f"{where}.language.top1_agreement", high=1.0)
     _number(language.get("kl_mean"), f"{where}.language.kl_mean", low=-1e-6)
     for i, out in enumerate(_list(d.get("outputs"), f"{where}.outputs", MAX_OUTPUTS, optional=True)):

@@ -7,17 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mpsup.runs.fields import (
-    MAX_COUNT,
-    MAX_SECONDS,
-    Corrupt,
-    _check,
-    _list,
-    _number,
-    _obj,
-    _required_text,
-    _text,
-)
+from mpsup.runs.fields import MAX_COUNT, MAX_SECONDS, Corrupt, _check, _list, _number, _obj, _required_text, _text
 
 MAX_FALLBACK_OPS = 1_000
 MAX_CENSUS_ENTRIES = 10_000  # a worker keeps 400 (op, shapes, dtypes) entries per phase
@@ -38,6 +28,16 @@ def _whole(doc: Any, where: str, *, high: int = MAX_COUNT, optional: bool = True
     if not 0 <= doc <= high:
         raise Corrupt(f"{where}: {doc} is out of range")
     return doc
+
+
+def _scalars(d: Mapping[str, Any], where: str, counts: tuple[str, ...], texts: tuple[str, ...], flag: str) -> None:
+    """Whole numbers under `counts`, text under `texts`, true or false under `flag`: a phase's own keys."""
+    for k in counts:
+        _whole(d.get(k), f"{where}.{k}")
+    for k in texts:
+        _text(d.get(k), f"{where}.{k}")
+    value = d.get(flag)
+    _check(value is None or isinstance(value, bool), f"{where}.{flag}", "true or false", value)
 
 
 def _census_shapes(text: str, where: str) -> None:
@@ -72,12 +72,7 @@ def _census(doc: Any, where: str) -> None:
 def _phase_info(doc: Any, where: str) -> None:
     """What the worker said of one phase call (env.phase): the blocks run, the ops that fell back, the census."""
     d = _obj(doc, where)
-    for k in _INFO_COUNTS:
-        _whole(d.get(k), f"{where}.{k}")
-    for k in _INFO_TEXTS:
-        _text(d.get(k), f"{where}.{k}")
-    compiled = d.get("compiled")
-    _check(compiled is None or isinstance(compiled, bool), f"{where}.compiled", "true or false", compiled)
+    _scalars(d, where, _INFO_COUNTS, _INFO_TEXTS, "compiled")
     for i, op in enumerate(_list(d.get("fallback_ops"), f"{where}.fallback_ops", MAX_FALLBACK_OPS, optional=True)):
         _text(op, f"{where}.fallback_ops[{i}]", optional=False)
     if d.get("census") is not None:
@@ -95,12 +90,7 @@ def check_env_phase(d: Mapping[str, Any], where: str) -> None:
 
 def check_phase_workload(d: Mapping[str, Any], where: str) -> None:
     """A whole-model phase's parameters (workloads[i] with part "phase"), as model.phases writes them."""
-    for k in _PHASE_COUNTS:
-        _whole(d.get(k), f"{where}.{k}")
-    for k in _PHASE_TEXTS:
-        _text(d.get(k), f"{where}.{k}")
-    compile_ = d.get("compile")
-    _check(compile_ is None or isinstance(compile_, bool), f"{where}.compile", "true or false", compile_)
+    _scalars(d, where, _PHASE_COUNTS, _PHASE_TEXTS, "compile")
     for i, v in enumerate(_list(d.get("resolution"), f"{where}.resolution", 3, optional=True)):
         _whole(v, f"{where}.resolution[{i}]", optional=False)
     _obj(d.get("config"), f"{where}.config", optional=True)

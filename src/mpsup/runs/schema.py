@@ -28,6 +28,7 @@ from mpsup.runs.fields import (
     _text,
     check_energy_meter,
     check_energy_turns,
+    check_energy_windows,
 )
 from mpsup.runs.numerics_fields import check_numerics
 from mpsup.runs.phase_fields import (  # the census bounds: the report's readers take them from here
@@ -41,7 +42,8 @@ from mpsup.stats import usable_ratio
 SCHEMA = "mpsup.run/1.3"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
 # 1.2: needs_metal on a workload's envs entry and a smoke result; census tensors' param; op calls' reuse_bytes
 # 1.3: a workload's numerics (each build's answer against float64); census float inputs' value ranges;
-#      energy_meter (the meter read, or why none) and a workload's envs entry's energy (its read turns)
+#      energy_meter (the meter read, or why none) and a workload's envs entry's energy (its read turns);
+#      bench --energy: a workload's energy_windows (each build's windows of work, read at idle edges)
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
@@ -278,6 +280,7 @@ class WorkloadRun:
         if texts["part"] == "phase":
             check_phase_workload(d, where)
         check_numerics(d.get("numerics"), f"{where}.numerics")
+        check_energy_windows(d.get("energy_windows"), f"{where}.energy_windows")
         envs = {
             label: EnvRun.from_json(env, f"{where}.envs.{label}")
             # A workload skipped before any environment ran it may carry no (or null) envs.

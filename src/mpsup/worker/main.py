@@ -171,7 +171,7 @@ class Worker:
                 result["reason"] = "the call returns no tensor"
         except Exception as exc:  # numerics is an extra: the timing goes on without it
             result = {"saved": False, "reason": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
-        built.first_output = None  # held no longer than needed: a large answer is memory the timing should have
+        built.first_output = None  # a large answer kept alive is memory the timed calls should have
         result["digest"] = values.TRUTH.hexdigest()
         return result
 

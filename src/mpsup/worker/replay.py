@@ -86,10 +86,16 @@ def _span(value: torch.Tensor, integral: bool) -> list[float] | None:
         return [share, share]
     if integral:
         return [float(value.min().item()), float(value.max().item())]
-    finite = value.detach()[torch.isfinite(value.detach())]
-    if not finite.numel():
+    try:
+        low, high = float(value.min().item()), float(value.max().item())
+    except RuntimeError:  # a dtype without min/max kernels here (FP8): drawn in [-1, 1) as before
         return None
-    low, high = float(finite.min().item()), float(finite.max().item())
+    if not (math.isfinite(low) and math.isfinite(high)):
+        # Rare (a mask of -inf, a NaN): only then a copy of the finite values, which costs the tensor's size again.
+        finite = value.detach()[torch.isfinite(value.detach())]
+        if not finite.numel():
+            return None
+        low, high = float(finite.min().item()), float(finite.max().item())
     return [low, high] if math.isfinite(low) and math.isfinite(high) else None
 
 

@@ -40,7 +40,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, cau
     scores = (q @ k.transpose(-2, -1)) * scale
     if causal:
         n, m = scores.shape[-2], scores.shape[-1]
-        keep = torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+        keep = torch.ones(n, m, dtype=torch.bool).tril()  # top-left aligned, as torch's is_causal is
         scores = scores.masked_fill(~keep, float("-inf"))
     if isinstance(mask, torch.Tensor):
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.to(scores)
@@ -235,12 +235,14 @@ def compare_language(sides: dict[str, dict[str, list[torch.Tensor]]]) -> dict[st
         return None
     pa, log_pa, log_pb = torch.softmax(a, -1), torch.log_softmax(a, -1), torch.log_softmax(b, -1)
     kl = (pa * (log_pa - log_pb)).sum(-1)
+    finite = torch.isfinite(kl)
     n = min(ga.numel(), gb.numel())
     differ = (ga[:n] != gb[:n]).nonzero()
     return {
         "positions": int(a.shape[0]),
         "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).double().mean()),
-        "kl_mean": float(kl[torch.isfinite(kl)].mean()) if bool(torch.isfinite(kl).any()) else None,
+        "kl_mean": float(kl[finite].mean()) if bool(finite.any()) else None,
+        "kl_nonfinite": int((~finite).sum()),  # positions whose KL is NaN or Inf: said, never averaged away
         "greedy_tokens": n,
         "greedy_diverges_at": int(differ[0, 0]) if differ.numel() else None,
     }

@@ -32,9 +32,12 @@ _MIX = 0x45D9F3B  # < 2**27: a 32-bit value times it stays below 2**59, so int64
 PERTURB = os.environ.get("MPSUP_WORKER_TEST_HOOKS") == "1" and os.environ.get("MPSUP_TEST_PERTURB_VALUES") == "1"
 
 
-def _hash(n: int, seed: int) -> torch.Tensor:
-    """n 32-bit hashes of (seed, 0..n-1) as int64 on the CPU."""
-    x = (torch.arange(n, dtype=torch.int64) + (seed * _GOLDEN) % (1 << 32)) & _MASK
+CHUNK = 1 << 18  # hashed at a time: the int64 temporaries stay a few MiB whatever the tile
+
+
+def _hash_range(start: int, end: int, seed: int) -> torch.Tensor:
+    """The hashes of (seed, start..end-1)."""
+    x = (torch.arange(start, end, dtype=torch.int64) + (seed * _GOLDEN) % (1 << 32)) & _MASK
     for _ in range(2):
         x = ((x ^ (x >> 16)) * _MIX) & _MASK
     return x ^ (x >> 16)
@@ -42,14 +45,22 @@ def _hash(n: int, seed: int) -> torch.Tensor:
 
 def uniform(n: int, seed: int, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
     """n float32 values in [low, high) on the CPU, the same in every torch."""
-    unit = (_hash(n, seed) >> 8).to(torch.float64) * 2.0**-24  # [0, 1), 24 bits: exact in float32
-    return (low + unit * (high - low)).to(torch.float32)
+    out = torch.empty(n, dtype=torch.float32)
+    for start in range(0, n, CHUNK):
+        end = min(n, start + CHUNK)
+        unit = (_hash_range(start, end, seed) >> 8).to(torch.float64) * 2.0**-24  # [0, 1), 24 bits: exact in float32
+        out[start:end] = low + unit * (high - low)
+    return out
 
 
 def integers(n: int, seed: int, low: int, high: int) -> torch.Tensor:
     """n int64 values in [low, high] on the CPU."""
     span = max(1, high - low + 1)
-    return low + _hash(n, seed) % span
+    out = torch.empty(n, dtype=torch.int64)
+    for start in range(0, n, CHUNK):
+        end = min(n, start + CHUNK)
+        out[start:end] = low + _hash_range(start, end, seed) % span
+    return out
 
 
 def bytes_of(t: torch.Tensor) -> bytes:
@@ -176,8 +187,11 @@ def fill_parameters(module: torch.nn.Module, value_dtype: torch.dtype) -> None:
             continue
         fan = _fan_in(p.shape)
         bound = math.sqrt(3.0 / fan) if fan else 0.02
-        fresh = floats(tuple(p.shape), value_dtype, p.device, low=-bound, high=bound, seed=name_seed(name), label=name)
-        p.copy_(fresh.to(p.dtype))
+        tile = _tile_floats(p.numel(), name_seed(name), value_dtype, -bound, bound, name)
+        if p.is_contiguous():  # in place: a second copy of a GiB-sized embedding would double the build's peak
+            _spread(tile.to(p.device, p.dtype), p.numel(), p.view(-1))
+        else:
+            p.copy_(_spread(tile.to(p.device, p.dtype), p.numel(), torch.empty_like(p).view(-1)).view(p.shape))
 
 
 def note_parameters(module: torch.nn.Module) -> None:

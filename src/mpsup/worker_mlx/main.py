@@ -135,6 +135,8 @@ def _activation_bytes(config: dict[str, Any], tokens: int, itemsize: int) -> int
     return tokens * (8 * hidden + 3 * inter) * itemsize + heads * tokens * tokens * 4
 
 
+# The torch worker's depth fit (worker/whole_model.py) again: this file may import nothing of mpsup, and the two
+# sides of a torch-vs-MLX run must fit their blocks by one rule, so a change to it goes into both.
 def _depth_for(params: dict[str, Any], total: int, block: int, extra: int, layers: int) -> int:
     """Blocks to build, by the torch worker's rule: all, the forced --depth, or as many as fit the share."""
     forced = params.get("depth")
@@ -517,6 +519,8 @@ def _read_requests(requests: Any, into: queue.Queue[str]) -> None:
     os._exit(0)  # mpsup closed the pipe or is gone: nobody reads our answers
 
 
+# The torch worker's loop (worker/main.py) on purpose: one protocol, two workers that may share no code (each is
+# loaded by file location into its own environment), so the loop and its request reader mirror each other.
 def main(in_fd: int, out_fd: int) -> None:
     os.set_inheritable(in_fd, False)
     os.set_inheritable(out_fd, False)
