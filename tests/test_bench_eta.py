@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import pytest
 
@@ -28,7 +29,7 @@ class _Runner:
         self.clock = clock
         self.start_s = start_s
         self.spread = spread
-        self.sessions = [object(), object()]
+        self.sessions = [SimpleNamespace(env=SimpleNamespace(stack="torch")) for _ in range(2)]
         self.restarts = 0
         self.rng = random.Random(3)
 

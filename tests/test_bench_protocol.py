@@ -285,3 +285,33 @@ def test_a_paired_sample_of_a_second_or_more_discards_no_block_after_the_switch(
 
     assert discards(1.0) == [1] * 24  # microsecond samples: one discarded block every turn
     assert discards(0.0) == [0] * 24  # as if every sample took a second or more
+
+
+def test_each_side_discards_by_its_own_sample_length() -> None:
+    """torch against MLX: a 30 ms call after the other stack's second-long turn runs cold, so the short side still
+    discards its switch block though the long side does not."""
+    pol = SamplingPolicy(budget_s=0.05)
+    clock = TurnClock(pol.budget_s / (2 * pol.min_rounds))
+    envs = [EnvSpec("baseline", Path(sys.executable)), EnvSpec("candidate", Path(sys.executable))]
+    runner = Runner(envs, BenchOptions(device="cpu", policy=pol, smoke=False, clock=clock))
+    clock.watch(runner)
+    paired = runner._paired
+
+    def candidate_takes_seconds(live, m, *args, **kwargs):  # type: ignore[no-untyped-def]
+        m.envs["candidate"].sample_s = 2 * pol.discard_up_to_s
+        return paired(live, m, *args, **kwargs)
+
+    runner._paired = candidate_takes_seconds  # type: ignore[method-assign]
+    runner.start()
+    try:
+        m = runner.measure(_tiny("linear/8x8/t2"))
+    finally:
+        runner.close()
+    assert m.status == "ok" and m.rounds is not None
+    by_side: dict[str, list[int]] = {"baseline": [], "candidate": []}
+    turns = iter(clock.discards)
+    for rnd in m.rounds:
+        first = rnd.first
+        for label in (first, "candidate" if first == "baseline" else "baseline"):
+            by_side[label].append(next(turns))
+    assert set(by_side["baseline"]) == {1} and set(by_side["candidate"]) == {0}

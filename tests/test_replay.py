@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from contextlib import nullcontext
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -318,7 +319,7 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
 
     class _Runner:
         def __init__(self) -> None:
-            self.sessions = [object(), object()]
+            self.sessions = [SimpleNamespace(env=SimpleNamespace(stack="torch")) for _ in range(2)]
 
         def measure(self, w: Workload, share_s: float, min_rounds: int | None = None) -> WorkloadMeasurement:
             shares[w.name] = share_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -296,7 +297,7 @@ class _FakeRunner:
         self.spreads = spreads
         self.clock = clock
         self.round_s = round_s
-        self.sessions = [object(), object()]
+        self.sessions = [SimpleNamespace(env=SimpleNamespace(stack="torch")) for _ in range(2)]
         self.restarts = 0
         self.visits: list[str] = []
         self.rng = random.Random(5)

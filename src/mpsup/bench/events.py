@@ -77,6 +77,12 @@ class VisitStarted(Event):
     eta_s: float | None = None
 
 
+class VisitDone(Event):
+    """A workload's later visit ended, with more planned (a whole-model run's visits, each in fresh processes)."""
+
+    name: str
+
+
 class SecondVisitDone(Event):
     """A workload's second visit ended: all its planned visits are done."""
 

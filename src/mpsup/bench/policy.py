@@ -62,6 +62,11 @@ class SamplingPolicy:
     # The second visit starts, sets up and warms up the other environment first, so whatever going first
     # gives falls to each environment in turn (recorded: a record without it had the baseline always first).
     counterbalance: bool = True
+    # Visits (fresh process pairs) of a paired run whose workloads are all whole-model phases, or that sets
+    # torch against MLX: there one process, or one stack, can read slow for its whole life (a torch prefill at
+    # 30-40 ms beside a plain 25-30 ms), which two visits cannot show. Six is the fewest whose visit medians
+    # bound an order-statistic 95% interval (min to max, 96.9%), so process-to-process spread is inside it.
+    phase_visits: int = 6
     # In the second pass one workload may take at most this many budgets: one wild workload must not
     # eat every other's time.
     max_extension: float = 3.0
@@ -71,10 +76,11 @@ class SamplingPolicy:
     # docs/evidence/). A paired run keeps feeding its noisiest: a narrower interval there can turn "too wide"
     # into a call.
     leftover_reachable_only: bool = False
-    # Paired samples this long or longer get no discarded block after a switch: what a switch costs (a
+    # A side whose samples are this long or longer discards no block after a switch: what a switch costs (a
     # context, caches, clocks ramping up, milliseconds) is under 1% of a second-long call, and discarding
-    # it doubles the calls of a whole-model phase (one wasted call per side and round). Shorter ones keep it:
-    # without it A/A runs of small layers flag changes (docs/evidence/figures/cpu_long_sample_discard.txt).
+    # it doubles the calls of a whole-model phase (one wasted call per side and round). Shorter ones keep it,
+    # each side judged by its own samples: without it A/A runs of small layers flag changes
+    # (docs/evidence/figures/cpu_long_sample_discard.txt).
     discard_up_to_s: float = 1.0
 
     @classmethod
@@ -113,9 +119,17 @@ class SamplingPolicy:
         """The longest call a workload of `weight` budgets can be measured with in SLOW_CALL_BUDGETS of them."""
         return SLOW_CALL_BUDGETS * weight * self.budget_s / self.fewest_calls(paired)
 
-    def visits(self, paired: bool) -> int:
-        """Planned visits per workload: two (two pairs of processes) for a paired run with split pairs."""
-        return 2 if paired and self.split_pairs else 1
+    def visits(self, paired: bool, whole: bool = False) -> int:
+        """Planned visits per workload: two (two pairs of processes) for a paired run with split pairs;
+        `phase_visits` where the run is `whole` (every workload a whole-model phase, or torch against MLX)."""
+        if not (paired and self.split_pairs):
+            return 1
+        return max(2, self.phase_visits) if whole else 2
+
+    def visit_rounds(self, visits: int) -> int:
+        """The rounds each of `visits` visits takes at least: `min_rounds` over them, and never under one
+        ABBA pair (two), so every visit cancels its own first-mover effect."""
+        return max(2, math.ceil(self.min_rounds / max(1, visits)))
 
     @property
     def first_share_s(self) -> float:

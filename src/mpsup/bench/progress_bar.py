@@ -18,6 +18,7 @@ from mpsup.bench.events import (
     SecondVisitDone,
     SecondVisitsPlanned,
     SmokeStepDone,
+    VisitDone,
     VisitStarted,
     WorkersRestarting,
     WorkloadDone,
@@ -73,6 +74,7 @@ class BenchBar:
                 | SamplesTaken()
                 | WorkloadDone()
                 | SecondVisitDone()
+                | VisitDone()
                 | SecondVisitsPlanned()
                 | WorkloadsAdded()
                 | WorkersRestarting()
@@ -127,6 +129,8 @@ class BenchBar:
                 self._visit_done(task, workloads=1 if self.visits == 1 else 0)
             case SecondVisitDone():
                 self._visit_done(task, workloads=1)
+            case VisitDone():
+                self._visit_done(task)
             case SecondVisitsPlanned(count=count):
                 if self.visits > 1:
                     # Workloads that failed on their first visit get no second one: they are done here.

@@ -7,7 +7,6 @@ which the next bench or report turns into a record marked partial."""
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import traceback
@@ -22,6 +21,7 @@ from mpsup.bench.events import (
     BenchStarted,
     SecondVisitDone,
     SecondVisitsPlanned,
+    VisitDone,
     VisitStarted,
     WorkersRestarting,
     WorkloadDone,
@@ -238,7 +238,7 @@ def _measure(
                 journal.append("header", record)
         smoke_steps = len(runner.smoke_features()) if options.smoke else 0
         # The bar counts a workload once all its planned visits are done.
-        visits = options.policy.visits(len(runner.sessions) == 2)
+        visits = options.policy.visits(len(runner.sessions) == 2, whole_run(runner, workloads, expand))
         progress(BenchStarted(len(workloads), smoke_steps, visits))
         if options.smoke:
             from mpsup.metal import load_manifest
@@ -321,13 +321,26 @@ def _two_passes(
     Schedule(runner, workloads, options, record, keep, progress, journal, stops, start_s, expand).run()
 
 
+def whole_run(runner: Runner, workloads: Sequence[Workload], expand: Expand | None) -> bool:
+    """Whether a run gets `phase_visits` visits: torch against MLX, or every workload a whole-model phase with
+    no ops to be added (`--no-ops`, or `--only` naming phases). Between two stacks nothing cancels, and a
+    phase's every call is a whole forward, where one process that reads slow leans the whole figure."""
+    stacks = {s.env.stack for s in runner.sessions}
+    phases_only = bool(workloads) and expand is None and all(w.part == "phase" for w in workloads)
+    return len(stacks) > 1 or phases_only
+
+
 @dataclass
 class Schedule:
     """First pass: every workload until its interval is within target or its first share is spent.
     Paired, with `split_pairs`: the first pass takes half the rounds, then fresh worker processes take
-    the other half of every workload (its units span two process pairs). Last pass: what unconverged
-    workloads did not spend goes to them again, widest interval first. `start_s`: what starting the workers
-    took, the cost the progress ETA expects of each restart. Workload i is record["workloads"][base + i]."""
+    the other half of every workload (its units span two process pairs). A run that is `whole` (every
+    workload a whole-model phase, or torch against MLX) takes `phase_visits` such visits, each in fresh
+    processes started in alternating order, and no leftover pass: its interval is over the visit medians
+    (report/analysis.py), so a further visit in the last pair of processes would count that pair twice.
+    Last pass: what unconverged workloads did not spend goes to them again, widest interval first.
+    `start_s`: what starting the workers took, the cost the progress ETA expects of each restart. Workload i
+    is record["workloads"][base + i]."""
 
     runner: Runner
     workloads: list[Workload]
@@ -349,9 +362,11 @@ class Schedule:
     pool: float = field(default=0.0, init=False)  # leftover seconds the unconverged workloads did not spend
     base: int = field(default=0, init=False)
     last_phase: int = field(default=-1, init=False)  # the first pass's index after which `expand` adds ops
+    whole: bool = field(default=False, init=False)  # every visit of its own (see the class)
 
     def __post_init__(self) -> None:
         self.sizes = [float(w.memory_bytes) for w in self.workloads]
+        self.whole = whole_run(self.runner, self.workloads, self.expand)
         self.base = len(self.record["workloads"])
         if self.expand is not None:
             self.last_phase = max((k for k, w in enumerate(self.workloads) if w.part == "phase"), default=-1)
@@ -366,26 +381,40 @@ class Schedule:
 
     @property
     def visits(self) -> int:
-        return self.pol.visits(self.paired)
+        return self.pol.visits(self.paired, self.whole)
 
     @property
     def split(self) -> bool:
-        return self.visits == 2
+        return self.visits >= 2
+
+    @property
+    def many(self) -> bool:
+        """More than two visits: every visit in fresh processes, no leftover pass."""
+        return self.visits > 2
 
     @property
     def half_rounds(self) -> int:
-        return math.ceil(self.pol.min_rounds / 2)
+        """The rounds each visit takes at least (half of them on each of two visits)."""
+        return self.pol.visit_rounds(self.visits)
 
     @property
     def share1(self) -> float:
-        """A first visit's share of the budget: half of it where the rounds are split over two visits."""
+        """A visit's share of the budget: the first pass's share over the visits; with many visits the whole
+        budget over them, as no leftover pass follows."""
+        if self.many:
+            return self.pol.budget_s / self.visits
         return self.pol.first_share_s / 2 if self.split else self.pol.first_share_s
 
     def run(self) -> None:
         self.first_pass()
-        if self.split and not self.second_pass():
+        if not self.split:
+            self.leftover_pass()
             return
-        self.leftover_pass()
+        for visit in range(2, self.visits + 1):
+            if not self.second_pass(visit):
+                return
+        if not self.many:
+            self.leftover_pass()
 
     def weight(self, w: Workload) -> float:
         # A whole-model phase is the verdict, and each of its calls is a whole forward: it gets the budget of
@@ -394,9 +423,13 @@ class Schedule:
             return self.extra_weight[w.name]
         return PHASE_BUDGET_FACTOR if w.part == "phase" else 1.0
 
-    def eta(self, unvisited: int, revisit: Sequence[int] = (), restart: bool = False) -> float:
+    def eta(
+        self, unvisited: int, revisit: Sequence[int] = (), restart: bool = False, passes: int | None = None
+    ) -> float:
         """Everything still planned: `unvisited` first visits, the second visits of `revisit` (measured
-        workloads), a `restart` of the workers still to come, and the leftover pass they all lead to."""
+        workloads), a `restart` of the workers still to come, and the leftover pass they all lead to.
+        `passes`: later passes still to come after the one under way, each a restart and a visit of every
+        measured workload (with many visits); by default every one after the first."""
         pol, budget, n = self.pol, self.pol.budget_s, len(self.workloads)
         ahead = predict_visits(self.sizes[: len(self.took)], self.took, self.sizes[n - unvisited :], self.share1)
         ok_share = sum(m.status == "ok" for m in self.measured) / len(self.measured) if self.measured else 1.0
@@ -414,6 +447,23 @@ class Schedule:
             if pol.leftover
             else 0.0
         )
+        if self.many:
+            # No leftover pass. In the first pass (`passes` None) every measured workload has all its later
+            # visits to come, each after a restart; in a later one, `revisit` the rest of this pass (after a
+            # `restart`, if it is still to come), then `passes` more, each a restart and every measured workload.
+            took = sum(self.took[i] for i in later)
+            if passes is None:
+                more = self.visits - 1
+                return eta_s(
+                    budget,
+                    ahead,
+                    visits=self.visits,
+                    ok_share=ok_share,
+                    revisits_s=more * took,
+                    restart_s=more * self.start_s,
+                )
+            every = sum(self.took[i] for i, m in enumerate(self.measured) if m.status == "ok")
+            return took + passes * every + (passes + restart) * self.start_s
         # Fresh workers come before the second visits, or (paired, unsplit) before a leftover pass.
         restarts = restart and (self.split or (pol.leftover and (pool_s > 0 or unvisited > 0)))
         return eta_s(
@@ -477,24 +527,30 @@ class Schedule:
                 self.journal.append("workload-extended", entry)
         return extended
 
-    def second_pass(self) -> bool:
-        """Fresh workers visit every measured workload again; False where none was measured."""
+    def second_pass(self, visit: int = 2) -> bool:
+        """Fresh workers visit every measured workload again (its `visit`-th visit); False where none was
+        measured."""
         ok = [i for i, m in enumerate(self.measured) if m.status == "ok"]
-        self.progress(SecondVisitsPlanned(len(ok)))  # the others (failed, unsupported) are done
+        if visit == 2:
+            self.progress(SecondVisitsPlanned(len(ok)))  # the others (failed, unsupported) are done
         if not ok:
             return False
-        self.progress(WorkersRestarting(self.eta(0, ok, restart=True)))
+        left = self.visits - visit  # passes after this one
+        self.progress(WorkersRestarting(self.eta(0, ok, restart=True, passes=left if self.many else None)))
         self.runner.restart()
         target = self.pol.target_rel_ci
         for j, i in enumerate(ok):
             m = self.measured[i]
-            self.progress(VisitStarted(m.name, self.eta(0, ok[j:])))
+            self.progress(VisitStarted(m.name, self.eta(0, ok[j:], passes=left if self.many else None)))
             # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
             # overrun cap), so both process pairs weigh alike and the caps still bound the time.
             self.extend(i, self.share1 * self.weight(self.workloads[i]), min_new=min(self.half_rounds, len(m.ratios)))
             self.spent[i] = m.elapsed_s or self.spent[i]
             self.open_[i] = not converged(m.interval_width(), target)
-            self.progress(SecondVisitDone(m.name))
+            if visit == self.visits:
+                self.progress(SecondVisitDone(m.name))
+            else:
+                self.progress(VisitDone(m.name))
         self.pool = sum(
             max(0.0, self.pol.budget_s - (m.elapsed_s or 0.0))
             for m in self.measured

@@ -503,7 +503,9 @@ class Runner:
             m.rounds = []
         rounds, ratios = m.rounds, m.ratios
         per_round = pol.samples_per_round(max(ra.sample_s, rb.sample_s), share)
-        discard = 1 if max(ra.sample_s, rb.sample_s) < pol.discard_up_to_s else 0
+        # Each side by its own sample: a 30 ms torch call after a second-long MLX turn runs cold (caches, helper
+        # threads asleep) and pays the switch as much as it would after a short one.
+        discard = {s.env.label: int(m.envs[s.env.label].sample_s < pol.discard_up_to_s) for s in live}
         visit = m.visits + 1
         new = 0
         while True:
@@ -513,7 +515,9 @@ class Runner:
             for s in order:
                 # The first block after the other worker had the device pays for the switch
                 # (GPU context, caches, clocks): taken in the same request, kept out of the comparison.
-                got[s.env.label] = self._sample(s, m.envs[s.env.label], per_round, warmup=False, discard=discard)
+                got[s.env.label] = self._sample(
+                    s, m.envs[s.env.label], per_round, warmup=False, discard=discard[s.env.label]
+                )
             ma, mb = median(got[a.env.label]), median(got[b.env.label])
             ratios.append(ma / mb)
             rounds.append(

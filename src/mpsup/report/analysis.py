@@ -51,6 +51,7 @@ from mpsup.stats import (
     classify_change,
     decide,
     geometric_mean,
+    median_ci,
     round_ratio_ci,
     sign_test_p,
 )
@@ -213,6 +214,25 @@ def _smoke_changes(record: RunRecord, a: str, b: str) -> list[dict[str, str]]:
     return out
 
 
+# Visits (fresh process pairs) from which a workload's interval is over its visit medians (bench gives a whole-model
+# or torch-against-MLX run this many: SamplingPolicy.phase_visits), and the rounds a visit needs to count: one
+# ABBA pair, whose median cancels the visit's own first-mover effect.
+VISIT_CI_MIN_VISITS = 6
+VISIT_CI_MIN_ROUNDS = 2
+
+
+def visit_ci(by_visit: list[list[float]]) -> Interval | None:
+    """The order-statistic 95% interval of the median visit, over each visit's median round ratio, where at
+    least VISIT_CI_MIN_VISITS visits have VISIT_CI_MIN_ROUNDS rounds; else None (the rounds' interval holds).
+    The rounds of one pair of processes share whatever that pair has (a process that reads slow for its whole
+    life, a stack's allocator state): their interval measures the pair, not the run. Over visit medians that
+    spread is inside the interval; six medians give min to max, 96.9% (docs/explanation/methodology.md)."""
+    medians = [median(v) for v in by_visit if len(v) >= VISIT_CI_MIN_ROUNDS]
+    if len(medians) < VISIT_CI_MIN_VISITS:
+        return None
+    return median_ci(medians)
+
+
 def visits_disagree(change: str, visit_medians: list[float], speedup: float | None = None) -> bool:
     """Whether the visits that measured a workload contradict a call. Each visit sets the workload up
     afresh in both workers, the two in alternating order (the first two visits also in different worker
@@ -306,11 +326,13 @@ def _workload_change(record: RunRecord, i: int, a: str, b: str, seed: int, thres
     unpaired = record.mode == "unpaired"
     ea, eb = w.env(a), w.env(b)
     speedup: Interval | None = None
+    over_visits: Interval | None = None
     ratios: list[float] = []
     if w.ratios:
         ratios = w.paired_ratios
         if ratios:
-            speedup = round_ratio_ci(ratios)
+            over_visits = visit_ci(w.ratios_by_visit)
+            speedup = over_visits or round_ratio_ci(ratios)
     elif ea.timed and eb.timed:
         speedup, ratios = unpaired_ratio(ea.timed, eb.timed, seed + i) or (None, [])
     status = (w.status or "ok") if speedup is None else "ok"
@@ -332,7 +354,8 @@ def _workload_change(record: RunRecord, i: int, a: str, b: str, seed: int, thres
         # The test counts rounds, not blocks: twice the units, and an order effect only makes it
         # conservative (A-first and B-first rounds lean opposite ways, so signs balance).
         p_value=sign_test_p(ratios) if w.ratios and ratios else None,
-        units=len(block_ratios(ratios)) if w.ratios else 0,
+        # Over visit medians the units are the visits.
+        units=(over_visits.n if over_visits else len(block_ratios(ratios))) if w.ratios else 0,
         size=_size(ea if ea != EnvRun() else eb),  # an environment that ran nothing has no size
         memory_ratio=memory_ratio(_peak(ea), _peak(eb)),
         ratios=ratios,
