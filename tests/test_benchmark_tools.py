@@ -39,6 +39,7 @@ SCRIPTS: dict[str, str | None] = {
     "report_screenshots.py": None,
     "speed.py": None,
     "unpaired_aa.py": None,
+    "visits_show.py": None,
     "whole_model.py": None,
     "zeus_api_surface.py": None,
 }
