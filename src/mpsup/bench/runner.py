@@ -194,6 +194,17 @@ def _guard(w: Workload, sessions: list[EnvSession], share: float, device: str = 
     return None
 
 
+@dataclass(frozen=True)
+class VisitPlan:
+    """One visit's bounds: its `share` of seconds from `t0`, the rounds the workload needs in all (`min_rounds`,
+    None: the policy's) and the rounds this visit adds at least (`min_new`)."""
+
+    share: float
+    t0: float
+    min_rounds: int | None
+    min_new: int
+
+
 class Runner:
     def __init__(self, envs: list[EnvSpec], options: BenchOptions, progress: Progress = ignore) -> None:
         self.options = options
@@ -336,7 +347,7 @@ class Runner:
                 calls = calls or r.calls
                 live.append(s)
         try:
-            self._visit(live, m, share, t0, min_rounds, 0, windows=w.part == "phase")
+            self._visit(live, m, VisitPlan(share, t0, min_rounds, 0), windows=w.part == "phase")
         except WorkerDied as exc:
             for s in live:
                 if m.envs[s.env.label].ok:
@@ -414,7 +425,7 @@ class Runner:
                 if not fresh.ok:
                     return False
                 m.envs[s.env.label].sample_s = fresh.sample_s
-            self._visit(live, m, share_s, t0, None, min_new, first=order[0])
+            self._visit(live, m, VisitPlan(share_s, t0, None, min_new), first=order[0])
         except (WorkerDied, RuntimeError) as exc:
             m.extend_error = str(exc)[:300]
             return False
@@ -432,10 +443,7 @@ class Runner:
         self,
         live: list[EnvSession],
         m: WorkloadMeasurement,
-        share: float,
-        t0: float,
-        min_rounds: int | None,
-        min_new: int,
+        plan: VisitPlan,
         first: EnvSession | None = None,
         *,
         windows: bool = False,
@@ -444,13 +452,13 @@ class Runner:
         A B / B A alternation. `windows`: energy windows after the rounds, where a meter is read."""
         if not live:
             return
-        self._warmup(sorted(live, key=lambda s: s is not first), m, share, t0)
+        self._warmup(sorted(live, key=lambda s: s is not first), m, plan.share, plan.t0)
         if len(live) == 2:
-            self._paired(live, m, share, t0, min_rounds, min_new)
+            self._paired(live, m, plan)
             if windows:
                 self._energy_windows(live, m)
         else:
-            self._single(live[0], m.envs[live[0].env.label], share, t0)
+            self._single(live[0], m.envs[live[0].env.label], plan.share, plan.t0)
         for s in live:
             self._teardown(s, m.envs[s.env.label])
 
@@ -487,16 +495,8 @@ class Runner:
                 r.stop = why
                 return
 
-    def _paired(
-        self,
-        live: list[EnvSession],
-        m: WorkloadMeasurement,
-        share: float,
-        t0: float,
-        min_rounds: int | None,
-        min_new: int,
-    ) -> None:
-        pol = self.options.policy
+    def _paired(self, live: list[EnvSession], m: WorkloadMeasurement, plan: VisitPlan) -> None:
+        pol, share = self.options.policy, plan.share
         a, b = live
         ra, rb = m.envs[a.env.label], m.envs[b.env.label]
         if m.rounds is None:
@@ -525,10 +525,10 @@ class Runner:
             )
             new += 1
             stop, why = pol.should_stop_rounds(
-                ratios, self.options.clock() - t0, share, min_rounds, reach_min=m.workload.part == "phase"
+                ratios, self.options.clock() - plan.t0, share, plan.min_rounds, reach_min=m.workload.part == "phase"
             )
             # A later visit adds at least `min_new` rounds (two: one ABBA pair), whatever the interval says.
-            if stop and new >= min_new:
+            if stop and new >= plan.min_new:
                 ra.stop = rb.stop = why
                 break
         m.samples_per_round = per_round
