@@ -8,9 +8,10 @@ process. Each pair runs a plain process and a worker process, in alternating ord
 worker process builds each phase through mpsup's worker (`mpsup.worker.main.Worker.setup`, what a bench run
 sends) and times it, in interleaved rounds, five ways, each a step closer to what bench times:
 
-  bare     mpsup's model (its weights and inputs, its call) without the worker's per-call wrapper, in plain's loop:
-           clock, call, synchronize, clock. Against plain: the model's definition and the process.
-  quiet    the same with the wrapper bench times (`_quiet`: warnings filters set and restored on each call).
+  bare     mpsup's model (its weights and inputs, its call) in plain's loop: clock, call, synchronize, clock.
+           Against plain: the model's definition and the process.
+  quiet    the same call inside warnings filters set and restored on each call (`_quiet`, which the worker keeps
+           for untimed calls; a timed request sets them once). What a per-call wrapper of that kind costs.
   block    the worker's timer: `time_block` over the calibrated calls, each awaited, device events at its ends.
   sample   the worker's `sample` request, as the runner asks it (the switch block discarded).
   pinned   `sample` with the process pinned to one CPU, as `--affinity auto` pins CUDA workers.
@@ -99,14 +100,9 @@ def worker_child(folder: Path, device: str, tokens: int, dtype: str, rounds: int
         ready = worker.setup({"workload": spec, "target_sample_s": 0.01})
         awaited = worker.current.fn  # type: ignore[union-attr]
         n = int(ready["calls"])
-        # The same phase again without the per-call wrapper: a second model, built the same way from the same values.
-        quiet = wm._quiet
-        wm._quiet = lambda fn: fn  # type: ignore[assignment]
-        try:
-            bare_built = build(spec, worker.device)
-        finally:
-            wm._quiet = quiet  # type: ignore[assignment]
-        quiet_built = build(spec, worker.device)
+        # The same phase again, built the same way from the same values, unawaited: plain's loop awaits each call.
+        bare_built = build(spec, worker.device)
+        quiet_fn = wm._quiet(bare_built.fn)
         got: dict[str, list[float]] = {w: [] for w in WAYS}
         for r in range(rounds):
             order = WAYS if r % 2 == 0 else WAYS[::-1]
@@ -114,7 +110,7 @@ def worker_child(folder: Path, device: str, tokens: int, dtype: str, rounds: int
                 if way == "bare":
                     got[way].append(_per_call(bare_built.fn, sync, calls))
                 elif way == "quiet":
-                    got[way].append(_per_call(quiet_built.fn, sync, calls))
+                    got[way].append(_per_call(quiet_fn, sync, calls))
                 elif way == "block":
                     blocks = [time_block(awaited, n, worker.device.synchronize).host_s / n for _ in range(calls)]
                     got[way].append(statistics.median(blocks))
@@ -127,7 +123,7 @@ def worker_child(folder: Path, device: str, tokens: int, dtype: str, rounds: int
                         os.sched_setaffinity(0, allowed)
                     got[way].append(statistics.median(ans["host"]))
         result["phases"][phase] = {"calls_per_block": n, **{w: statistics.median(v) for w, v in got.items()}}
-        del bare_built, quiet_built, awaited
+        del bare_built, quiet_fn, awaited
         worker.teardown_quietly()
     return result
 

@@ -3,9 +3,10 @@ Built."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,16 @@ UNSUPPORTED_NEEDLES: tuple[str, ...] = (
 
 # Libraries' notices of a change to come: they warn on every call and say nothing about the device.
 DEPRECATIONS: tuple[type[Warning], ...] = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+@contextlib.contextmanager
+def no_deprecations() -> Iterator[None]:
+    """Libraries' deprecation notices off; every other warning (a CPU fallback's) still reaches its listener."""
+    with warnings.catch_warnings():
+        for category in DEPRECATIONS:
+            warnings.filterwarnings("ignore", category=category)
+        yield
+
 
 # torch's words when an op has no MPS kernel and runs on the CPU instead (PYTORCH_ENABLE_MPS_FALLBACK=1, or an
 # op MPS always sends there); one call site in MPSFallback.mm says it for every op.

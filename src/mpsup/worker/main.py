@@ -20,7 +20,7 @@ import torch
 
 from . import outputs, values
 from .build import build
-from .core import Built, FallbackWatch, is_unsupported_error
+from .core import Built, FallbackWatch, is_unsupported_error, no_deprecations
 from .device import Device
 from .metal import answer_fields
 from .smoke import FEATURES, run_feature
@@ -122,6 +122,14 @@ class Worker:
             # First call: kernel selection, compilation, allocator growth.
             first_s = time_block(built.fn, 1, sync).host_s
         self.pin(True)
+        with no_deprecations():
+            return self._calibrate(req, built, first_s, numerics, watch.ops)
+
+    def _calibrate(
+        self, req: dict[str, Any], built: Built, first_s: float, numerics: dict[str, Any] | None, fell_back: list[str]
+    ) -> dict[str, Any]:
+        """Calls per sample for the set-up workload, and the ready answer."""
+        sync = self.device.synchronize
         forced = req.get("calls")
         # A first call over max_first_call_s (set far above any one-time cost) already tells the runner the
         # workload is too slow to measure: a second call to calibrate would cost as much again for nothing.
@@ -146,8 +154,8 @@ class Worker:
         if first_only:
             answer["first_call_only"] = True
         # A whole-model phase watched its own first call (its `phase` info lists those ops): said once, not twice.
-        if watch.ops and built.info is None:
-            answer["fallback_ops"] = watch.ops
+        if fell_back and built.info is None:
+            answer["fallback_ops"] = fell_back
         if built.info is not None:
             answer["phase"] = built.info
         if numerics is not None:
@@ -191,12 +199,14 @@ class Worker:
         # `discard` blocks run first and come back apart (the first block after the other worker had the
         # device pays for the switch): one request per turn instead of two.
         discard = max(0, int(req.get("discard", 0)))
-        for _ in range(discard + int(req.get("count", 1))):
-            events = self.device.event_pair()
-            bt = time_block(self.current.fn, self.calls, self.device.synchronize, events=events)
-            host.append(bt.host_s / self.calls)
-            if bt.device_s is not None:
-                dev.append(bt.device_s / self.calls)
+        # Libraries' deprecation filters set once for the request, not inside every timed call.
+        with no_deprecations():
+            for _ in range(discard + int(req.get("count", 1))):
+                events = self.device.event_pair()
+                bt = time_block(self.current.fn, self.calls, self.device.synchronize, events=events)
+                host.append(bt.host_s / self.calls)
+                if bt.device_s is not None:
+                    dev.append(bt.device_s / self.calls)
         answer: dict[str, Any] = {"type": "samples", "host": host[discard:], "device": dev[discard:] or None}
         if discard:
             answer["discarded"] = host[:discard]

@@ -11,14 +11,13 @@ the CPU, the op census of one forward, the library versions) comes back with the
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ import torch
 
 from . import values
 from .census import _Census, _census_of, _census_strict  # noqa: F401  (_Census: replay.py names it here)
-from .core import DEPRECATIONS, Built, FallbackWatch, Unsupported, dtype_of
+from .core import Built, FallbackWatch, Unsupported, dtype_of, no_deprecations
 from .device import Device
 
 _NOT_IMPLEMENTED = re.compile(r"operator '([\w:.]+)' is not currently implemented for the MPS device")
@@ -100,20 +99,12 @@ def _first_call(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[list[s
     return watch.ops, out
 
 
-@contextlib.contextmanager
-def _no_deprecations() -> Iterator[None]:
-    """Libraries' deprecation notices off; every other warning (a CPU fallback's) still reaches its listener."""
-    with warnings.catch_warnings():
-        for category in DEPRECATIONS:
-            warnings.filterwarnings("ignore", category=category)
-        yield
-
-
 def _quiet(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """Libraries warn on every call (deprecations): keep that out of the timed span and the worker's log."""
+    """Libraries warn on every call (deprecations): keep that out of the worker's log. For the calls the worker
+    times, the worker sets these filters once per request instead (a timed call pays for nothing of mpsup's)."""
 
     def call() -> Any:
-        with _no_deprecations():
+        with no_deprecations():
             return fn()
 
     return call
@@ -150,7 +141,7 @@ def _set_depth(config: Any, depth: int) -> None:
 
 def _construct(auto: Any, config: Any, dtype: torch.dtype) -> Any:
     """from_config with the dtype under the spelling this transformers takes (5.x: dtype=, 4.x: torch_dtype=)."""
-    with _no_deprecations():
+    with no_deprecations():
         try:
             model = auto.from_config(config, dtype=dtype)
         except TypeError:
@@ -225,7 +216,7 @@ def _hf_model(
     widens what the builds compute on)."""
     if params.get("weights") == "real" and params.get("path"):
         dtype, wide = value_dtype, dtype
-        with _no_deprecations():
+        with no_deprecations():
             try:
                 model, loaded = auto.from_pretrained(
                     params["path"], config=config, dtype=dtype, output_loading_info=True
@@ -317,7 +308,7 @@ class _HfCall:
         cache_name = "past_key_values" if "past_key_values" in self.sig else "cache" if "cache" in self.sig else None
         if cache_name is None:
             raise Unsupported(f"{type(model).__name__}.forward takes no KV cache")
-        with torch.inference_mode(), _no_deprecations():
+        with torch.inference_mode(), no_deprecations():
             kv = model(input_ids=self.ids(cache), use_cache=True, **extra_kw).past_key_values
         one = self.ids(1)
         roll_back = getattr(kv, "crop", None)
@@ -337,7 +328,7 @@ class _HfCall:
         """What a language model's answers come to, beside the timed phase (numerics, untimed): the logits over
         up to LANGUAGE_ROWS of the prompt's positions, and a greedy continuation of GREEDY_TOKENS tokens."""
         prompt = self.prompt
-        with torch.inference_mode(), _no_deprecations():
+        with torch.inference_mode(), no_deprecations():
             logits = self.model(input_ids=prompt).logits[0]
             rows = logits[:: max(1, logits.shape[0] // LANGUAGE_ROWS)][:LANGUAGE_ROWS]
             ids, kv, generated = prompt, None, []
@@ -371,7 +362,7 @@ def _diffusers_model(
     cls = getattr(df, name, None) if isinstance(name, str) and name.isidentifier() else None
     if cls is None:
         raise Unsupported(f"diffusers {df.__version__} has no model class {name!r}")
-    with torch.device("meta"), _no_deprecations():
+    with torch.device("meta"), no_deprecations():
         meta = cls.from_config(dict(cfg))
     need = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
     del meta
@@ -380,7 +371,7 @@ def _diffusers_model(
         raise MemoryError(
             f"out of memory: its weights need {need / 2**30:.1f} GiB, over {share:.0%} of {capacity / 2**30:.1f} GiB"
         )
-    with torch.device(device.torch_device), _no_deprecations():
+    with torch.device(device.torch_device), no_deprecations():
         model = cls.from_config(dict(cfg)).to(dtype)
     if device.kind != "meta":
         values.fill_parameters(model, value_dtype)
@@ -439,7 +430,7 @@ def _vae_call(
     # full-size video VAE costs seconds.
     probe, probe_frames = 128, 5 if frames > 1 else 1
     image = rand(1, channels, probe_frames, probe, probe) if video else rand(1, channels, probe, probe)
-    with torch.inference_mode(), _no_deprecations():
+    with torch.inference_mode(), no_deprecations():
         small = _latent(model.encode(image))
     factor = probe // int(small.shape[-1])
     if width % factor or height % factor:
@@ -536,7 +527,7 @@ def _finish(
         raise
     if not params.get("compile"):
         info["census"] = _census_of(_quiet(fn), device.synchronize)
-    return Built(_quiet(fn), None, None, items, (model,), info, first_output=out, has_first_output=True)
+    return Built(fn, None, None, items, (model,), info, first_output=out, has_first_output=True)
 
 
 def build_phase(spec: dict[str, Any], device: Device) -> Built:
