@@ -34,25 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from energy_gpu import LLAMA_8B, SMALL  # the energy runs' folder: the two scripts' figures share a model
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-# Llama-3-8B's shape (as benchmarks/energy_gpu.py), 4 layers; the small one for a CPU check.
-LLAMA_8B = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-}
-SMALL = {**LLAMA_8B, "hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 8, "num_key_value_heads": 4}
-SMALL["vocab_size"] = 1024
 WAYS = ("bare", "quiet", "block", "sample", "pinned")
 PHASES = ("prefill", "decode")
 
