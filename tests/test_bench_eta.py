@@ -4,33 +4,31 @@ from __future__ import annotations
 
 import math
 import random
-from contextlib import nullcontext
-from types import SimpleNamespace
 
 import pytest
 
 from mpsup.bench.events import VisitStarted, WorkersRestarting, WorkloadStarted
-from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
+from mpsup.bench.measurement import Round, WorkloadMeasurement
 from mpsup.bench.policy import SamplingPolicy, eta_s, predict_visits
 from mpsup.progress import Event
 from mpsup.workloads import Workload
+from tests.fake_schedule import FakeWorkers, NoStops
 
 MB = 2**20
 
 
-class _Runner:
+class _Runner(FakeWorkers):
     """Two workers on a fake clock, costed like the CPU repro (`--aa --budget 0.05`): each visit pays its
     setups and warmup, then rounds until its share is spent and its least rounds are taken; a round's
     length grows with the workload's bytes, so the few vocabulary-sized heads take many times the rest."""
 
     setup_s = 0.15
+    labels = ("baseline", "baseline-2")
 
     def __init__(self, clock: list[float], start_s: float, spread: float) -> None:
-        self.clock = clock
-        self.start_s = start_s
+        super().__init__(clock)
+        self.restart_s = start_s
         self.spread = spread
-        self.sessions = [SimpleNamespace(env=SimpleNamespace(stack="torch")) for _ in range(2)]
-        self.restarts = 0
         self.rng = random.Random(3)
 
     def _visit(self, w: Workload, m: WorkloadMeasurement, share_s: float, least: int) -> None:
@@ -45,20 +43,6 @@ class _Runner:
             self.clock[0] += round_s
         m.elapsed_s = (m.elapsed_s or 0.0) + self.clock[0] - t0
         m.visits += 1
-
-    def measure(self, w: Workload, share_s: float, min_rounds: int | None = None) -> WorkloadMeasurement:
-        envs = {"baseline": EnvMeasurement("ok"), "baseline-2": EnvMeasurement("ok")}
-        m = WorkloadMeasurement(w, envs, rounds=[], status="ok")
-        self._visit(w, m, share_s, min_rounds or 12)
-        return m
-
-    def extend(self, w: Workload, m: WorkloadMeasurement, share_s: float, min_new: int = 2) -> bool:
-        self._visit(w, m, share_s, min_new)
-        return True
-
-    def restart(self) -> None:
-        self.clock[0] += self.start_s
-        self.restarts += 1
 
 
 def _suite() -> list[Workload]:
@@ -81,10 +65,6 @@ def _run(budget: float, spread: float) -> tuple[list[tuple[float, Event]], float
     record: dict = {"workloads": []}
     events: list[tuple[float, Event]] = []
 
-    class _Stops:
-        def critical(self):  # type: ignore[no-untyped-def]
-            return nullcontext()
-
     opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=budget), clock=lambda: clock[0])
     _two_passes(
         runner,  # type: ignore[arg-type]
@@ -94,7 +74,7 @@ def _run(budget: float, spread: float) -> tuple[list[tuple[float, Event]], float
         lambda kind, doc: record[kind].append(doc),
         lambda e: events.append((clock[0], e)),
         None,
-        _Stops(),  # type: ignore[arg-type]
+        NoStops(),  # type: ignore[arg-type]
         start_s,
     )
     assert runner.restarts == 1

@@ -18,7 +18,7 @@ from mpsup.errors import UserError
 from mpsup.report.analysis import analyze, matching_aa
 from mpsup.runs.schema import RunRecord
 from tests.conftest import run_cli
-from tests.tiny_models import LLAMA
+from tests.tiny_models import LLAMA, VAE
 
 STDLIB = set(sys.stdlib_module_names)
 
@@ -96,18 +96,8 @@ def test_a_folder_without_config_json_is_refused_for_mlx(tmp_path: Path, mpsup_h
 
 def test_a_diffusers_folder_is_refused_for_mlx(tmp_path: Path, mpsup_home: Path) -> None:
     diffusers = pytest.importorskip("diffusers", reason="diffusers is in the test extra")
-    vae = {
-        "in_channels": 3,
-        "out_channels": 3,
-        "latent_channels": 4,
-        "block_out_channels": [8, 16],
-        "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
-        "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"],
-        "layers_per_block": 1,
-        "norm_num_groups": 4,
-    }
     pipe = tmp_path / "pipe"
-    diffusers.AutoencoderKL.from_config(vae).save_pretrained(pipe / "vae")
+    diffusers.AutoencoderKL.from_config(VAE).save_pretrained(pipe / "vae")
     (pipe / "model_index.json").write_text(
         json.dumps({"_class_name": "StableDiffusionPipeline", "vae": ["diffusers", "AutoencoderKL"]})
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,6 +33,7 @@ from mpsup.worker.device import Device
 from mpsup.worker.replay import build_group, build_op, rebuild_call
 from mpsup.worker.whole_model import _Census, _census_strict
 from mpsup.workloads import Workload
+from tests.fake_schedule import NoStops
 
 CPU = Device("cpu")
 
@@ -335,10 +335,6 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
         def restart(self) -> None:
             return None
 
-    class _Stops:
-        def critical(self):  # type: ignore[no-untyped-def]
-            return nullcontext()
-
     phase = Workload("model/prefill", "model_phase", "phase", "fp32", {"phase": "prefill"})
     layer = Workload("model/linear/a", "linear", "model", "fp32", {"tokens": 1, "in_features": 2, "out_features": 2})
     seen: list[list[str]] = []
@@ -359,7 +355,7 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
         lambda kind, doc: record[kind].append(doc),
         events.append,
         None,
-        _Stops(),  # type: ignore[arg-type]
+        NoStops(),  # type: ignore[arg-type]
         0.0,
         expand,
     )

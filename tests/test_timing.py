@@ -15,6 +15,7 @@ from mpsup.bench.policy import SamplingPolicy
 from mpsup.progress import Event
 from mpsup.stats import median_ci
 from mpsup.worker.timing import calibrate_calls, time_block
+from tests.fake_schedule import NoStops
 
 
 class FakeClock:
@@ -344,8 +345,6 @@ class _Journal:
 def _two_pass_run(
     spreads: dict[str, float], budget: float = 1.0, runner_cls=None, journal=None, record=None, policy=None
 ):
-    from contextlib import nullcontext
-
     from mpsup.bench.run import _two_passes
     from mpsup.bench.runner import BenchOptions
     from mpsup.workloads import Workload
@@ -358,10 +357,6 @@ def _two_pass_run(
     record = {"workloads": []} if record is None else record
     events: list[Event] = []
 
-    class _Stops:
-        def critical(self):
-            return nullcontext()
-
     opts = BenchOptions(device="cpu", policy=policy or SamplingPolicy(budget_s=budget), clock=lambda: clock[0])
     _two_passes(
         runner,  # type: ignore[arg-type]
@@ -371,7 +366,7 @@ def _two_pass_run(
         lambda kind, doc: record[kind].append(doc),
         events.append,
         journal,
-        _Stops(),  # type: ignore[arg-type]
+        NoStops(),  # type: ignore[arg-type]
     )
     return runner, record, events
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import math
 import random
-from contextlib import nullcontext
-from types import SimpleNamespace
 from typing import Any
 
 from mpsup.bench.events import SecondVisitDone, VisitDone, WorkersRestarting
-from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
+from mpsup.bench.measurement import Round, WorkloadMeasurement
 from mpsup.bench.policy import SamplingPolicy
 from mpsup.bench.run import _two_passes
 from mpsup.bench.runner import BenchOptions
@@ -18,22 +16,21 @@ from mpsup.progress import Event
 from mpsup.report.analysis import analyze, visit_ci
 from mpsup.stats import round_ratio_ci
 from mpsup.workloads import Workload
+from tests.fake_schedule import FakeWorkers, NoStops
 from tests.synthetic import paired_record
 
 
-class _Runner:
+class _Runner(FakeWorkers):
     """Two workers on a fake clock; each pair of processes leans its rounds by its own factor (`leans`, one
     per process pair, in start order), as a process that reads slow for its whole life does."""
 
     def __init__(self, clock: list[float], stacks: tuple[str, str], leans: list[float]) -> None:
-        self.clock = clock
-        self.sessions = [SimpleNamespace(env=SimpleNamespace(stack=s)) for s in stacks]
-        self.restarts = 0
+        super().__init__(clock, stacks)
         self.leans = leans
         self.visits: list[tuple[str, int]] = []  # (workload, process pair) per visit
         self.rng = random.Random(1)
 
-    def _rounds(self, w: Workload, m: WorkloadMeasurement, share: float, least: int) -> None:
+    def _visit(self, w: Workload, m: WorkloadMeasurement, share: float, least: int) -> None:
         self.visits.append((w.name, self.restarts))
         t0, new = self.clock[0], 0
         lean = self.leans[self.restarts % len(self.leans)]
@@ -45,20 +42,6 @@ class _Runner:
             new += 1
         m.elapsed_s = (m.elapsed_s or 0.0) + self.clock[0] - t0
         m.visits += 1
-
-    def measure(self, w: Workload, share_s: float, min_rounds: int | None = None) -> WorkloadMeasurement:
-        envs = {"baseline": EnvMeasurement("ok"), "candidate": EnvMeasurement("ok")}
-        m = WorkloadMeasurement(w, envs, rounds=[], status="ok")
-        self._rounds(w, m, share_s, min_rounds or 12)
-        return m
-
-    def extend(self, w: Workload, m: WorkloadMeasurement, share_s: float, min_new: int = 2) -> bool:
-        self._rounds(w, m, share_s, min_new)
-        return True
-
-    def restart(self) -> None:
-        self.clock[0] += 2.0
-        self.restarts += 1
 
 
 def _phase(name: str) -> Workload:
@@ -77,10 +60,6 @@ def _run(
     record: dict[str, Any] = {"workloads": []}
     events: list[tuple[float, Event]] = []
 
-    class _Stops:
-        def critical(self) -> Any:
-            return nullcontext()
-
     opts = BenchOptions(device="cpu", policy=SamplingPolicy(budget_s=0.5), clock=lambda: clock[0])
     _two_passes(
         runner,  # type: ignore[arg-type]
@@ -90,7 +69,7 @@ def _run(
         lambda kind, doc: record[kind].append(doc),
         lambda e: events.append((clock[0], e)),
         None,
-        _Stops(),  # type: ignore[arg-type]
+        NoStops(),  # type: ignore[arg-type]
         2.0,  # what starting the workers took: the ETA's price of each restart
     )
     return runner, record, events, clock[0]

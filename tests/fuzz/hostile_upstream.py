@@ -24,21 +24,12 @@ import tempfile
 from pathlib import Path
 
 from tests.test_upstream_hostile import BAD_PHASE, HOSTILE, _assert_inert, _hostile_record, _phase_record
+from tests.tiny_models import VAE
 
 FORMATS = [["--format", f] for f in ("terminal", "markdown", "json", "html")] + [
     ["--upstream"],
     ["--upstream", "--with-paths"],
 ]
-VAE = {
-    "in_channels": 3,
-    "out_channels": 3,
-    "latent_channels": 4,
-    "block_out_channels": [8, 16],
-    "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
-    "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"],
-    "layers_per_block": 1,
-    "norm_num_groups": 4,
-}
 
 
 class Campaign:
