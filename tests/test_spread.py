@@ -18,6 +18,7 @@ from mpsup.report.attribution import (
     common_band,
     heterogeneity_p,
     kind_ratios,
+    one_kind_apart,
     spread_of,
 )
 from mpsup.report.findings import PhaseCall
@@ -87,7 +88,7 @@ def test_every_kind_alike_is_spread_and_said_before_the_biggest_op() -> None:
     spread = spread_of(attr)
     assert spread is not None and spread.op_kinds == 5  # the views are no kinds
     assert spread.low == pytest.approx(0.52, abs=0.002) and spread.high == pytest.approx(0.56, abs=0.002)
-    assert attr.to_json()["spread"] == {"op_kinds": 5, "low": spread.low, "high": spread.high}
+    assert attr.to_json()["spread"] == {"op_kinds": 5, "low": spread.low, "high": spread.high, "alike": True}
     clause = spread_clause("prefill", attr)
     assert clause == (
         "the prefill change is spread over 5 op kinds alike (0.52-0.56x): something every call shares (threads, "
@@ -186,6 +187,63 @@ def test_kinds_alike_are_rarely_called_unalike_and_kinds_apart_always_are() -> N
         apart += heterogeneity_p(precise) < SPREAD_ALPHA or not common_band(precise)
     assert unalike / draws <= 0.05
     assert apart == draws
+
+
+# The caching allocator off on an H100 (benchmarks/op_attribution.py llama-alloc, prefill): a cost added to every
+# call, so the short calls slowed most in ratio; linear, the longest, least, and it carries the largest share.
+ALLOCATOR_OFF: list[Kind] = [
+    ("mul", 0.125, 0.01, 0.00008),
+    ("to", 0.131, 0.10, 0.00009),
+    ("scaled_dot_product_attention", 0.179, 0.065, 0.00006),
+    ("linear", 0.427, 0.09, 0.0011),
+]
+
+
+def test_kinds_that_all_moved_unalike_with_none_apart_are_spread_not_alike() -> None:
+    attr = _attr(ALLOCATOR_OFF)
+    kinds = kind_ratios(attr)
+    assert heterogeneity_p(kinds) < SPREAD_ALPHA  # not alike: short calls moved most
+    assert not one_kind_apart(kinds, "slower")  # mul and to moved most, together
+    spread = spread_of(attr)
+    assert spread is not None and not spread.alike and spread.op_kinds == 4
+    assert spread.low == pytest.approx(0.125, abs=0.002) and spread.high == pytest.approx(0.427, abs=0.005)
+    assert attr.to_json()["spread"]["alike"] is False
+    assert spread_clause("prefill", attr) == (
+        "the prefill change is spread over 4 op kinds, each slower, none apart (0.13-0.43x): more likely something "
+        "every call shares (threads, launch, allocation, synchronisation) than one kernel"
+    )
+    # the biggest share is linear's, the wrong lead here
+    assert (mover_clause("prefill", attr) or "").split("%")[1].startswith(" of the prefill change is linear")
+    assert "linear" not in mover_sentence([(_changed("prefill", 0.26), attr)])
+
+
+def test_the_kind_that_moved_most_standing_apart_is_named_however_the_rest_moved() -> None:
+    """Attention at 0.40x beside linear at 0.80x and mul at 0.85x (a kernel slowed beside a slower Python hook):
+    every kind moved, unalike, and the one that moved most stands clear of the rest."""
+    attr = _attr(
+        [
+            ("scaled_dot_product_attention", 0.40, 0.08, 0.002),
+            ("linear", 0.80, 0.02, 0.020),
+            ("mul", 0.85, 0.04, 0.001),
+        ]
+    )
+    assert one_kind_apart(kind_ratios(attr), "slower")
+    assert spread_of(attr) is None and spread_clause("prefill", attr) is None
+
+
+def test_one_kind_at_2x_beside_others_at_11x_is_never_spread_over_noisy_draws() -> None:
+    """The Show's built candidate, drawn 2,000 times: one kind at 0.5x and 2 to 7 others at 0.91x, each measured
+    with its own noise (intervals +-1% to +-8%): never spread, alike or not."""
+    rng = random.Random(11)
+    for _ in range(2000):
+        n = rng.randint(3, 8)
+        kinds = []
+        for i in range(n):
+            width = rng.uniform(0.01, 0.08)
+            se = math.log((1 + width) / (1 - width)) / (2 * 1.959963984540054)
+            kinds.append(KindRatio(f"k{i}", math.log(0.5 if i == 0 else 0.91) + rng.gauss(0, se), se))
+        alike = heterogeneity_p(kinds) >= SPREAD_ALPHA and common_band(kinds)
+        assert not alike and one_kind_apart(kinds, "slower")
 
 
 def test_one_kind_far_off_with_a_wide_interval_is_caught_by_the_band() -> None:

@@ -330,15 +330,16 @@ def kind_ratios(attr: PhaseAttribution) -> list[KindRatio]:
 
 @dataclass(frozen=True)
 class Spread:
-    """A phase's change that every op kind took alike: how many kinds, and the lowest and highest of their
-    speedups (estimates)."""
+    """A phase's change that every op kind took: how many kinds, the lowest and highest of their speedups
+    (estimates), and whether they took it alike (one ratio fits all) or unalike with none apart from the rest."""
 
     op_kinds: int
     low: float
     high: float
+    alike: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high}
+        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high, "alike": self.alike}
 
 
 def heterogeneity_p(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) -> float:
@@ -363,12 +364,26 @@ def common_band(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) 
     )
 
 
+def one_kind_apart(kinds: list[KindRatio], direction: str, tolerance: float = PRACTICAL_THRESHOLD) -> bool:
+    """Whether the kind that moved most stands apart: its 95% interval, widened as in heterogeneity_p, clear of
+    every other kind's. That is one kernel's change beside smaller moves elsewhere (0.5x beside 0.91x)."""
+    tau2 = math.log1p(tolerance) ** 2
+    sign = 1.0 if direction == "faster" else -1.0
+    ranked = sorted(kinds, key=lambda k: -sign * k.log_speedup)
+    first, second = ranked[0], ranked[1]
+    gap = sign * (first.log_speedup - second.log_speedup)
+    return gap > Z95 * (math.sqrt(first.se**2 + tau2) + math.sqrt(second.se**2 + tau2))
+
+
 def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> Spread | None:
-    """The change spread over the op kinds alike, or None. Alike means: at least SPREAD_MIN_KINDS kinds with an
-    interval; every one of them called changed in the phase's direction (its interval clear of 1x and its
-    estimate past the practical threshold), so a kind that did not move vetoes it; no heterogeneity beyond the
-    threshold (heterogeneity_p at least SPREAD_ALPHA); and a common band (common_band). One kind at 0.5x beside
-    others at 0.91x fails the last two; one at 0.08x beside others at 1x fails the second."""
+    """The change spread over the op kinds, or None. Spread needs at least SPREAD_MIN_KINDS kinds with an
+    interval, every one of them called changed in the phase's direction (its interval clear of 1x and its
+    estimate past the practical threshold), so a kind that did not move vetoes it. Then the kinds are alike when
+    there is no heterogeneity beyond the threshold (heterogeneity_p at least SPREAD_ALPHA) and a common band
+    (common_band); unalike kinds are still spread when the one that moved most does not stand apart
+    (one_kind_apart): a cost added to every call moves short calls more in ratio than long ones, so its kinds
+    differ without one leading. One kind at 0.5x beside others at 0.91x stands apart; one at 0.08x beside others
+    at 1x fails the direction."""
     if not attr.change_s:
         return None
     kinds = kind_ratios(attr)
@@ -377,7 +392,8 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     direction = "slower" if attr.change_s > 0 else "faster"
     if any(classify_change(k.interval, threshold) != direction for k in kinds):
         return None
-    if heterogeneity_p(kinds, threshold) < SPREAD_ALPHA or not common_band(kinds, threshold):
+    alike = heterogeneity_p(kinds, threshold) >= SPREAD_ALPHA and common_band(kinds, threshold)
+    if not alike and one_kind_apart(kinds, direction, threshold):
         return None
     speeds = [math.exp(k.log_speedup) for k in kinds]
-    return Spread(len(kinds), min(speeds), max(speeds))
+    return Spread(len(kinds), min(speeds), max(speeds), alike)

@@ -473,8 +473,9 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     said, builder = phase
     share = _pct(classes[0].share_of_change) if classes else "n/a"
     if spread is not None:
+        how = "alike" if spread.alike else "unalike, none apart"
         why = (
-            f"the change is spread over {spread.op_kinds} op kinds alike ({spread.low:.2f}-{spread.high:.2f}x), "
+            f"the change is spread over {spread.op_kinds} op kinds {how} ({spread.low:.2f}-{spread.high:.2f}x), "
             "something every call shares, not one kernel"
         )
     elif attr is not None:

@@ -237,13 +237,20 @@ def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
 
 def spread_clause(phase: str, attr: PhaseAttribution) -> str | None:
     """ "the prefill change is spread over 6 op kinds alike (0.52-0.56x): something every call shares (threads,
-    launch, allocation, synchronisation), not one kernel", where attribution.spread_of finds it, else None."""
+    launch, allocation, synchronisation), not one kernel", or for kinds that moved unalike with none apart, "...
+    spread over 4 op kinds, each slower, none apart (0.13-0.43x): more likely something every call shares ...
+    than one kernel", where attribution.spread_of finds it, else None."""
     spread = attr.spread
     if spread is None:
         return None
+    band = f"{spread.low:.2f}-{spread.high:.2f}x"
+    shared = "something every call shares (threads, launch, allocation, synchronisation)"
+    if spread.alike:
+        return f"the {phase} change is spread over {spread.op_kinds} op kinds alike ({band}): {shared}, not one kernel"
+    way = "slower" if (attr.change_s or 0.0) > 0 else "faster"
     return (
-        f"the {phase} change is spread over {spread.op_kinds} op kinds alike ({spread.low:.2f}-{spread.high:.2f}x): "
-        "something every call shares (threads, launch, allocation, synchronisation), not one kernel"
+        f"the {phase} change is spread over {spread.op_kinds} op kinds, each {way}, none apart ({band}): "
+        f"more likely {shared} than one kernel"
     )
 
 
