@@ -16,18 +16,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from mpsup.bench import events
 from mpsup.bench.energy_turns import start_energy
-from mpsup.bench.events import (
-    BenchStarted,
-    SecondVisitDone,
-    SecondVisitsPlanned,
-    VisitDone,
-    VisitStarted,
-    WorkersRestarting,
-    WorkloadDone,
-    WorkloadsAdded,
-    WorkloadStarted,
-)
 from mpsup.bench.measurement import WorkloadMeasurement
 from mpsup.bench.numerics import cleanup, judge
 from mpsup.bench.policy import (
@@ -239,7 +229,7 @@ def _measure(
         smoke_steps = len(runner.smoke_features()) if options.smoke else 0
         # The bar counts a workload once all its planned visits are done.
         visits = options.policy.visits(len(runner.sessions) == 2, whole_run(runner, workloads, expand))
-        progress(BenchStarted(len(workloads), smoke_steps, visits))
+        progress(events.BenchStarted(len(workloads), smoke_steps, visits))
         if options.smoke:
             from mpsup.metal import load_manifest
 
@@ -487,7 +477,7 @@ class Schedule:
     def _first_visit(self, i: int, w: Workload) -> None:
         revisit = [k for k, m in enumerate(self.measured) if m.status == "ok"] if self.split else []
         n = len(self.workloads)
-        self.progress(WorkloadStarted(w.name, self.eta(n - i, revisit, restart=self.paired)))
+        self.progress(events.WorkloadStarted(w.name, self.eta(n - i, revisit, restart=self.paired)))
         t0 = self.options.clock()
         m = self.runner.measure(w, self.share1 * self.weight(w), self.half_rounds if self.split else None)
         self.keep("workloads", m.to_json())
@@ -498,7 +488,7 @@ class Schedule:
         self.open_.append(unconverged)
         if unconverged:
             self.pool += max(0.0, self.pol.budget_s - self.spent[-1])
-        self.progress(WorkloadDone(w.name, m.status))
+        self.progress(events.WorkloadDone(w.name, m.status))
 
     def _add_ops(self, i: int, expand: Expand) -> None:
         """The workloads `expand` derives from the phases measured so far, each with its budget units."""
@@ -510,7 +500,7 @@ class Schedule:
         self.extra_weight.update((x.name, u) for x, u in added)
         self.workloads.extend(x for x, _ in added)
         self.sizes.extend(float(x.memory_bytes) for x, _ in added)
-        self.progress(WorkloadsAdded(len(added), len(self.workloads), "ops"))
+        self.progress(events.WorkloadsAdded(len(added), len(self.workloads), "ops"))
 
     def extend(self, i: int, share_s: float, min_new: int = 2) -> bool:
         try:
@@ -532,25 +522,25 @@ class Schedule:
         measured."""
         ok = [i for i, m in enumerate(self.measured) if m.status == "ok"]
         if visit == 2:
-            self.progress(SecondVisitsPlanned(len(ok)))  # the others (failed, unsupported) are done
+            self.progress(events.SecondVisitsPlanned(len(ok)))  # the others (failed, unsupported) are done
         if not ok:
             return False
         left = self.visits - visit  # passes after this one
-        self.progress(WorkersRestarting(self.eta(0, ok, restart=True, passes=left if self.many else None)))
+        self.progress(events.WorkersRestarting(self.eta(0, ok, restart=True, passes=left if self.many else None)))
         self.runner.restart()
         target = self.pol.target_rel_ci
         for j, i in enumerate(ok):
             m = self.measured[i]
-            self.progress(VisitStarted(m.name, self.eta(0, ok[j:], passes=left if self.many else None)))
+            self.progress(events.VisitStarted(m.name, self.eta(0, ok[j:], passes=left if self.many else None)))
             # As many rounds as the first visit reached (six, or fewer for a slow workload that hit its
             # overrun cap), so both process pairs weigh alike and the caps still bound the time.
             self.extend(i, self.share1 * self.weight(self.workloads[i]), min_new=min(self.half_rounds, len(m.ratios)))
             self.spent[i] = m.elapsed_s or self.spent[i]
             self.open_[i] = not converged(m.interval_width(), target)
             if visit == self.visits:
-                self.progress(SecondVisitDone(m.name))
+                self.progress(events.SecondVisitDone(m.name))
             else:
-                self.progress(VisitDone(m.name))
+                self.progress(events.VisitDone(m.name))
         self.pool = sum(
             max(0.0, self.pol.budget_s - (m.elapsed_s or 0.0))
             for m in self.measured
@@ -577,7 +567,7 @@ class Schedule:
             return
         if self.paired and not self.split:
             eta = eta_s(budget, restart_s=self.start_s, pool_s=pool, leftover_visits=len(order), per_visit_s=per)
-            self.progress(WorkersRestarting(eta))
+            self.progress(events.WorkersRestarting(eta))
             self.runner.restart()
         for j, i in enumerate(order):
             allot = next_allotment(pool, [widths[k] for k in order[j:]], cap)
@@ -589,7 +579,7 @@ class Schedule:
             if not self._reachable(widths[i], i, allot):
                 continue  # its share flows to the ones after it
             eta = eta_s(budget, pool_s=pool, leftover_visits=len(order) - j, per_visit_s=per)
-            self.progress(VisitStarted(m.name, eta))
+            self.progress(events.VisitStarted(m.name, eta))
             t0 = self.options.clock()
             self.extend(i, allot)
             pool -= self.options.clock() - t0

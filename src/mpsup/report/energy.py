@@ -25,6 +25,7 @@ TOKEN_PHASES = ("prefill", "decode")  # a causal LM's: prefill's call is its tok
 PART_NAMES = {"gpu": "GPU", "package": "CPU package", "cpu": "CPU", "dram": "DRAM", "ane": "ANE"}
 
 
+# One read turn as the record keeps it: laid out like envs/mlx_env.py's MlxEnvResult by chance, sharing no field.
 @dataclass(frozen=True)
 class _Turn:
     warmup: bool

@@ -12,7 +12,7 @@ from typing import Any
 
 from mpsup.report.analysis import Analysis
 from mpsup.report.numerics import PhaseNumerics
-from mpsup.report.op_repro import NotCode, _Code
+from mpsup.report.op_repro import NUMEL, NotCode, _Code
 from mpsup.report.phases import WORSE_ANSWERS
 from mpsup.report.repro import PICK_DEVICE
 
@@ -81,16 +81,12 @@ SEED = [0]
 WIDE = [False]
 
 
+{numel}
+
 def make(shape, stride, dtype, where, span):
     """A tensor of this shape, layout and dtype from the stream: floats in the range the model's op saw, integers
     and masks in theirs; in the float64 pass, the same values rounded to dtype, then widened."""
-    # The element count is op_repro's script's too: each script stands alone, so each carries its own.
-    if stride is None:
-        n = 1
-        for d in shape:
-            n *= d
-    else:
-        n = 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, stride))
+    n = numel(shape, stride)
     SEED[0] += 1
     low, high = (-1.0, 1.0) if span is None else (float(span[0]), float(span[1]))
     ints, floats = stream(n, SEED[0], low, high)
@@ -225,6 +221,11 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
         if builder:
             label = re.sub(r"[^\w ,.()x-]", "", what)[:120]
             script = SCRIPT.format(
-                what=label, what_literal=repr(label), device=device, pick_device=PICK_DEVICE, builder=builder
+                what=label,
+                what_literal=repr(label),
+                device=device,
+                pick_device=PICK_DEVICE,
+                numel=NUMEL,
+                builder=builder,
             )
     return AccuracyIssue(workload, title, lines, script)

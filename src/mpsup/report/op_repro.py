@@ -142,6 +142,18 @@ def _op_builders(ops: list[OpShare]) -> str:
     return "\n\n".join(out) + f"\n\nCASES = [{table}]\n"
 
 
+# make()'s element count, pasted into this module's script and numerics_repro's: each script stands alone.
+NUMEL = '''def numel(shape, stride):
+    """How many elements a tensor of this shape spans in storage: all of them, or as far as its strides reach."""
+    if stride is None:
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+    return 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, stride))
+'''
+
+
 COMMON = '''#!/usr/bin/env python3
 """Standalone repro (torch{libs} only; written by mpsup report --upstream).
 
@@ -188,14 +200,11 @@ def load_config():
         return json.load(f)
 
 
+{numel}
+
 def make(shape, stride, dtype, where, span):
     """A fresh tensor of this shape, layout and dtype: random floats; integers and masks in the model's range."""
-    if stride is None:
-        n = 1
-        for d in shape:
-            n *= d
-    else:
-        n = 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, stride))
+    n = numel(shape, stride)
     if dtype.is_floating_point:
         flat = torch.empty(n, dtype=torch.float32).uniform_(-1, 1).to(dtype)
     elif dtype == torch.bool:
@@ -524,5 +533,6 @@ def _fill(what: str, device: str, libs: str, builders: str) -> str:
         what_literal=repr(what),
         needs_config="load_config()" in builders,
         pick_device=PICK_DEVICE,
+        numel=NUMEL,
     )
     return head + "\n" + builders + MAIN

@@ -7,18 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from mpsup.runs.fields import (
-    MAX_COUNT,
-    MAX_SECONDS,
-    Corrupt,
-    _check,
-    _list,
-    _number,
-    _obj,
-    _required_text,
-    _text,
-    _whole,
-)
+from mpsup.runs import fields
 
 MAX_FALLBACK_OPS = 1_000
 MAX_CENSUS_ENTRIES = 10_000  # a worker keeps 400 (op, shapes, dtypes) entries per phase
@@ -35,11 +24,11 @@ _INFO_TEXTS = ("library", "library_version", "architecture", "attention", "laten
 def _scalars(d: Mapping[str, Any], where: str, counts: tuple[str, ...], texts: tuple[str, ...], flag: str) -> None:
     """Whole numbers under `counts`, text under `texts`, true or false under `flag`: a phase's own keys."""
     for k in counts:
-        _whole(d.get(k), f"{where}.{k}")
+        fields._whole(d.get(k), f"{where}.{k}")
     for k in texts:
-        _text(d.get(k), f"{where}.{k}")
+        fields._text(d.get(k), f"{where}.{k}")
     value = d.get(flag)
-    _check(value is None or isinstance(value, bool), f"{where}.{flag}", "true or false", value)
+    fields._check(value is None or isinstance(value, bool), f"{where}.{flag}", "true or false", value)
 
 
 def _census_shapes(text: str, where: str) -> None:
@@ -49,34 +38,37 @@ def _census_shapes(text: str, where: str) -> None:
             continue
         dims = token.split("x")
         if not all(d.isascii() and d.isdigit() and len(d) <= 10 for d in dims):
-            raise Corrupt(f"{where}: {token[:40]!r} is not a shape")
+            raise fields.Corrupt(f"{where}: {token[:40]!r} is not a shape")
         if any(int(d) > MAX_CENSUS_DIM for d in dims) or math.prod(int(d) for d in dims) > MAX_CENSUS_ELEMENTS:
-            raise Corrupt(f"{where}: {token[:40]} is larger than any tensor (at most 2^31-1 a dimension, 2^48 in all)")
+            raise fields.Corrupt(
+                f"{where}: {token[:40]} is larger than any tensor (at most 2^31-1 a dimension, 2^48 in all)"
+            )
 
 
 def _census(doc: Any, where: str) -> None:
-    d = _obj(doc, where)
-    ops = _obj(d.get("ops"), f"{where}.ops", optional=True)
+    d = fields._obj(doc, where)
+    ops = fields._obj(d.get("ops"), f"{where}.ops", optional=True)
     if len(ops) > MAX_CENSUS_ENTRIES:
-        raise Corrupt(f"{where}.ops: {len(ops)} entries, more than the {MAX_CENSUS_ENTRIES} any run can have")
+        raise fields.Corrupt(f"{where}.ops: {len(ops)} entries, more than the {MAX_CENSUS_ENTRIES} any run can have")
     for op, n in ops.items():
-        _whole(n, f"{where}.ops[{op[:40]!r}]", high=MAX_COUNT**2, optional=False)
-    _whole(d.get("calls"), f"{where}.calls", high=MAX_COUNT**2)
-    for i, e in enumerate(_list(d.get("entries"), f"{where}.entries", MAX_CENSUS_ENTRIES, optional=True)):
+        fields._whole(n, f"{where}.ops[{op[:40]!r}]", high=fields.MAX_COUNT**2, optional=False)
+    fields._whole(d.get("calls"), f"{where}.calls", high=fields.MAX_COUNT**2)
+    for i, e in enumerate(fields._list(d.get("entries"), f"{where}.entries", MAX_CENSUS_ENTRIES, optional=True)):
         at = f"{where}.entries[{i}]"
-        entry = _obj(e, at)
-        _required_text(entry.get("op"), f"{at}.op")
-        _census_shapes(_text(entry.get("shapes"), f"{at}.shapes") or "", f"{at}.shapes")
-        _text(entry.get("dtypes"), f"{at}.dtypes")
-        _whole(entry.get("count"), f"{at}.count", high=MAX_COUNT**2)
+        entry = fields._obj(e, at)
+        fields._required_text(entry.get("op"), f"{at}.op")
+        _census_shapes(fields._text(entry.get("shapes"), f"{at}.shapes") or "", f"{at}.shapes")
+        fields._text(entry.get("dtypes"), f"{at}.dtypes")
+        fields._whole(entry.get("count"), f"{at}.count", high=fields.MAX_COUNT**2)
 
 
 def _phase_info(doc: Any, where: str) -> None:
     """What the worker said of one phase call (env.phase): the blocks run, the ops that fell back, the census."""
-    d = _obj(doc, where)
+    d = fields._obj(doc, where)
     _scalars(d, where, _INFO_COUNTS, _INFO_TEXTS, "compiled")
-    for i, op in enumerate(_list(d.get("fallback_ops"), f"{where}.fallback_ops", MAX_FALLBACK_OPS, optional=True)):
-        _text(op, f"{where}.fallback_ops[{i}]", optional=False)
+    fallback = fields._list(d.get("fallback_ops"), f"{where}.fallback_ops", MAX_FALLBACK_OPS, optional=True)
+    for i, op in enumerate(fallback):
+        fields._text(op, f"{where}.fallback_ops[{i}]", optional=False)
     if d.get("census") is not None:
         _census(d["census"], f"{where}.census")
 
@@ -86,13 +78,13 @@ def check_env_phase(d: Mapping[str, Any], where: str) -> None:
     if d.get("phase") is not None:
         _phase_info(d["phase"], f"{where}.phase")
     for k in ("ci_low", "ci_high"):
-        _number(d.get(k), f"{where}.{k}", high=MAX_SECONDS)
-    _number(d.get("items_per_call"), f"{where}.items_per_call")
+        fields._number(d.get(k), f"{where}.{k}", high=fields.MAX_SECONDS)
+    fields._number(d.get("items_per_call"), f"{where}.items_per_call")
 
 
 def check_phase_workload(d: Mapping[str, Any], where: str) -> None:
     """A whole-model phase's parameters (workloads[i] with part "phase"), as model.phases writes them."""
     _scalars(d, where, _PHASE_COUNTS, _PHASE_TEXTS, "compile")
-    for i, v in enumerate(_list(d.get("resolution"), f"{where}.resolution", 3, optional=True)):
-        _whole(v, f"{where}.resolution[{i}]", optional=False)
-    _obj(d.get("config"), f"{where}.config", optional=True)
+    for i, v in enumerate(fields._list(d.get("resolution"), f"{where}.resolution", 3, optional=True)):
+        fields._whole(v, f"{where}.resolution[{i}]", optional=False)
+    fields._obj(d.get("config"), f"{where}.config", optional=True)
