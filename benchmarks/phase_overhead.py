@@ -2,6 +2,7 @@
 
     python benchmarks/phase_overhead.py --device cuda --pairs 10 --out /tmp/overhead      # Llama-3-8B-shaped, 4 layers
     python benchmarks/phase_overhead.py --device cpu --small --pairs 2 --reps 10 --out /tmp/overhead
+    python benchmarks/phase_overhead.py log docs/evidence/figures/gpu_phase_overhead_2026-12-06.txt   # a printed run
 
 "Plain" is `benchmarks/whole_model.py plain`: transformers' own model from the config, each call awaited, in a fresh
 process. Each pair runs a plain process and a worker process, in alternating order (plain first in even pairs). The
@@ -212,10 +213,40 @@ def table(rows: list[dict[str, Any]]) -> None:
             step = f"{100 * (m / prev - 1):+.2f}%" if prev else "-"
             print(f"  {way:7} {1e3 * m:9.4f} ({1e3 * min(v):.4f}-{1e3 * max(v):.4f}, n {len(v):2}) {vs:>9} {step:>8}")
             prev = m
+        # Each way against bare inside one worker process: what the process-to-process spread cannot reach.
+        inside = [r["phases"][p] for r in rows if r["kind"] == "worker" and r["phases"].get(p, {}).get("bare")]
+        if inside:
+            print(f"  within each worker process, over its bare (median, range over {len(inside)} processes):")
+            for way in WAYS[1:]:
+                got = [ph[way] / ph["bare"] for ph in inside if ph.get(way)]
+                if got:
+                    mid = statistics.median(got)
+                    print(f"    {way:7} {mid:.4f}x ({min(got):.3f}-{max(got):.3f}) {100 * (mid - 1):+.2f}%")
+
+
+def rows_from_log(text: str) -> list[dict[str, Any]]:
+    """The rows of a run's printed pair lines ("pair 3 worker: prefill a/b/... decode ... ms"), where its
+    phase_overhead.json stayed on the machine that ran it."""
+    rows = []
+    for line in text.splitlines():
+        head, _, cells = line.partition(": ")
+        words = head.split()
+        if len(words) != 3 or words[0] != "pair" or words[2] not in ("plain", "worker"):
+            continue
+        ways = ["plain"] if words[2] == "plain" else list(WAYS)
+        parts = cells.removesuffix(" ms").split()
+        phases = {
+            name: dict(zip(ways, (float(v) / 1e3 for v in values.split("/")), strict=True))
+            for name, values in zip(parts[::2], parts[1::2], strict=True)
+        }
+        rows.append({"pair": int(words[1]), "kind": words[2], "phases": phases})
+    return rows
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "table":
         table(json.loads(Path(sys.argv[2]).read_text()))
+    elif len(sys.argv) == 3 and sys.argv[1] == "log":
+        table(rows_from_log(Path(sys.argv[2]).read_text()))
     else:
         main()
