@@ -2,12 +2,13 @@
 
     python benchmarks/phase_overhead.py --device cuda --pairs 10 --out /tmp/overhead      # Llama-3-8B-shaped, 4 layers
     python benchmarks/phase_overhead.py --device cpu --small --pairs 2 --reps 10 --out /tmp/overhead
+    python benchmarks/phase_overhead.py --device cpu --config /tmp/vllama/config.json --dtype fp32 --tokens 16 --bench 0
     python benchmarks/phase_overhead.py log docs/evidence/figures/gpu_phase_overhead_2026-12-06.txt   # a printed run
 
 "Plain" is `benchmarks/whole_model.py plain`: transformers' own model from the config, each call awaited, in a fresh
 process. Each pair runs a plain process and a worker process, in alternating order (plain first in even pairs). The
 worker process builds each phase through mpsup's worker (`mpsup.worker.main.Worker.setup`, what a bench run
-sends) and times it, in interleaved rounds, five ways, each a step closer to what bench times:
+sends) and times it, in interleaved rounds, six ways, the first five each a step closer to what bench times:
 
   bare     mpsup's model (its weights and inputs, its call) in plain's loop: clock, call, synchronize, clock.
            Against plain: the model's definition and the process.
@@ -16,6 +17,8 @@ sends) and times it, in interleaved rounds, five ways, each a step closer to wha
   block    the worker's timer: `time_block` over the calibrated calls, each awaited, device events at its ends.
   sample   the worker's `sample` request, as the runner asks it (the switch block discarded).
   pinned   `sample` with the process pinned to one CPU, as `--affinity auto` pins CUDA workers.
+  own      the worker's own built phase (what block and sample time) in plain's loop: against bare, the
+           model instance (a second build of the same spec) rather than the timer.
 
 Then `--bench N` runs of `mpsup bench --model DIR --aa --no-ops --no-numerics` give what a whole run reads (both
 sides; the harness: two workers taking turns, the pipe, the gaps). Every figure is a median of per-call seconds;
@@ -40,7 +43,7 @@ from energy_gpu import LLAMA_8B, SMALL  # the energy runs' folder: the two scrip
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-WAYS = ("bare", "quiet", "block", "sample", "pinned")
+WAYS = ("bare", "quiet", "block", "sample", "pinned", "own")
 PHASES = ("prefill", "decode")
 
 
@@ -96,6 +99,8 @@ def worker_child(folder: Path, device: str, tokens: int, dtype: str, rounds: int
             for way in order:
                 if way == "bare":
                     got[way].append(_per_call(bare_built.fn, sync, calls))
+                elif way == "own":
+                    got[way].append(_per_call(awaited, sync, calls))
                 elif way == "quiet":
                     got[way].append(_per_call(quiet_fn, sync, calls))
                 elif way == "block":
@@ -154,6 +159,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=10, help="calls (or blocks) per way and round (default 10)")
     ap.add_argument("--budget", type=float, default=0.5, help="the bench runs' --budget (default 0.5)")
     ap.add_argument("--small", action="store_true", help="a small Llama (hidden 256, vocab 1024)")
+    ap.add_argument("--config", type=Path, help="a Llama config.json of your own (over --small)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/phase_overhead"), help="work folder")
     ap.add_argument("--child", choices=("worker",), help=argparse.SUPPRESS)
     ap.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
@@ -164,7 +170,7 @@ def main() -> None:
         return
     folder = a.out / "llama"
     folder.mkdir(parents=True, exist_ok=True)
-    config = SMALL if a.small else LLAMA_8B
+    config = json.loads(a.config.read_text()) if a.config else SMALL if a.small else LLAMA_8B
     (folder / "config.json").write_text(json.dumps(config))
     print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {a.device} {json.dumps(config)}", flush=True)
     rows: list[dict[str, Any]] = []
@@ -236,7 +242,8 @@ def rows_from_log(text: str) -> list[dict[str, Any]]:
         ways = ["plain"] if words[2] == "plain" else list(WAYS)
         parts = cells.removesuffix(" ms").split()
         phases = {
-            name: dict(zip(ways, (float(v) / 1e3 for v in values.split("/")), strict=True))
+            # A log from before "own" was a way has one value fewer: the ways are in the same order.
+            name: dict(zip(ways, (float(v) / 1e3 for v in values.split("/")), strict=False))
             for name, values in zip(parts[::2], parts[1::2], strict=True)
         }
         rows.append({"pair": int(words[1]), "kind": words[2], "phases": phases})

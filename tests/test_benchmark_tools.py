@@ -197,3 +197,23 @@ def test_omp_wait_times_the_plain_loop_and_two_workers_taking_turns() -> None:
     line = res.stdout.strip().splitlines()[-1]
     assert line.startswith("[1] OMP_WAIT_POLICY=PASSIVE: plain loop: linear 1x896 @ 896x896 bf16")
     assert "two workers taking turns: worker 1" in line and line.endswith(" us")
+
+
+def test_phase_overhead_rereads_a_printed_run_of_either_width_within_each_process(tmp_path: Path) -> None:
+    """`phase_overhead.py log FILE` rebuilds the table from the pair lines, a log from before the sixth way too, and
+    gives each way over bare inside each worker process."""
+    log = tmp_path / "run.txt"
+    log.write_text(
+        "# header\n"
+        "pair 0 plain: prefill 10.000 decode 5.000 ms\n"
+        "pair 0 worker: prefill 10.000/10.100/9.700/9.800/9.900/9.600 decode 5.000/5.000/5.050/5.100/5.100/5.000 ms\n"
+        "pair 1 worker: prefill 20.000/20.200/19.400/19.600/19.800 decode 5.000/5.000/5.050/5.100/5.100 ms\n"
+        "pair 1 plain: prefill 30.000 decode 5.000 ms\n"
+    )
+    done = run_script("phase_overhead.py", "log", str(log))
+    assert done.returncode == 0, done.stderr
+    inside = done.stdout.split("within each worker process")[1].split("decode:")[0]
+    assert "over 2 processes" in inside
+    assert "block   0.9700x (0.970-0.970) -3.00%" in inside  # 9.7/10 and 19.4/20: the processes' spread cancels
+    assert "own     0.9600x (0.960-0.960) -4.00%" in inside  # only the new log has it
+    assert "plain     20.0000 (10.0000-30.0000, n  2)" in done.stdout
