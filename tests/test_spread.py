@@ -231,6 +231,36 @@ def test_the_kind_that_moved_most_standing_apart_is_named_however_the_rest_moved
     assert spread_of(attr) is None and spread_clause("prefill", attr) is None
 
 
+def test_a_kind_that_stands_apart_is_named_beside_the_biggest_share() -> None:
+    """The mixed candidate on an H100: linear carries the largest share at 0.86x (every call through a Python
+    hook), attention moved far more (0.40x) with a smaller share. The lead is attention, said beside linear."""
+    attr = _attr(
+        [
+            ("linear", 0.86, 0.02, 0.012),
+            ("scaled_dot_product_attention", 0.40, 0.08, 0.00025),
+            ("embedding", 0.97, 0.2, 0.0001),
+        ]
+    )
+    said = mover_sentence([(_changed("prefill", 0.8), attr)])
+    assert "of the prefill change is linear" in said
+    assert "; scaled_dot_product_attention moved most (0.40x, " in said
+    # named once where it is itself the biggest share
+    alone = _attr([("scaled_dot_product_attention", 0.40, 0.08, 0.004), ("linear", 0.97, 0.02, 0.012)])
+    once = mover_sentence([(_changed("prefill", 0.8), alone)])
+    assert once.count("scaled_dot_product_attention") == 1 and "moved most" not in once
+    # kinds that moved together have no standout
+    assert "moved most" not in mover_sentence([(_changed("prefill", 0.26), _attr(ALLOCATOR_OFF))])
+
+
+def test_a_standout_is_said_where_no_op_carries_a_fifth() -> None:
+    """Attention moved most (0.42x) with under a fifth of the change, the rest spread thin over ops that barely
+    moved: the sentence says no op carries a fifth, then which kind moved most."""
+    kinds: list[Kind] = [("scaled_dot_product_attention", 0.42, 0.05, 0.0003)]
+    kinds += [(f"op{i}", 0.95, 0.02, 0.006) for i in range(6)]
+    said = mover_sentence([(_changed("decode", 0.8), _attr(kinds, phase="decode"))])
+    assert "no single op carries a fifth of the decode change; scaled_dot_product_attention moved most (0.42x" in said
+
+
 def test_one_kind_at_2x_beside_others_at_11x_is_never_spread_over_noisy_draws() -> None:
     """The Show's built candidate, drawn 2,000 times: one kind at 0.5x and 2 to 7 others at 0.91x, each measured
     with its own noise (intervals +-1% to +-8%): never spread, alike or not."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mpsup.report.attribution import PhaseAttribution, op_classes
+from mpsup.report.attribution import PhaseAttribution, op_classes, standout
 from mpsup.report.findings import (
     AACall,
     AAFloorNote,
@@ -213,7 +213,9 @@ def _peak_text(peak: float | None) -> str:
 
 def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
     """ "64% of the decode change is cat 1x8x1024x128 (float16), 64 calls per token, 0.42x" (an op called with
-    several shapes is named once, all its calls added up), or None where no op carries a fifth of the change."""
+    several shapes is named once, all its calls added up), then "; scaled_dot_product_attention moved most (0.40x,
+    13% of the change)" where a kind that stands apart (attribution.standout) is not among them; or None where no
+    op carries a fifth of the change."""
     movers = [c for c in op_classes(attr) if c.share_of_change is not None and c.share_of_change >= 0.2][:2]
     if not movers:
         return None
@@ -232,7 +234,20 @@ def mover_clause(phase: str, attr: PhaseAttribution) -> str | None:
             sp = f", {speeds[0]:.2f}-{speeds[-1]:.2f}x" if speeds else ""
             what = f"{cls.op} in {len(cls.calls)} shapes (the largest move: {top.shapes}, {top.dtypes})"
         parts.append(f"{cls.share_of_change:.0%} of the {phase} change is {what}, {counts}{sp}")
-    return "; ".join(parts)
+    apart = standout_clause(attr, {c.op for c in movers})
+    return "; ".join([*parts, apart] if apart else parts)
+
+
+def standout_clause(attr: PhaseAttribution, named: set[str]) -> str | None:
+    """ "scaled_dot_product_attention moved most (0.40x, 13% of the change)" where a kind stands apart from the
+    rest (attribution.standout) and is not already named: the biggest share is where the time went, and a kind
+    that moved far more than every other is the lead."""
+    apart = standout(attr)
+    if apart is None or apart.op in named:
+        return None
+    share = next((c.share_of_change for c in op_classes(attr) if c.op == apart.op), None)
+    of = f", {share:.0%} of the change" if share is not None else ""
+    return f"{apart.op} moved most ({apart.interval.estimate:.2f}x{of})"
 
 
 def spread_clause(phase: str, attr: PhaseAttribution) -> str | None:
@@ -271,8 +286,14 @@ def mover_sentence(movers: list[tuple[PhaseChange, PhaseAttribution]]) -> str:
     said = [
         spread_clause(p.phase, attr)
         or mover_clause(p.phase, attr)
-        or rest_clause(p.phase, attr)
-        or f"no single op carries a fifth of the {p.phase} change"
+        or "; ".join(
+            x
+            for x in (
+                rest_clause(p.phase, attr) or f"no single op carries a fifth of the {p.phase} change",
+                standout_clause(attr, set()),
+            )
+            if x
+        )
         for p, attr in movers
     ]
     return (" Which op: " + "; ".join(said) + ".") if said else ""
