@@ -135,6 +135,22 @@ def test_a_change_spread_over_the_op_kinds_gets_the_phase_not_the_biggest_op() -
     assert "torch.ops.aten.linear" not in script
 
 
+def test_a_change_spread_unalike_with_none_apart_gets_the_phase_too() -> None:
+    """SDPA 0.25x, mul 0.27x, linear 0.6x: every kind slower, not alike, none apart (a cost every call pays moves
+    short calls most): the phase's script, said as more likely shared than one kernel."""
+    config, info, params = PHASES["prefill"]
+    doc = _with_ops(_record("prefill", config, info, **params), top=0.25, other=0.6)
+    mul = _op("model/op/mul/c", "aten.mul.Tensor", "1x8x32", 0.0005, 0.27, {"baseline": 2, "candidate": 2}, 5)
+    mul["op_phases"] = {"model/prefill": {"baseline": 2, "candidate": 2}}
+    doc["workloads"].append(mul)
+    analysis = analyze(doc)
+    spread = analysis.attribution["prefill"].spread
+    assert spread is not None and not spread.alike
+    script = build_upstream(analysis, as_record(doc)).script or ""
+    assert "the whole prefill phase" in script and "spread over 3 op kinds, none apart" in script
+    assert "more likely something every call shares than one kernel" in script
+
+
 def test_a_compiled_phase_still_gets_no_script(tmp_path: Path) -> None:
     config, info, params = PHASES["prefill"]
     run = tmp_path / "run.json"

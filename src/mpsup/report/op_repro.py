@@ -482,10 +482,13 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     said, builder = phase
     share = _pct(classes[0].share_of_change) if classes else "n/a"
     if spread is not None:
-        how = "alike" if spread.alike else "unalike, none apart"
+        band = f"({spread.low:.2f}-{spread.high:.2f}x)"
         why = (
-            f"the change is spread over {spread.op_kinds} op kinds {how} ({spread.low:.2f}-{spread.high:.2f}x), "
-            "something every call shares, not one kernel"
+            f"the change is spread over {spread.op_kinds} op kinds alike {band}, something every call shares, "
+            "not one kernel"
+            if spread.alike
+            else f"the change is spread over {spread.op_kinds} op kinds, none apart {band}, more likely something "
+            "every call shares than one kernel"
         )
     elif attr is not None:
         why = f"no op explains half of the change (the largest share is {share})"
