@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mpsup.report.analysis import analyze
+from mpsup.report.analysis import Analysis, analyze
 from mpsup.report.upstream import build_upstream
 from mpsup.runs.schema import as_record
 from tests.conftest import run_cli
@@ -121,13 +121,18 @@ def test_a_phase_that_cannot_be_rebuilt_gets_its_top_op_even_under_half() -> Non
     compile(up.script, "repro.py", "exec")
 
 
-def test_a_change_spread_over_the_op_kinds_gets_the_phase_not_the_biggest_op() -> None:
+def _three_kinds(sdpa: float, linear: float, mul: float) -> tuple[dict[str, Any], Analysis]:
+    """The prefill phase with SDPA, linear and mul replayed at these speedups, and its analysis."""
     config, info, params = PHASES["prefill"]
-    doc = _with_ops(_record("prefill", config, info, **params), top=0.5, other=0.5)
-    mul = _op("model/op/mul/c", "aten.mul.Tensor", "1x8x32", 0.0005, 0.5, {"baseline": 2, "candidate": 2}, 5)
-    mul["op_phases"] = {"model/prefill": {"baseline": 2, "candidate": 2}}
-    doc["workloads"].append(mul)
-    analysis = analyze(doc)
+    doc = _with_ops(_record("prefill", config, info, **params), top=sdpa, other=linear)
+    op = _op("model/op/mul/c", "aten.mul.Tensor", "1x8x32", 0.0005, mul, {"baseline": 2, "candidate": 2}, 5)
+    op["op_phases"] = {"model/prefill": {"baseline": 2, "candidate": 2}}
+    doc["workloads"].append(op)
+    return doc, analyze(doc)
+
+
+def test_a_change_spread_over_the_op_kinds_gets_the_phase_not_the_biggest_op() -> None:
+    doc, analysis = _three_kinds(0.5, 0.5, 0.5)
     assert analysis.attribution["prefill"].spread is not None
     assert analysis.attribution["prefill"].top_explains_half  # the linear alone would have been timed
     script = build_upstream(analysis, as_record(doc)).script or ""
@@ -138,12 +143,7 @@ def test_a_change_spread_over_the_op_kinds_gets_the_phase_not_the_biggest_op() -
 def test_a_change_spread_unalike_with_none_apart_gets_the_phase_too() -> None:
     """SDPA 0.25x, mul 0.27x, linear 0.6x: every kind slower, not alike, none apart (a cost every call pays moves
     short calls most): the phase's script, said as more likely shared than one kernel."""
-    config, info, params = PHASES["prefill"]
-    doc = _with_ops(_record("prefill", config, info, **params), top=0.25, other=0.6)
-    mul = _op("model/op/mul/c", "aten.mul.Tensor", "1x8x32", 0.0005, 0.27, {"baseline": 2, "candidate": 2}, 5)
-    mul["op_phases"] = {"model/prefill": {"baseline": 2, "candidate": 2}}
-    doc["workloads"].append(mul)
-    analysis = analyze(doc)
+    doc, analysis = _three_kinds(0.25, 0.6, 0.27)
     spread = analysis.attribution["prefill"].spread
     assert spread is not None and not spread.alike
     script = build_upstream(analysis, as_record(doc)).script or ""
