@@ -242,7 +242,7 @@ def rows_from_log(text: str) -> list[dict[str, Any]]:
         ways = ["plain"] if words[2] == "plain" else list(WAYS)
         parts = cells.removesuffix(" ms").split()
         phases = {
-            # A log from before "own" was a way has one value fewer: the ways are in the same order.
+            # A log of five worker values (no "own") maps onto the first five ways, which keep their order.
             name: dict(zip(ways, (float(v) / 1e3 for v in values.split("/")), strict=False))
             for name, values in zip(parts[::2], parts[1::2], strict=True)
         }
