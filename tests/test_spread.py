@@ -17,8 +17,8 @@ from mpsup.report.attribution import (
     PhaseAttribution,
     common_band,
     heterogeneity_p,
+    kind_apart,
     kind_ratios,
-    one_kind_apart,
     spread_of,
 )
 from mpsup.report.findings import PhaseCall
@@ -203,7 +203,7 @@ def test_kinds_that_all_moved_unalike_with_none_apart_are_spread_not_alike() -> 
     attr = _attr(ALLOCATOR_OFF)
     kinds = kind_ratios(attr)
     assert heterogeneity_p(kinds) < SPREAD_ALPHA  # not alike: short calls moved most
-    assert not one_kind_apart(kinds, "slower")  # mul and to moved most, together
+    assert kind_apart(kinds, "slower") is None  # mul and to moved most, together
     spread = spread_of(attr)
     assert spread is not None and not spread.alike and spread.op_kinds == 4
     assert spread.low == pytest.approx(0.125, abs=0.002) and spread.high == pytest.approx(0.427, abs=0.005)
@@ -227,7 +227,7 @@ def test_the_kind_that_moved_most_standing_apart_is_named_however_the_rest_moved
             ("mul", 0.85, 0.04, 0.001),
         ]
     )
-    assert one_kind_apart(kind_ratios(attr), "slower")
+    assert kind_apart(kind_ratios(attr), "slower") is not None
     assert spread_of(attr) is None and spread_clause("prefill", attr) is None
 
 
@@ -273,7 +273,7 @@ def test_one_kind_at_2x_beside_others_at_11x_is_never_spread_over_noisy_draws() 
             se = math.log((1 + width) / (1 - width)) / (2 * 1.959963984540054)
             kinds.append(KindRatio(f"k{i}", math.log(0.5 if i == 0 else 0.91) + rng.gauss(0, se), se))
         alike = heterogeneity_p(kinds) >= SPREAD_ALPHA and common_band(kinds)
-        assert not alike and one_kind_apart(kinds, "slower")
+        assert not alike and kind_apart(kinds, "slower") is not None
 
 
 def test_one_kind_far_off_with_a_wide_interval_is_caught_by_the_band() -> None:

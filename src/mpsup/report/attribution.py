@@ -364,19 +364,20 @@ def common_band(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) 
     )
 
 
-def one_kind_apart(kinds: list[KindRatio], direction: str, tolerance: float = PRACTICAL_THRESHOLD) -> bool:
-    """Whether the kind that moved most stands apart: its 95% interval, widened as in heterogeneity_p, clear of
-    every other kind's. That is one kernel's change beside smaller moves elsewhere (0.5x beside 0.91x)."""
+def kind_apart(kinds: list[KindRatio], direction: str, tolerance: float = PRACTICAL_THRESHOLD) -> KindRatio | None:
+    """The kind that moved most, where it stands apart: its 95% interval, widened as in heterogeneity_p, clear of
+    every other kind's; else None. That is one kernel's change beside smaller moves elsewhere (0.5x beside 0.91x)."""
     tau2 = math.log1p(tolerance) ** 2
     sign = 1.0 if direction == "faster" else -1.0
     ranked = sorted(kinds, key=lambda k: -sign * k.log_speedup)
     first, second = ranked[0], ranked[1]
     gap = sign * (first.log_speedup - second.log_speedup)
-    return gap > Z95 * (math.sqrt(first.se**2 + tau2) + math.sqrt(second.se**2 + tau2))
+    apart = gap > Z95 * (math.sqrt(first.se**2 + tau2) + math.sqrt(second.se**2 + tau2))
+    return first if apart else None
 
 
 def standout(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> KindRatio | None:
-    """The op kind that moved most, where it stands apart from every other kind (one_kind_apart) and is itself
+    """The op kind that moved most, where it stands apart from every other kind (kind_apart) and is itself
     called changed the phase's way, else None: a kernel that moved far more than the rest, whatever its share of
     the time (attention at 0.40x with 13% of the change beside linear at 0.86x with 21%)."""
     if not attr.change_s:
@@ -385,12 +386,8 @@ def standout(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> 
     if len(kinds) < 2:
         return None
     direction = "slower" if attr.change_s > 0 else "faster"
-    if not one_kind_apart(kinds, direction, threshold):
-        return None
-    first = (
-        min(kinds, key=lambda k: k.log_speedup) if direction == "slower" else max(kinds, key=lambda k: k.log_speedup)
-    )
-    return first if classify_change(first.interval, threshold) == direction else None
+    first = kind_apart(kinds, direction, threshold)
+    return first if first is not None and classify_change(first.interval, threshold) == direction else None
 
 
 def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> Spread | None:
@@ -399,7 +396,7 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     estimate past the practical threshold), so a kind that did not move vetoes it. Then the kinds are alike when
     there is no heterogeneity beyond the threshold (heterogeneity_p at least SPREAD_ALPHA) and a common band
     (common_band); unalike kinds are still spread when the one that moved most does not stand apart
-    (one_kind_apart): a cost added to every call moves short calls more in ratio than long ones, so its kinds
+    (kind_apart): a cost added to every call moves short calls more in ratio than long ones, so its kinds
     differ without one leading. One kind at 0.5x beside others at 0.91x stands apart; one at 0.08x beside others
     at 1x fails the direction."""
     if not attr.change_s:
@@ -411,7 +408,7 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     if any(classify_change(k.interval, threshold) != direction for k in kinds):
         return None
     alike = heterogeneity_p(kinds, threshold) >= SPREAD_ALPHA and common_band(kinds, threshold)
-    if not alike and one_kind_apart(kinds, direction, threshold):
+    if not alike and kind_apart(kinds, direction, threshold) is not None:
         return None
     speeds = [math.exp(k.log_speedup) for k in kinds]
     return Spread(len(kinds), min(speeds), max(speeds), alike)

@@ -66,12 +66,17 @@ UNSUPPORTED_NEEDLES: tuple[str, ...] = (
 DEPRECATIONS: tuple[type[Warning], ...] = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
+def ignore_deprecations() -> None:
+    """Libraries' deprecation notices off in the warnings context now open."""
+    for category in DEPRECATIONS:
+        warnings.filterwarnings("ignore", category=category)
+
+
 @contextlib.contextmanager
 def no_deprecations() -> Iterator[None]:
     """Libraries' deprecation notices off; every other warning (a CPU fallback's) still reaches its listener."""
     with warnings.catch_warnings():
-        for category in DEPRECATIONS:
-            warnings.filterwarnings("ignore", category=category)
+        ignore_deprecations()
         yield
 
 
@@ -95,8 +100,7 @@ class FallbackWatch:
         self._catch = warnings.catch_warnings(record=True)
         self._caught = self._catch.__enter__()
         warnings.simplefilter("always")
-        for category in DEPRECATIONS:
-            warnings.filterwarnings("ignore", category=category)
+        ignore_deprecations()
         torch.set_warn_always(True)
         return self
 
