@@ -1,7 +1,7 @@
 """Issue 46 item 3's Show: torch-vs-MLX runs and phase-only A/A runs against plain timings, interleaved.
 
     python benchmarks/visits_show.py MODEL_DIR --mlx /path/to/mlx-env/bin/python --runs 10 --out OUT.json
-        [--kinds mlx,aa] [--tokens 64] [--budget 0.5]
+        [--kinds mlx,aa] [--tokens 64] [--budget 0.5] [--plain-pairs 1]
 
 Per iteration, in this order (the plain pair's order alternates between iterations):
   1. plain torch (`benchmarks/whole_model.py plain`, a fresh process) and plain mlx_lm (`benchmarks/mlx_plain.py`,
@@ -10,7 +10,9 @@ Per iteration, in this order (the plain pair's order alternates between iteratio
   3. `mpsup bench --model MODEL_DIR --aa --no-ops` and `mpsup report` on it (kind aa).
 The load average (1 min) is read before each step and printed beside the run: the machine is shared.
 
-The yardstick is the median over every plain pair of the run (at least five pairs for the Show). A torch-vs-MLX
+The yardstick is the median over every plain pair of the run (at least five pairs for the Show; --plain-pairs K
+takes K a iteration, so a yardstick that is itself an estimate is a tighter one), printed with its own 95%
+order-statistic interval. A torch-vs-MLX
 run passes a phase when its estimate is within 10% of the yardstick and the yardstick is inside its interval; an
 A/A run passes when no phase is called faster or slower. Prints one table; OUT keeps every figure.
 
@@ -27,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from mpsup.stats import median_ci
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("prefill", "decode")
@@ -89,6 +93,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument("--plain-reps", type=int, default=20)
     ap.add_argument("--plain-calls", type=int, default=10)
+    ap.add_argument("--plain-pairs", type=int, default=1, help="plain pairs per iteration")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     kinds = a.kinds.split(",")
@@ -96,17 +101,19 @@ def main() -> None:
     common = ["--model", str(a.model), "--tokens", str(a.tokens), "--budget", str(a.budget)]
     for i in range(a.runs):
         if "mlx" in kinds:
-            pair: dict[str, Any] = {"load": load()}
-            order = ("torch", "mlx") if i % 2 == 0 else ("mlx", "torch")
-            for side in order:
-                pair[side] = (
-                    plain_torch(a.model, a.tokens, a.plain_reps)
-                    if side == "torch"
-                    else plain_mlx(a.mlx, a.model, a.tokens, a.plain_calls)
-                )
-            pair["ratio"] = {p: pair["torch"][p] / pair["mlx"][p] for p in PHASES}
-            doc["plain"].append(pair)
-            print(f"plain {i}: load {pair['load']:.2f} " + " ".join(f"{p} {pair['ratio'][p]:.4f}x" for p in PHASES))
+            for j in range(a.plain_pairs):
+                pair: dict[str, Any] = {"load": load(), "iteration": i}
+                order = ("torch", "mlx") if (i * a.plain_pairs + j) % 2 == 0 else ("mlx", "torch")
+                for side in order:
+                    pair[side] = (
+                        plain_torch(a.model, a.tokens, a.plain_reps)
+                        if side == "torch"
+                        else plain_mlx(a.mlx, a.model, a.tokens, a.plain_calls)
+                    )
+                pair["ratio"] = {p: pair["torch"][p] / pair["mlx"][p] for p in PHASES}
+                doc["plain"].append(pair)
+                ratios = " ".join(f"{p} {pair['ratio'][p]:.4f}x" for p in PHASES)
+                print(f"plain {i}.{j}: load {pair['load']:.2f} {ratios}", flush=True)
             ld = load()
             run, _ = mpsup_run([*common, "--candidate", f"mlx:{a.mlx}"])
             doc["runs"].append({"kind": "mlx", "load": ld, **run})
@@ -128,8 +135,10 @@ def table(doc: dict[str, Any]) -> None:
             rs = [x["ratio"][p] for x in plain]
             ts = [x["torch"][p] * 1e3 for x in plain]
             ms = [x["mlx"][p] * 1e3 for x in plain]
+            ci = median_ci(rs)
             print(
-                f"plain {p}: {len(rs)} pairs, ratio median {yard[p]:.4f}x ({min(rs):.4f}-{max(rs):.4f}); "
+                f"plain {p}: {len(rs)} pairs, ratio median {yard[p]:.4f}x (95% CI {ci.low:.4f}-{ci.high:.4f}; "
+                f"pairs {min(rs):.4f}-{max(rs):.4f}); "
                 f"torch {statistics.median(ts):.1f} ms ({min(ts):.1f}-{max(ts):.1f}), "
                 f"MLX {statistics.median(ms):.1f} ms ({min(ms):.1f}-{max(ms):.1f})"
             )
@@ -175,7 +184,8 @@ def sides(doc: dict[str, Any]) -> None:
         if not path.exists():
             continue
         rec = json.loads(path.read_text())
-        plain = doc["plain"][i] if i < len(doc["plain"]) else None
+        mine = [x for k, x in enumerate(doc["plain"]) if x.get("iteration", k) == i]
+        plain = mine[0] if mine else None
         cells = []
         for w in rec["workloads"]:
             p = w["name"].split("/")[-1]
