@@ -232,6 +232,23 @@ def test_ops_are_kept_by_rough_time_until_the_cap_and_the_cap_follows_the_budget
     assert op_weight(0, 20.0) == 0.0
 
 
+def test_each_op_kind_of_a_phase_is_replayed_before_a_second_shape_of_any_kind() -> None:
+    # a small model's prefill: five matmul shapes hold 85% of it; attention, mul and mean 14%, a view and a
+    # rare op the rest
+    linears = [_entry("mm", [i + 1], 1, 0.20 - 0.02 * i) for i in range(5)]
+    others = [_entry("_softmax", [9], 1, 0.08), _entry("mul", [9], 1, 0.04), _entry("mean", [9], 1, 0.02)]
+    small = [_entry("view", [9], 1, 0.05), _entry("neg", [9], 1, 0.005)]
+    doc = _phase_doc("model/prefill", {"baseline": [*linears, *others, *small]})
+    kept = [w.params["op_call"] for w in op_workloads([doc], most=5)]
+    names = [c["overload"].split(".")[1] for c in kept]
+    # the heaviest of each kind over 1% first, heaviest first; then the next shapes by their share
+    assert names == ["mm", "_softmax", "mul", "mean", "mm"]
+    assert [c["args"][0]["tensor"]["shape"][0] for c in kept if "mm" in c["overload"]] == [1, 2]
+    # a view, and a kind under 1%, wait their turn by share
+    everything = [c["overload"].split(".")[1] for c in (w.params["op_call"] for w in op_workloads([doc]))]
+    assert everything == ["mm", "_softmax", "mul", "mean", "mm", "mm", "mm", "mm", "view", "neg"]
+
+
 def test_the_calls_no_op_workload_replays_are_one_workload_per_phase() -> None:
     entries = [_entry("relu", [i + 1], 1 + i % 3, float(i + 1)) for i in range(6)]
     prefill = _phase_doc(

@@ -41,6 +41,10 @@ OP_FLOOR_S = 0.35
 MIN_OPS = 12
 # An op holding less than this share of every phase's rough time (the census's own timing) is left to the census.
 ROUGH_LEAST = 0.001
+# Each op kind whose heaviest call holds at least this share of a phase's rough time is replayed before a second
+# shape of any kind: a cost every call shares is told apart from one kernel's only across several kinds
+# (report/attribution.py: spread_of), and a small model's prefill is otherwise all linear shapes at the cap.
+KIND_LEAST = 0.01
 _ITEMSIZE = {
     "float64": 8,
     "float32": 4,
@@ -293,9 +297,13 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
         by_name = {w.name: w for w in out}
         phases = sorted({p for r in rough.values() for p in r or {}})
         ranked = [
-            sorted(
-                (n for n, r in rough.items() if (r or {}).get(p, 0.0) >= ROUGH_LEAST),
-                key=lambda n, p=p: -(rough[n] or {}).get(p, 0.0),  # type: ignore[misc]
+            _kinds_first(
+                sorted(
+                    (n for n, r in rough.items() if (r or {}).get(p, 0.0) >= ROUGH_LEAST),
+                    key=lambda n, p=p: -(rough[n] or {}).get(p, 0.0),  # type: ignore[misc]
+                ),
+                {n: (rough[n] or {}).get(p, 0.0) for n in rough},
+                by_name,
             )
             for p in phases
         ]
@@ -307,6 +315,20 @@ def op_workloads(phase_docs: Sequence[dict[str, Any]], most: int = MAX_OPS) -> l
         return list(kept.values())
     out.sort(key=lambda w: -w.count * max(1, w.memory_bytes))
     return out[:cap]
+
+
+def _kinds_first(names: list[str], share: dict[str, float], by_name: dict[str, Workload]) -> list[str]:
+    """`names` (heaviest first) with each op kind's heaviest call of at least KIND_LEAST share moved ahead of the
+    rest, in their order; views stay where they are (they launch no kernel, so no kind of theirs is compared)."""
+    seen: set[str] = set()
+    first: list[str] = []
+    for n in names:
+        kind = by_name[n].tags[-1]
+        if kind not in seen and share[n] >= KIND_LEAST and not is_view(str(by_name[n].params["op_call"]["overload"])):
+            seen.add(kind)
+            first.append(n)
+    ahead = set(first)
+    return first + [n for n in names if n not in ahead]
 
 
 def rest_of_phases(phase_docs: Sequence[dict[str, Any]], kept: Sequence[Workload]) -> list[Workload]:
