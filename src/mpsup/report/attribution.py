@@ -26,6 +26,10 @@ HALF = 0.5
 # level of the heterogeneity test (Cochran's Q against chi-square with kinds - 1 degrees of freedom).
 SPREAD_MIN_KINDS = 3
 SPREAD_ALPHA = 0.05
+# Kinds that did not move may stand beside a spread change while together they hold under this share of the
+# timed kinds' time: fewer threads leave an op too small to split over threads as it was (a norm's mean), and
+# that says nothing against a cause most calls share; a kind that did not move with more of the time does.
+SPREAD_STILL_SHARE = 0.1
 # A 95% interval is this many standard errors either side of its estimate (normal, on the log scale).
 Z95 = 1.959963984540054
 
@@ -298,6 +302,7 @@ class KindRatio:
     op: str
     log_speedup: float
     se: float
+    time_s: float = 0.0  # the kind's timed calls' time in the phase
 
     @property
     def interval(self) -> Interval:
@@ -324,22 +329,25 @@ def kind_ratios(attr: PhaseAttribution) -> list[KindRatio]:
         if weighted and total > 0:
             log_speedup = sum(w * y for w, y, _ in weighted) / total
             se = math.sqrt(sum((w * e) ** 2 for w, _, e in weighted)) / total
-            out.append(KindRatio(cls.op, log_speedup, se))
+            out.append(KindRatio(cls.op, log_speedup, se, total))
     return out
 
 
 @dataclass(frozen=True)
 class Spread:
-    """A phase's change that every op kind took: how many kinds, the lowest and highest of their speedups
-    (estimates), and whether they took it alike (one ratio fits all) or unalike with none apart from the rest."""
+    """A phase's change that its op kinds took: how many kinds moved, the lowest and highest of their speedups
+    (estimates), whether they took it alike (one ratio fits all) or unalike with none apart from the rest, and
+    the kinds that did not move, each with its share of the timed kinds' time."""
 
     op_kinds: int
     low: float
     high: float
     alike: bool = True
+    still: tuple[tuple[str, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high, "alike": self.alike}
+        unmoved = [{"op": op, "share_of_time": share} for op, share in self.still]
+        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high, "alike": self.alike, "unmoved": unmoved}
 
 
 def heterogeneity_p(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) -> float:
@@ -392,8 +400,10 @@ def standout(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> 
 
 def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> Spread | None:
     """The change spread over the op kinds, or None. Spread needs at least SPREAD_MIN_KINDS kinds with an
-    interval, every one of them called changed in the phase's direction (its interval clear of 1x and its
-    estimate past the practical threshold), so a kind that did not move vetoes it. Then the kinds are alike when
+    interval called changed in the phase's direction (its interval clear of 1x and its estimate past the practical
+    threshold); a kind called changed the other way vetoes it, and so do kinds not called changed that hold
+    SPREAD_STILL_SHARE of the time or more (one kernel's change beside kinds that did not move). Then the moved
+    kinds are alike when
     there is no heterogeneity beyond the threshold (heterogeneity_p at least SPREAD_ALPHA) and a common band
     (common_band); unalike kinds are still spread when the one that moved most does not stand apart
     (kind_apart): a cost added to every call moves short calls more in ratio than long ones, so its kinds
@@ -402,13 +412,18 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     if not attr.change_s:
         return None
     kinds = kind_ratios(attr)
-    if len(kinds) < SPREAD_MIN_KINDS:
-        return None
     direction = "slower" if attr.change_s > 0 else "faster"
-    if any(classify_change(k.interval, threshold) != direction for k in kinds):
+    calls = {k.op: classify_change(k.interval, threshold) for k in kinds}
+    moved = [k for k in kinds if calls[k.op] == direction]
+    still = [k for k in kinds if calls[k.op] != direction]
+    total = sum(k.time_s for k in kinds)
+    if len(moved) < SPREAD_MIN_KINDS or any(calls[k.op] != "same" for k in still) or total <= 0:
         return None
-    alike = heterogeneity_p(kinds, threshold) >= SPREAD_ALPHA and common_band(kinds, threshold)
-    if not alike and kind_apart(kinds, direction, threshold) is not None:
+    if sum(k.time_s for k in still) >= SPREAD_STILL_SHARE * total:
         return None
-    speeds = [math.exp(k.log_speedup) for k in kinds]
-    return Spread(len(kinds), min(speeds), max(speeds), alike)
+    alike = heterogeneity_p(moved, threshold) >= SPREAD_ALPHA and common_band(moved, threshold)
+    if not alike and kind_apart(moved, direction, threshold) is not None:
+        return None
+    speeds = [math.exp(k.log_speedup) for k in moved]
+    unmoved = tuple((k.op, k.time_s / total) for k in still)
+    return Spread(len(moved), min(speeds), max(speeds), alike, unmoved)

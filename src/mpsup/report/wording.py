@@ -254,12 +254,17 @@ def spread_clause(phase: str, attr: PhaseAttribution) -> str | None:
     """ "the prefill change is spread over 6 op kinds alike (0.52-0.56x): something every call shares (threads,
     launch, allocation, synchronisation), not one kernel", or for kinds that moved unalike with none apart, "...
     spread over 4 op kinds, each slower, none apart (0.13-0.43x): more likely something every call shares ...
-    than one kernel", where attribution.spread_of finds it, else None."""
+    than one kernel", where attribution.spread_of finds it, else None. Kinds that were not shown to move are
+    named in the band ("0.52-0.56x; mean, 2% of the time, not shown to move"), and then most calls share it."""
     spread = attr.spread
     if spread is None:
         return None
     band = f"{spread.low:.2f}-{spread.high:.2f}x"
-    shared = "something every call shares (threads, launch, allocation, synchronisation)"
+    if spread.still:
+        named = ", ".join(f"{op} ({share:.0%} of the time)" for op, share in spread.still)
+        band += f"; {named} not shown to move"
+    who = "most calls share" if spread.still else "every call shares"
+    shared = f"something {who} (threads, launch, allocation, synchronisation)"
     if spread.alike:
         return f"the {phase} change is spread over {spread.op_kinds} op kinds alike ({band}): {shared}, not one kernel"
     way = "slower" if (attr.change_s or 0.0) > 0 else "faster"
