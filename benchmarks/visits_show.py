@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mpsup.paths import runs_dir
 from mpsup.stats import median_ci
 
 HERE = Path(__file__).resolve().parent
@@ -174,7 +175,7 @@ def sides(doc: dict[str, Any]) -> None:
     """Each torch-vs-MLX run's torch side three ways: its rounds' median (each timed call right after the other
     stack's turn, no block discarded where either side's sample is a second or more), its warmup median
     (consecutive calls in the same process) and the plain torch median of the iteration's plain process."""
-    home = Path(os.environ.get("MPSUP_HOME", Path.home() / ".mpsup")) / "runs"
+    home = runs_dir()
     mlx = [r for r in doc["runs"] if r["kind"] == "mlx"]
     if not mlx:
         return
