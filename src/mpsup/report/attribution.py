@@ -26,9 +26,10 @@ HALF = 0.5
 # level of the heterogeneity test (Cochran's Q against chi-square with kinds - 1 degrees of freedom).
 SPREAD_MIN_KINDS = 3
 SPREAD_ALPHA = 0.05
-# Kinds that did not move may stand beside a spread change while together they hold under this share of the
-# timed kinds' time: fewer threads leave an op too small to split over threads as it was (a norm's mean), and
-# that says nothing against a cause most calls share; a kind that did not move with more of the time does.
+# Kinds that did not move the phase's way may stand beside a spread change while together they hold under this
+# share of the timed kinds' time: fewer threads leave an op too small to split over threads as it was, or a
+# little faster without the pool's overhead (a norm's mean, 1.01-1.06x), and that says nothing against a cause
+# most calls share; kinds that did not move with more of the time do.
 SPREAD_STILL_SHARE = 0.1
 # A 95% interval is this many standard errors either side of its estimate (normal, on the log scale).
 Z95 = 1.959963984540054
@@ -337,17 +338,18 @@ def kind_ratios(attr: PhaseAttribution) -> list[KindRatio]:
 class Spread:
     """A phase's change that its op kinds took: how many kinds moved, the lowest and highest of their speedups
     (estimates), whether they took it alike (one ratio fits all) or unalike with none apart from the rest, and
-    the kinds that did not move, each with its share of the timed kinds' time."""
+    the kinds that did not move the phase's way: (op, share of the timed kinds' time, its call, "same" or the
+    other way)."""
 
     op_kinds: int
     low: float
     high: float
     alike: bool = True
-    still: tuple[tuple[str, float], ...] = ()
+    others: tuple[tuple[str, float, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        unmoved = [{"op": op, "share_of_time": share} for op, share in self.still]
-        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high, "alike": self.alike, "unmoved": unmoved}
+        others = [{"op": op, "share_of_time": share, "change": call} for op, share, call in self.others]
+        return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high, "alike": self.alike, "others": others}
 
 
 def heterogeneity_p(kinds: list[KindRatio], tolerance: float = PRACTICAL_THRESHOLD) -> float:
@@ -401,7 +403,7 @@ def standout(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> 
 def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) -> Spread | None:
     """The change spread over the op kinds, or None. Spread needs at least SPREAD_MIN_KINDS kinds with an
     interval called changed in the phase's direction (its interval clear of 1x and its estimate past the practical
-    threshold); a kind called changed the other way vetoes it, and so do kinds not called changed that hold
+    threshold); the other kinds (not called changed, or changed the other way) veto it where together they hold
     SPREAD_STILL_SHARE of the time or more (one kernel's change beside kinds that did not move). Then the moved
     kinds are alike when
     there is no heterogeneity beyond the threshold (heterogeneity_p at least SPREAD_ALPHA) and a common band
@@ -415,15 +417,13 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     direction = "slower" if attr.change_s > 0 else "faster"
     calls = {k.op: classify_change(k.interval, threshold) for k in kinds}
     moved = [k for k in kinds if calls[k.op] == direction]
-    still = [k for k in kinds if calls[k.op] != direction]
+    others = [k for k in kinds if calls[k.op] != direction]
     total = sum(k.time_s for k in kinds)
-    if len(moved) < SPREAD_MIN_KINDS or any(calls[k.op] != "same" for k in still) or total <= 0:
-        return None
-    if sum(k.time_s for k in still) >= SPREAD_STILL_SHARE * total:
+    if len(moved) < SPREAD_MIN_KINDS or total <= 0 or sum(k.time_s for k in others) >= SPREAD_STILL_SHARE * total:
         return None
     alike = heterogeneity_p(moved, threshold) >= SPREAD_ALPHA and common_band(moved, threshold)
     if not alike and kind_apart(moved, direction, threshold) is not None:
         return None
     speeds = [math.exp(k.log_speedup) for k in moved]
-    unmoved = tuple((k.op, k.time_s / total) for k in still)
-    return Spread(len(moved), min(speeds), max(speeds), alike, unmoved)
+    said = tuple((k.op, k.time_s / total, calls[k.op]) for k in others)
+    return Spread(len(moved), min(speeds), max(speeds), alike, said)

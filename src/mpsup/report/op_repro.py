@@ -483,7 +483,7 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     share = _pct(classes[0].share_of_change) if classes else "n/a"
     if spread is not None:
         band = f"({spread.low:.2f}-{spread.high:.2f}x)"
-        who = "most calls share" if spread.still else "every call shares"
+        who = "most calls share" if spread.others else "every call shares"
         why = (
             f"the change is spread over {spread.op_kinds} op kinds alike {band}, something {who}, not one kernel"
             if spread.alike

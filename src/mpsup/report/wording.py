@@ -254,16 +254,24 @@ def spread_clause(phase: str, attr: PhaseAttribution) -> str | None:
     """ "the prefill change is spread over 6 op kinds alike (0.52-0.56x): something every call shares (threads,
     launch, allocation, synchronisation), not one kernel", or for kinds that moved unalike with none apart, "...
     spread over 4 op kinds, each slower, none apart (0.13-0.43x): more likely something every call shares ...
-    than one kernel", where attribution.spread_of finds it, else None. Kinds that were not shown to move are
-    named in the band ("0.52-0.56x; mean, 2% of the time, not shown to move"), and then most calls share it."""
+    than one kernel", where attribution.spread_of finds it, else None. Kinds that did not move the phase's way
+    are named in the band ("0.52-0.56x; mul and mean (3% of the time) not shown to move"), and then most calls
+    share it."""
     spread = attr.spread
     if spread is None:
         return None
     band = f"{spread.low:.2f}-{spread.high:.2f}x"
-    if spread.still:
-        named = ", ".join(f"{op} ({share:.0%} of the time)" for op, share in spread.still)
-        band += f"; {named} not shown to move"
-    who = "most calls share" if spread.still else "every call shares"
+    said = []
+    for call in ("same", "faster", "slower"):
+        ops = [(op, share) for op, share, c in spread.others if c == call]
+        if ops:
+            share = sum(s for _, s in ops)
+            part = "under 1%" if share < 0.005 else f"{share:.0%}"
+            what = "not shown to move" if call == "same" else call
+            said.append(f"{' and '.join(op for op, _ in ops)} ({part} of the time) {what}")
+    if said:
+        band += "; " + ", ".join(said)
+    who = "most calls share" if spread.others else "every call shares"
     shared = f"something {who} (threads, launch, allocation, synchronisation)"
     if spread.alike:
         return f"the {phase} change is spread over {spread.op_kinds} op kinds alike ({band}): {shared}, not one kernel"
