@@ -13,6 +13,7 @@ same pair again with --no-ops and prints the two wall times (what replay adds).
     python benchmarks/op_attribution.py --help
     python benchmarks/op_attribution.py --cases llama-sdpa,vae-groupnorm --overhead --out /tmp/opattr
     python benchmarks/op_attribution.py --cases llama-aa --repeat 3      # A/A: no op should be called changed
+    python benchmarks/op_attribution.py kinds RECORD.json ...          # each phase's op kinds, and the spread rule
 
 Cases: llama-sdpa (a Llama-shaped folder, attention slowed), llama-norm (its RMSNorm's mean slowed),
 vae-groupnorm (a Diffusers AutoencoderKL, group_norm slowed), llama-aa (no change: the A/A control),
@@ -344,5 +345,30 @@ def main() -> None:
     print(f"# all figures: {work / 'results.json'}")
 
 
+def kinds(paths: list[Path]) -> None:
+    """Each record's phases, each op kind's speedup over its timed calls (time-weighted, 95% interval) and share of
+    the phase's change, and what the spread rule makes of them, read with this checkout's report code."""
+    from mpsup.report.analysis import analyze
+    from mpsup.report.attribution import common_band, heterogeneity_p, kind_ratios, spread_of
+    from mpsup.runs.store import load_record
+
+    for path in paths:
+        for phase, attr in analyze(load_record(path)).attribution.items():
+            ks = kind_ratios(attr)
+            q = f"{heterogeneity_p(ks):.3g}" if len(ks) > 1 else "-"
+            band = common_band(ks) if ks else "-"
+            print(f"{path.name} {phase}: kinds {len(ks)} Q p={q} band={band} spread={spread_of(attr)}")
+            change: dict[str, float] = {}
+            for o in attr.ops:
+                change[o.op] = change.get(o.op, 0.0) + (o.change_s or 0.0)
+            for k in sorted(ks, key=lambda k: k.log_speedup):
+                iv = k.interval
+                share = change.get(k.op, 0.0) / attr.change_s if attr.change_s else 0.0
+                print(f"   {k.op:32s} {iv.estimate:.3f} ({iv.low:.3f}-{iv.high:.3f}) share {share:.0%}")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "kinds":
+        kinds([Path(a) for a in sys.argv[2:]])
+    else:
+        main()

@@ -199,6 +199,23 @@ def test_omp_wait_times_the_plain_loop_and_two_workers_taking_turns() -> None:
     assert "two workers taking turns: worker 1" in line and line.endswith(" us")
 
 
+def test_op_attribution_reads_each_op_kind_of_a_stored_record(tmp_path: Path) -> None:
+    """`op_attribution.py kinds RECORD`: the kinds of a record whose attention alone slowed (tests/test_attribution.py),
+    attention's ratio and share of the change, and no spread."""
+    from tests.test_attribution import record
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(record()))
+    done = run_script("op_attribution.py", "kinds", str(path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("run.json decode: kinds 3 ") and lines[0].endswith("spread=None")
+    sdpa = next(x for x in lines if "scaled_dot_product_attention" in x).split()
+    # about 1/1.9, and 95% of the change: the cat the candidate alone calls holds the rest
+    assert sdpa[1] == "0.528" and sdpa[-1] == "95%"
+    assert next(x for x in lines if " linear " in x).split()[1] == "1.000"
+
+
 def test_phase_overhead_rereads_a_printed_run_of_either_width_within_each_process(tmp_path: Path) -> None:
     """`phase_overhead.py log FILE` rebuilds the table from the pair lines, a log from before the sixth way too, and
     gives each way over bare inside each worker process."""
