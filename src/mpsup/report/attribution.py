@@ -405,12 +405,11 @@ def spread_of(attr: PhaseAttribution, threshold: float = PRACTICAL_THRESHOLD) ->
     interval called changed in the phase's direction (its interval clear of 1x and its estimate past the practical
     threshold); the other kinds (not called changed, or changed the other way) veto it where together they hold
     SPREAD_STILL_SHARE of the time or more (one kernel's change beside kinds that did not move). Then the moved
-    kinds are alike when
-    there is no heterogeneity beyond the threshold (heterogeneity_p at least SPREAD_ALPHA) and a common band
-    (common_band); unalike kinds are still spread when the one that moved most does not stand apart
-    (kind_apart): a cost added to every call moves short calls more in ratio than long ones, so its kinds
+    kinds are alike when there is no heterogeneity beyond the threshold (heterogeneity_p at least SPREAD_ALPHA)
+    and a common band (common_band); unalike kinds are still spread when the one that moved most does not stand
+    apart (kind_apart): a cost added to every call moves short calls more in ratio than long ones, so its kinds
     differ without one leading. One kind at 0.5x beside others at 0.91x stands apart; one at 0.08x beside others
-    at 1x fails the direction."""
+    at 1x that hold most of the time is vetoed by them."""
     if not attr.change_s:
         return None
     kinds = kind_ratios(attr)
