@@ -164,7 +164,7 @@ def test_a_kind_that_did_not_move_vetoes_where_it_holds_a_tenth_of_the_time_and_
 
 def test_a_small_kind_that_did_not_move_is_named_beside_the_spread() -> None:
     """One CPU thread where there were two (benchmarks/op_attribution.py llama-threads): linear, attention and mul
-    each read 0.56-0.64x, a norm's mean, too small to split over threads, 1.01x with about 2% of the time."""
+    each read 0.60-0.64x, a norm's mean, too small to split over threads, 1.01x with about 2% of the time."""
     attr = _attr(
         [
             ("linear", 0.63, 0.04, 0.0100),
