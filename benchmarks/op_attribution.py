@@ -349,7 +349,7 @@ def kinds(paths: list[Path]) -> None:
     """Each record's phases, each op kind's speedup over its timed calls (time-weighted, 95% interval) and share of
     the phase's change, and what the spread rule makes of them, read with this checkout's report code."""
     from mpsup.report.analysis import analyze
-    from mpsup.report.attribution import common_band, heterogeneity_p, kind_ratios, spread_of
+    from mpsup.report.attribution import common_band, heterogeneity_p, kind_ratios, op_classes, spread_of
     from mpsup.runs.store import load_record
 
     for path in paths:
@@ -358,12 +358,10 @@ def kinds(paths: list[Path]) -> None:
             q = f"{heterogeneity_p(ks):.3g}" if len(ks) > 1 else "-"
             band = common_band(ks) if ks else "-"
             print(f"{path.name} {phase}: kinds {len(ks)} Q p={q} band={band} spread={spread_of(attr)}")
-            change: dict[str, float] = {}
-            for o in attr.ops:
-                change[o.op] = change.get(o.op, 0.0) + (o.change_s or 0.0)
+            shares = {c.op: c.share_of_change or 0.0 for c in op_classes(attr)}
             for k in sorted(ks, key=lambda k: k.log_speedup):
                 iv = k.interval
-                share = change.get(k.op, 0.0) / attr.change_s if attr.change_s else 0.0
+                share = shares.get(k.op, 0.0)
                 print(f"   {k.op:32s} {iv.estimate:.3f} ({iv.low:.3f}-{iv.high:.3f}) share {share:.0%}")
 
 

@@ -347,6 +347,11 @@ class Spread:
     alike: bool = True
     others: tuple[tuple[str, float, str], ...] = ()
 
+    @property
+    def sharers(self) -> str:
+        """Who shares the cause: every call, or most where some kinds did not move the phase's way."""
+        return "most calls share" if self.others else "every call shares"
+
     def to_json(self) -> dict[str, Any]:
         others = [{"op": op, "share_of_time": share, "change": call} for op, share, call in self.others]
         return {"op_kinds": self.op_kinds, "low": self.low, "high": self.high, "alike": self.alike, "others": others}

@@ -483,12 +483,12 @@ def phase_repro(analysis: Analysis, record: dict[str, Any], workload: str, devic
     share = _pct(classes[0].share_of_change) if classes else "n/a"
     if spread is not None:
         band = f"({spread.low:.2f}-{spread.high:.2f}x)"
-        who = "most calls share" if spread.others else "every call shares"
         why = (
-            f"the change is spread over {spread.op_kinds} op kinds alike {band}, something {who}, not one kernel"
+            f"the change is spread over {spread.op_kinds} op kinds alike {band}, something {spread.sharers}, "
+            "not one kernel"
             if spread.alike
             else f"the change is spread over {spread.op_kinds} op kinds, none apart {band}, more likely something "
-            f"{who} than one kernel"
+            f"{spread.sharers} than one kernel"
         )
     elif attr is not None:
         why = f"no op explains half of the change (the largest share is {share})"

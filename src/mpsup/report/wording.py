@@ -271,8 +271,7 @@ def spread_clause(phase: str, attr: PhaseAttribution) -> str | None:
             said.append(f"{' and '.join(op for op, _ in ops)} ({part} of the time) {what}")
     if said:
         band += "; " + ", ".join(said)
-    who = "most calls share" if spread.others else "every call shares"
-    shared = f"something {who} (threads, launch, allocation, synchronisation)"
+    shared = f"something {spread.sharers} (threads, launch, allocation, synchronisation)"
     if spread.alike:
         return f"the {phase} change is spread over {spread.op_kinds} op kinds alike ({band}): {shared}, not one kernel"
     way = "slower" if (attr.change_s or 0.0) > 0 else "faster"
