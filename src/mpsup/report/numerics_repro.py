@@ -16,6 +16,11 @@ from mpsup.report.op_repro import NUMEL, NotCode, _Code
 from mpsup.report.phases import WORSE_ANSWERS
 from mpsup.report.repro import PICK_DEVICE
 
+# The worker's value stream (worker/values.py), which the script repeats: its tile and the tile's seed
+# (tests/test_numerics_repro_stream.py holds them to the worker's).
+TILE = 1 << 22
+TILE_SEED = 0x7A11E
+
 
 @dataclass(frozen=True)
 class AccuracyIssue:
@@ -68,13 +73,34 @@ WHAT = {what_literal}
 
 {pick_device}
 
-def stream(n, seed, low, high):
-    """Values no torch version changes: a 32-bit integer hash of (seed, index), 24 bits of it scaled."""
-    x = (torch.arange(n, dtype=torch.int64) + (seed * 0x9E3779B1) % (1 << 32)) & 0xFFFFFFFF
+TILE = {tile}
+TILE_SEED = {tile_seed}
+UNIT = []
+
+
+def hashed(n, seed):
+    """Values no torch version changes: a 32-bit integer hash of (seed, index), the index taken modulo TILE."""
+    x = (torch.arange(n, dtype=torch.int64) % TILE + (seed * 0x9E3779B1) % (1 << 32)) & 0xFFFFFFFF
     for _ in range(2):
         x = ((x ^ (x >> 16)) * 0x45D9F3B) & 0xFFFFFFFF
-    x = x ^ (x >> 16)
-    return x, (low + (x >> 8).to(torch.float64) * 2.0**-24 * (high - low)).to(torch.float32)
+    return x ^ (x >> 16)
+
+
+def offset_of(seed):
+    x = (seed * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 29
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 32)) % TILE
+
+
+def stream(n, seed, low, high):
+    """Integers hashed from (seed, index), and floats: one tile of hashed unit values, rotated by the seed's
+    offset and scaled into [low, high) in float64, rounded to float32."""
+    if not UNIT:
+        UNIT.append((hashed(TILE, TILE_SEED) >> 8).to(torch.float64) * 2.0**-24)
+    unit = UNIT[0][(offset_of(seed) + torch.arange(n)) % TILE]
+    x = hashed(n, seed)
+    return x, (low + unit * (high - low)).to(torch.float32), ((x >> 8).to(torch.float64) * 2.0**-24).to(torch.float32)
 
 
 SEED = [0]
@@ -89,12 +115,12 @@ def make(shape, stride, dtype, where, span):
     n = numel(shape, stride)
     SEED[0] += 1
     low, high = (-1.0, 1.0) if span is None else (float(span[0]), float(span[1]))
-    ints, floats = stream(n, SEED[0], low, high)
+    ints, floats, hashed_unit = stream(n, SEED[0], low, high)
     if dtype.is_floating_point:
         flat = floats.to(dtype)
         flat = flat.double() if WIDE[0] else flat
     elif dtype == torch.bool:
-        flat = floats < (0.5 if span is None else sum(span) / 2)
+        flat = hashed_unit < (0.5 if span is None else sum(span) / 2)
     else:
         lo, hi = (0, 0) if span is None else (int(span[0]), int(span[1]))
         flat = (lo + ints % max(1, hi - lo + 1)).to(dtype)
@@ -227,5 +253,7 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
                 pick_device=PICK_DEVICE,
                 numel=NUMEL,
                 builder=builder,
+                tile=TILE,
+                tile_seed=TILE_SEED,
             )
     return AccuracyIssue(workload, title, lines, script)

@@ -7,10 +7,13 @@ from typing import Any
 from .core import Built, dtype_of
 from .device import Device
 from .ops import BUILDERS
+from .whole_model import forget
 
 
 def build(spec: dict[str, Any], device: Device) -> Built:
     kind = spec["kind"]
+    if kind != "model_phase":
+        forget()  # a model kept for the next phase is memory this workload may need
     if kind == "metal":
         from .metal import build_metal
 

@@ -4,21 +4,29 @@ Both builds of a paired run, and the float64 reference that judges them, must co
 library's init or `manual_seed` + `randn` is not promised across versions, so values come from a counter-based
 integer hash computed with int64 arithmetic that never overflows (exact in every torch, on every device): 24
 random bits per element, scaled into the range asked for in float64 and rounded to float32 (exactly: 24 bits),
-then to the tensor's dtype on the CPU, where rounding is IEEE round-to-nearest-even in every build. Only a tile
-is drawn; a larger tensor repeats it (as the worker always has: the values' statistics do not change timing).
+then to the tensor's dtype on the CPU, where rounding is IEEE round-to-nearest-even in every build.
 
-Every tensor drawn feeds a digest of its bytes in its own dtype, so a record can show that both builds and the
-reference saw the same values. The reference (`TRUTH.on`) draws exactly the same values in the same order,
-rounds them to the dtype the builds use, and then widens them to float64."""
+Hashing costs: about 0.1 s per million elements on a laptop's CPU, which at one tile per weight was a minute of a
+3B model's every build. So the hash makes one tile of TILE unit values per process, and every draw is that tile,
+scaled once per (range, dtype) and rotated by an offset its seed gives: a draw costs a copy, not a hash, and any
+slice of it (a row block of an output head) is as cheap to make alone. A larger tensor repeats its rotated tile
+(the values' statistics do not change timing).
+
+Every draw feeds a digest (its label, shape, dtype, the scaled tile's own digest and the offset), so a record
+can show that both builds and the reference saw the same values. The reference (`TRUTH.on`) draws exactly the
+same values in the same order, rounds them to the dtype the builds use, and then widens them to float64."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import math
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -90,20 +98,134 @@ class Values:
         self.digest.update(f"{label}:{tuple(tile.shape)}:{tile.dtype}|".encode())
         self.digest.update(bytes_of(tile))
 
+    def note_draw(self, label: str, n: int, draw: Draw, tile_digest: str) -> None:
+        """A float draw, by what fixes its values: the scaled tile's digest and where in it the draw starts."""
+        self.digest.update(f"{label}:{n}:{draw.dtype}:{tile_digest}:{offset_of(draw.seed)}|".encode())
+
     def hexdigest(self) -> str:
         return self.digest.hexdigest()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[str]]:
+        """Notes made inside go to a digest of their own, which then enters this one as one note (`absorb`): a
+        model kept from one workload to the next re-enters its weights' notes without drawing them again."""
+        outer, self.digest = self.digest, hashlib.sha256()
+        got: list[str] = []
+        try:
+            yield got
+        finally:
+            inner, self.digest = self.digest.hexdigest(), outer
+            got.append(inner)
+            self.absorb(inner)
+
+    def absorb(self, recorded: str) -> None:
+        self.digest.update(f"recorded:{recorded}|".encode())
 
 
 TRUTH = Values()
 
 
-def _tile_floats(n: int, seed: int, dtype: torch.dtype, low: float, high: float, label: str) -> torch.Tensor:
-    """The first min(n, TILE) values of a float tensor, in its dtype, on the CPU (noted in the digest)."""
-    tile = uniform(min(n, TILE), seed, low, high).to(dtype)
-    if PERTURB and tile.numel():
-        tile[0] = tile[0] * 1.5 + 0.25
-    TRUTH.note(tile, label)
+# The unit tile's seed: every float draw is a window of this one sequence, scaled to its range and rotated.
+TILE_SEED = 0x7A11E
+_TILES_KEPT = 16  # scaled tiles kept per process (and per device): a model's weights use a handful of ranges
+
+
+@dataclass(frozen=True)
+class Tile:
+    """TILE stream values scaled into one range and rounded to one dtype, on the CPU, with their digest."""
+
+    values: torch.Tensor
+    digest: str
+
+
+_UNIT: list[torch.Tensor] = []
+_TILES: dict[tuple[float, float, torch.dtype], Tile] = {}
+_ON_DEVICE: dict[tuple[float, float, torch.dtype, str], torch.Tensor] = {}
+
+
+def unit_tile() -> torch.Tensor:
+    """TILE values in [0, 1) in float64 (24 bits each, so exact), hashed once per process."""
+    if not _UNIT:
+        parts = [(_hash_range(s, min(TILE, s + CHUNK), TILE_SEED) >> 8) for s in range(0, TILE, CHUNK)]
+        _UNIT.append(torch.cat(parts).to(torch.float64) * 2.0**-24)
+    return _UNIT[0]
+
+
+def _kept(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(cache) >= _TILES_KEPT:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+    return value
+
+
+def scaled_tile(low: float, high: float, dtype: torch.dtype) -> Tile:
+    """The unit tile in [low, high), computed in float64, rounded to float32 and then to `dtype`: exactly
+    `uniform(TILE, TILE_SEED, low, high).to(dtype)`, made once per range and dtype."""
+    key = (float(low), float(high), dtype)
+    tile = _TILES.get(key)
+    if tile is None:
+        scaled = (low + unit_tile() * (high - low)).to(torch.float32).to(dtype)
+        if PERTURB:
+            scaled[0] = scaled[0] * 1.5 + 0.25
+        tile = _kept(_TILES, key, Tile(scaled, hashlib.sha256(bytes_of(scaled)).hexdigest()))
     return tile
+
+
+def _tile_on(low: float, high: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The scaled tile on `device`, copied there once per process."""
+    tile = scaled_tile(low, high, dtype).values
+    if device.type == "cpu":
+        return tile
+    key = (float(low), float(high), dtype, str(device))
+    there = _ON_DEVICE.get(key)
+    return there if there is not None else _kept(_ON_DEVICE, key, tile.to(device))
+
+
+def offset_of(seed: int) -> int:
+    """Where a seed's draw starts in the tile: a 64-bit mix of the seed in Python integers (the same everywhere)."""
+    x = (seed * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 29
+    x = (x * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 32)) % TILE
+
+
+def _window(tile: torch.Tensor, start: int, n: int) -> torch.Tensor:
+    """n <= TILE values of the tile from `start`, wrapping round its end."""
+    end = start + n
+    if end <= tile.numel():
+        return tile[start:end]
+    return torch.cat([tile[start:], tile[: end - tile.numel()]])
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One float tensor's values: element i is the (low, high, dtype) tile's element (offset + i) mod TILE."""
+
+    seed: int
+    low: float
+    high: float
+    dtype: torch.dtype  # the builds' dtype: what the values are rounded to
+
+    def slice(self, start: int, count: int, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Elements [start, start + count) of any tensor drawn so, as `dtype` (default: the draw's) on `device`."""
+        out = torch.empty(count, dtype=dtype or self.dtype, device=device)
+        return self.fill(out, start)
+
+    def fill(self, out: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """`out` (contiguous, any dtype and device) holding elements [start, start + out.numel())."""
+        n = out.numel()
+        if n == 0:
+            return out
+        tile = _tile_on(self.low, self.high, self.dtype, out.device)
+        window = _window(tile, (offset_of(self.seed) + start) % TILE, min(n, TILE))
+        return _spread(window.to(out.dtype), n, out.view(-1)).view(out.shape)
+
+
+def _draw(n: int, seed: int, dtype: torch.dtype, low: float, high: float, label: str) -> Draw:
+    """A float tensor's draw of n values, noted in the digest."""
+    draw = Draw(seed, float(low), float(high), dtype)
+    TRUTH.note_draw(label, n, draw, scaled_tile(low, high, dtype).digest)
+    return draw
 
 
 def _spread(tile: torch.Tensor, n: int, out: torch.Tensor) -> torch.Tensor:
@@ -133,10 +255,10 @@ def floats(
     on the CPU."""
     n = math.prod(shape)
     seed = TRUTH.next_seed() if seed is None else seed
-    tile = _tile_floats(n, seed, dtype, low, high, label or str(seed))
+    draw = _draw(n, seed, dtype, low, high, label or str(seed))
     if TRUTH.on:
-        return _spread(tile.to(torch.float64), n, torch.empty(n, dtype=torch.float64)).view(shape)
-    return _spread(tile.to(device), n, torch.empty(n, dtype=dtype, device=device)).view(shape)
+        return draw.fill(torch.empty(n, dtype=torch.float64)).view(shape)
+    return draw.fill(torch.empty(n, dtype=dtype, device=device)).view(shape)
 
 
 def ints(
@@ -170,28 +292,55 @@ def _fan_in(shape: torch.Size) -> int:
     return max(1, math.prod(shape[1:])) if len(shape) >= 2 else 0
 
 
-@torch.no_grad()
-def fill_parameters(module: torch.nn.Module, value_dtype: torch.dtype) -> None:
-    """Every parameter of a model built with random weights, from the stream: uniform with a standard deviation
-    of 1/sqrt(fan-in) (activations keep their scale through the blocks, so the logits are not flat), 1-D ones
-    (biases, gains the library draws) at a small scale. A parameter the library sets to one constant (a norm's
-    ones, a bias's zeros) keeps it: a constant is exact in every version. Values are rounded to `value_dtype`,
-    the dtype the builds compute in."""
+@dataclass(frozen=True)
+class ParamValues:
+    """How one parameter gets its values: drawn from the stream by its name, or the one constant the library set
+    (a norm's ones, a bias's zeros: exact in every version)."""
+
+    name: str
+    draw: Draw | None
+    constant: float | None = None
+
+
+def plan_parameters(module: torch.nn.Module, value_dtype: torch.dtype) -> list[tuple[torch.nn.Parameter, ParamValues]]:
+    """Every float parameter of a model built with random weights, and how its values come, noted in the digest
+    in the model's own order: uniform with a standard deviation of 1/sqrt(fan-in) (activations keep their scale
+    through the blocks, so the logits are not flat), 1-D ones (biases, gains the library draws) at a small scale.
+    A parameter that holds values (not built on the meta device) and holds one constant keeps it. Values are
+    rounded to `value_dtype`, the dtype the builds compute in. A parameter shared by two modules (a tied output
+    head) is planned once, under the name the module walk meets first."""
+    plans: list[tuple[torch.nn.Parameter, ParamValues]] = []
     for name, p in module.named_parameters():
         if not p.dtype.is_floating_point or p.numel() == 0:
             continue
-        flat = p.detach().reshape(-1)
-        first = flat[:1]
-        if bool((flat == first).all()):
-            TRUTH.note(first.to("cpu", value_dtype), name)
-            continue
+        if not p.is_meta:
+            flat = p.detach().reshape(-1)
+            first = flat[:1]
+            if bool((flat == first).all()):
+                TRUTH.note(first.to("cpu", value_dtype), name)
+                plans.append((p, ParamValues(name, None, float(first.to("cpu", torch.float64)))))
+                continue
         fan = _fan_in(p.shape)
         bound = math.sqrt(3.0 / fan) if fan else 0.02
-        tile = _tile_floats(p.numel(), name_seed(name), value_dtype, -bound, bound, name)
-        if p.is_contiguous():  # in place: a second copy of a GiB-sized embedding would double the build's peak
-            _spread(tile.to(p.device, p.dtype), p.numel(), p.view(-1))
-        else:
-            p.copy_(_spread(tile.to(p.device, p.dtype), p.numel(), torch.empty_like(p).view(-1)).view(p.shape))
+        plans.append((p, ParamValues(name, _draw(p.numel(), name_seed(name), value_dtype, -bound, bound, name))))
+    return plans
+
+
+@torch.no_grad()
+def fill(p: torch.Tensor, plan: ParamValues) -> None:
+    """A parameter's drawn values written into it (a constant one is left as it is)."""
+    if plan.draw is None:
+        return
+    if p.is_contiguous():  # in place: a second copy of a GiB-sized embedding would double the build's peak
+        plan.draw.fill(p.view(-1))
+    else:
+        p.copy_(plan.draw.fill(torch.empty(p.numel(), dtype=p.dtype, device=p.device)).view(p.shape))
+
+
+def fill_parameters(module: torch.nn.Module, value_dtype: torch.dtype) -> None:
+    """Every parameter of a model whose parameters hold memory, filled as `plan_parameters` says."""
+    for p, plan in plan_parameters(module, value_dtype):
+        fill(p, plan)
 
 
 def note_parameters(module: torch.nn.Module) -> None:

@@ -11,8 +11,10 @@ the CPU, the op census of one forward, the library versions) comes back with the
 
 from __future__ import annotations
 
+import gc
 import importlib
 import inspect
+import json
 import os
 import re
 import sys
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import values
+from . import values, weights
 from .census import _Census, _census_of, _census_strict  # noqa: F401  (_Census: replay.py names it here)
 from .core import Built, FallbackWatch, Unsupported, dtype_of, no_deprecations
 from .device import Device
@@ -187,6 +189,8 @@ def _fit_depth(
 ) -> int:
     """Blocks to build (the config cut to them): all, --depth, or as many as fit, learnt on the meta device."""
     layers, tokens, cache = sizes
+    if values.TRUTH.on and not params.get("depth"):
+        return layers  # the reference holds one module at a time (weights.JustInTime): the whole model fits
     itemsize = torch.empty((), dtype=dtype).element_size()
     with torch.device("meta"):
         try:
@@ -213,9 +217,8 @@ def _hf_model(
 ) -> Any:
     """The model on the device: the checkpoint's weights where --real-weights asks (all of them), else weights
     from the version-proof stream (values.py), rounded to `value_dtype` (the builds' dtype: the float64 reference
-    widens what the builds compute on)."""
+    widens what the builds compute on, one module at a time: weights.JustInTime)."""
     if params.get("weights") == "real" and params.get("path"):
-        dtype, wide = value_dtype, dtype
         with no_deprecations():
             try:
                 model, loaded = auto.from_pretrained(
@@ -234,14 +237,92 @@ def _hf_model(
                 "--real-weights"
             )
         values.note_parameters(model)
-        model = model.to(device.torch_device, wide)
+        if values.TRUTH.on:  # widened a module at a time, never the whole model at once
+            _widen_buffers(model)
+            weights.JustInTime(model, value_dtype, widen=True)
+        else:
+            model = model.to(device.torch_device)
     else:
-        with torch.device(device.torch_device):
+        with torch.device(device.torch_device), weights.parameters_without_values():
             model = _construct(auto, config, dtype)
-        if device.kind != "meta":  # a meta tensor holds no values to fill
-            values.fill_parameters(model, value_dtype)
+        _give_values(model, device, value_dtype)
     model.eval()
     return model
+
+
+def _give_values(model: torch.nn.Module, device: Device, value_dtype: torch.dtype) -> None:
+    """A model built without values gets them from the stream: all at once on the device for a build, a module
+    at a time in float64 for the reference; on the meta device (a census) none."""
+    if device.kind == "meta":
+        return
+    if values.TRUTH.on:
+        weights.JustInTime(model, value_dtype)
+    else:
+        weights.materialize(model, device.torch_device, value_dtype)
+
+
+def _widen_buffers(model: torch.nn.Module) -> None:
+    """A loaded model's float buffers (rotary frequencies, masks) in float64, as its parameters will be."""
+    for sub in model.modules():
+        for key, b in list(sub._buffers.items()):
+            if b is not None and b.is_floating_point():
+                sub._buffers[key] = b.to(torch.float64)
+
+
+@dataclass
+class _Kept:
+    """The last model this process built, kept for the next phase of the same model (a visit's prefill and decode
+    build it once); in the reference, with the float64 KV cache its prefill left."""
+
+    key: str
+    model: Any
+    recorded: str  # the digest of its weights' notes (values.Values.recording)
+    prefill_cache: tuple[int, Any] | None = None  # (prompt tokens, the cache), the reference's prefill only
+
+
+_KEPT: list[_Kept] = []
+
+
+def forget() -> None:
+    """The kept model dropped (another workload needs the memory). It was frozen with the rest of the process's
+    objects between workloads, where a cycle of its would never be collected: unfrozen first."""
+    if _KEPT:
+        _KEPT.clear()
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+
+def _model_key(
+    params: dict[str, Any], config: Any, dtype: torch.dtype, value_dtype: torch.dtype, device: Device
+) -> str:
+    """What makes two phases' models the same model: everything but the phase and its sizes."""
+    doc = {
+        "library": params.get("library"),
+        "causal": bool(params.get("causal")),
+        "config": config.to_dict() if hasattr(config, "to_dict") else config,
+        "component": params.get("component"),
+        "weights": params.get("weights"),
+        "path": params.get("path"),
+        "dtype": str(dtype),
+        "value_dtype": str(value_dtype),
+        "device": str(device.torch_device),
+        "truth": values.TRUTH.on,
+    }
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+def _kept_or_built(key: str, build_model: Callable[[], Any]) -> _Kept:
+    """The kept model where it is this one (its weights' notes re-entered in the digest), else a new one."""
+    if _KEPT and _KEPT[0].key == key:
+        values.TRUTH.absorb(_KEPT[0].recorded)
+        return _KEPT[0]
+    forget()
+    with values.TRUTH.recording() as recorded:
+        model = build_model()
+    kept = _Kept(key, model, recorded[0])
+    _KEPT.append(kept)
+    return kept
 
 
 def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device, value_dtype: torch.dtype) -> Built:
@@ -250,7 +331,12 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
     config, layers, tokens, cache = _hf_sizes(tf, params)
     depth = _fit_depth(tf, auto, config, params, dtype, device, (layers, tokens, cache))
-    model = _hf_model(auto, config, params, dtype, device, value_dtype)
+    key = _model_key(params, config, dtype, value_dtype, device)
+    if device.kind == "meta":
+        kept = _Kept(key, _hf_model(auto, config, params, dtype, device, value_dtype), "")
+    else:
+        kept = _kept_or_built(key, lambda: _hf_model(auto, config, params, dtype, device, value_dtype))
+    model = kept.model
     sig = inspect.signature(model.forward).parameters
     architecture = type(model).__name__
     attention = str(getattr(getattr(model, "config", config), "_attn_implementation", None) or "")
@@ -276,7 +362,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         "tokens": tokens,
         **({"logits_kept": 1} if extra_kw else {}),
     }
-    call = _HfCall(model, sig, extra_kw, vocab, device.torch_device)
+    call = _HfCall(model, sig, extra_kw, vocab, device.torch_device, kept=kept)
     if params["phase"] == "decode":
         run, items = call.decode(cache), 1
         info["cache"] = cache
@@ -285,6 +371,9 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     built = _finish(run, params, model, info, items, device)
     if causal and params["phase"] != "decode" and not values.TRUTH.on:
         built.extra_answers = call.language
+    if causal and params["phase"] == "prefill" and values.TRUTH.on:
+        # Decode's truth continues this float64 cache (the same prompt) rather than computing it again.
+        kept.prefill_cache = (tokens, getattr(built.first_output, "past_key_values", None))
     return built
 
 
@@ -298,6 +387,7 @@ class _HfCall:
     vocab: int
     dev: Any
     prompt: torch.Tensor | None = None
+    kept: _Kept | None = None
 
     def ids(self, n: int) -> torch.Tensor:
         return values.ints((1, n), torch.int64, self.dev, 0, self.vocab - 1).to(self.dev)
@@ -308,8 +398,11 @@ class _HfCall:
         cache_name = "past_key_values" if "past_key_values" in self.sig else "cache" if "cache" in self.sig else None
         if cache_name is None:
             raise Unsupported(f"{type(model).__name__}.forward takes no KV cache")
-        with torch.inference_mode(), no_deprecations():
-            kv = model(input_ids=self.ids(cache), use_cache=True, **extra_kw).past_key_values
+        prompt = self.ids(cache)
+        kv = self._prefill_cache(cache)
+        if kv is None:
+            with torch.inference_mode(), no_deprecations():
+                kv = model(input_ids=prompt, use_cache=True, **extra_kw).past_key_values
         one = self.ids(1)
         roll_back = getattr(kv, "crop", None)
         if kv is None or (roll_back is None and not isinstance(kv, tuple)):
@@ -323,6 +416,21 @@ class _HfCall:
                 return out
 
         return run
+
+    def _prefill_cache(self, cache: int) -> Any:
+        """The reference's prefill cache of the same model, cut to `cache` tokens (its prompt's first tokens are
+        decode's whole prompt: the same draw), or None. Used once: the decode call then grows it."""
+        kept = self.kept
+        if not values.TRUTH.on or kept is None or kept.prefill_cache is None:
+            return None
+        tokens, kv = kept.prefill_cache
+        kept.prefill_cache = None
+        crop = getattr(kv, "crop", None)
+        if tokens < cache or crop is None:
+            return None
+        if tokens > cache:
+            crop(cache - tokens)  # negative: drop that many, in every version
+        return kv
 
     def language(self) -> dict[str, torch.Tensor]:
         """What a language model's answers come to, beside the timed phase (numerics, untimed): the logits over
@@ -364,17 +472,16 @@ def _diffusers_model(
         raise Unsupported(f"diffusers {df.__version__} has no model class {name!r}")
     with torch.device("meta"), no_deprecations():
         meta = cls.from_config(dict(cfg))
-    need = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    need = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=value_dtype).element_size()
     del meta
     capacity = _capacity(device)
-    if capacity and need > share * capacity:
+    if capacity and need > share * capacity and not values.TRUTH.on:
         raise MemoryError(
             f"out of memory: its weights need {need / 2**30:.1f} GiB, over {share:.0%} of {capacity / 2**30:.1f} GiB"
         )
-    with torch.device(device.torch_device), no_deprecations():
+    with torch.device(device.torch_device), no_deprecations(), weights.parameters_without_values():
         model = cls.from_config(dict(cfg)).to(dtype)
-    if device.kind != "meta":
-        values.fill_parameters(model, value_dtype)
+    _give_values(model, device, value_dtype)
     model.eval()
     return model, need
 
@@ -388,7 +495,13 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device,
     cfg = params["config"]
     width, height = params["resolution"]
     phase = params["phase"]
-    model, weights = _diffusers_model(df, cfg, dtype, device, float(params.get("fit_share", 0.25)), value_dtype)
+    share = float(params.get("fit_share", 0.25))
+    if device.kind == "meta":
+        model, weights = _diffusers_model(df, cfg, dtype, device, share, value_dtype)
+    else:
+        key = _model_key(params, cfg, dtype, value_dtype, device)
+        kept = _kept_or_built(key, lambda: _diffusers_model(df, cfg, dtype, device, share, value_dtype))
+        model, weights = kept.model
     info: dict[str, Any] = {
         "library": "diffusers",
         "library_version": str(df.__version__),
