@@ -28,10 +28,10 @@ from mpsup.model.op_replay import (
 )
 from mpsup.progress import Event
 from mpsup.worker.build import build
+from mpsup.worker.census import _Census, _census_strict
 from mpsup.worker.core import Unsupported
 from mpsup.worker.device import Device
 from mpsup.worker.replay import build_group, build_op, rebuild_call
-from mpsup.worker.whole_model import _Census, _census_strict
 from mpsup.workloads import Workload
 from tests.fake_schedule import NoStops
 

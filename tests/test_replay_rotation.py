@@ -10,9 +10,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpsup.model.op_replay import op_workloads, reuse_bytes
+from mpsup.worker.census import _census_strict
 from mpsup.worker.device import Device
 from mpsup.worker.replay import ROTATE_MAX_COPIES, build_op, copies_for, param_bytes
-from mpsup.worker.whole_model import _census_strict
 
 CPU = Device("cpu")
 

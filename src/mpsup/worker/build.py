@@ -6,8 +6,11 @@ from typing import Any
 
 from .core import Built, dtype_of
 from .device import Device
+from .end_to_end import build_end_to_end
+from .metal import build_metal
 from .ops import BUILDERS
-from .whole_model import forget
+from .replay import build_group, build_op
+from .whole_model import build_phase, forget
 
 
 def build(spec: dict[str, Any], device: Device) -> Built:
@@ -15,24 +18,14 @@ def build(spec: dict[str, Any], device: Device) -> Built:
     if kind != "model_phase":
         forget()  # a model kept for the next phase is memory this workload may need
     if kind == "metal":
-        from .metal import build_metal
-
         return build_metal(spec, device)
     if kind == "end_to_end":
-        from .end_to_end import build_end_to_end
-
         return build_end_to_end(spec["params"], device)
     if kind == "model_phase":
-        from .whole_model import build_phase
-
         return build_phase(spec, device)
     if kind == "op_replay":
-        from .replay import build_op
-
         return build_op(spec["params"]["op_call"], device)
     if kind == "op_group":
-        from .replay import build_group
-
         return build_group(spec["params"], device)
     builder = BUILDERS.get(kind)
     if builder is None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from .replay import describe
+
 CENSUS_MAX_ENTRIES = 400  # distinct (op, shapes, dtypes) kept; the rest are counted as "other"
 
 
@@ -26,8 +28,6 @@ class _Census:
         self.sync = sync  # with it, each call's rough time (synchronised): what ranks the ops worth replaying
 
     def _record_call(self, func: Any, args: Any, kwargs: dict[str, Any], took: float | None) -> None:
-        from .replay import describe
-
         ranges: list[list[float]] = []
         try:
             call = {"overload": str(func), "args": describe(args, ranges, self.ranges)}

@@ -119,6 +119,7 @@ class Worker:
             if built.info is not None:
                 built = awaiting_each_call(built, sync)
             numerics = self.keep_answer(built, req.get("numerics"))
+            built.first_output = None  # kept or not, an answer held through the timing is memory it should have
             # First call: kernel selection, compilation, allocator growth.
             first_s = time_block(built.fn, 1, sync).host_s
         self.pin(True)
@@ -171,7 +172,8 @@ class Worker:
         try:
             out = built.first_output if built.has_first_output else built.fn()
             self.device.synchronize()
-            extra = built.extra_answers() if built.extra_answers is not None else None
+            wanted = want.get("extra", True) is not False
+            extra = built.extra_answers() if built.extra_answers is not None and wanted else None
             limit = int(want.get("max_elements") or outputs.MAX_ELEMENTS)
             described = outputs.save(out, Path(want["path"]), limit, extra)
             result: dict[str, Any] = {"saved": bool(described), "outputs": described}
@@ -187,7 +189,7 @@ class Worker:
         """The reference's request: the workload in float64 on the CPU, and every saved answer against it."""
         self.teardown_quietly()
         try:
-            return compare(req)
+            return {**compare(req), "peak_rss_bytes": peak_rss_bytes()}
         finally:
             collect_and_freeze()
 
@@ -254,6 +256,16 @@ MPS_ENV_VALUE_CHARS = 200
 
 def mps_env(environ: Any) -> dict[str, str]:
     return {k: str(v)[:MPS_ENV_VALUE_CHARS] for k, v in sorted(environ.items()) if k.startswith(MPS_ENV_PREFIXES)}
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's largest resident size so far (the reference's memory, said beside its answers)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
 
 
 def collect_and_freeze() -> None:

@@ -26,6 +26,8 @@ def answer_tensors(out: Any) -> list[tuple[str, torch.Tensor]]:
     returns the tensor it rewrote). Nothing where the call returns no tensor."""
     if isinstance(out, torch.Tensor):
         return [("output", out)]
+    if isinstance(out, dict):  # calls replayed together: each call's answer under its own prefix
+        return [(f"{key}.{name}", t) for key, value in out.items() for name, t in answer_tensors(value)]
     for name in _ANSWERS:
         value = getattr(out, name, None)
         if isinstance(value, torch.Tensor):

@@ -1,6 +1,6 @@
 """One op of a whole-model phase, rebuilt from its census entry with fresh tensors and timed alone.
 
-The census (whole_model._Census) writes each distinct call with `describe`: the overload ("aten.mm.default"),
+The census (census.py) writes each distinct call with `describe`: the overload ("aten.mm.default"),
 and every argument as plain JSON: a tensor as its shape, strides, dtype and (when it sits on the CPU beside a
 device model) its device; numbers, booleans, lists, dtypes and memory formats as themselves. Integer and
 boolean tensors also leave their observed value range (integers: min and max; booleans: the share of True),
@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from . import values
+from . import outputs, values
 from .core import Built, Unsupported
+from .definitions import reference_op
 from .device import Device
 
 # Namespaces whose ops are torch's own: an op of another library's extension may not exist in the other build.
@@ -204,8 +205,6 @@ def rebuild_call(
     tensors of an earlier rebuild stand for all but the parameters, which are copies of them."""
     op = resolve(str(params["overload"]))
     if values.TRUTH.on:
-        from .truth import reference_op
-
         op = reference_op(str(params["overload"]), op)
     ranges = [list(r) for r in params.get("ranges") or []]
     tensors: list[torch.Tensor] = []
@@ -253,6 +252,8 @@ def build_op(params: dict[str, Any], device: Device, copies: int | None = None) 
     """A census entry as a workload: one call of the op per timed call, under inference mode (as the phases
     run), on tensors made once (an in-place op rewrites the same ones call after call); each call takes the
     next of `copies` sets of arguments (`copies_for` unless given), which differ in their parameters only."""
+    if values.TRUTH.on:
+        copies = 1  # the reference calls it once: rotated copies would only cost float64 memory
     with torch.inference_mode():
         op, args, kwargs, tensors = rebuild_call(params, device)
         sets = [(args, kwargs)]
@@ -284,11 +285,18 @@ def build_op(params: dict[str, Any], device: Device, copies: int | None = None) 
     return Built(fn, size or None, None, 1, (sets, made), None, first_output=first, has_first_output=True)
 
 
-def build_group(params: dict[str, Any], device: Device) -> Built:
-    """The calls of a phase replayed together (model/op_replay.rest_of_phases): each distinct call built as
-    `build_op` builds it, then called its count times, in turns, per timed call. Rotated parameters share one
-    ROTATE_MAX_BYTES among all the calls. One call this torch cannot make leaves the group unmeasured here: the
-    two builds must time the same calls."""
+# Of each call replayed in a group, the elements its answer keeps for numerics (outputs.kept's even stride): a
+# group holds up to 400 calls, each judged alone.
+GROUP_ANSWER_ELEMENTS = 1 << 16
+
+
+def _answers(out: Any) -> dict[str, torch.Tensor]:
+    """A call's answer as the numerics pass keeps it: each output sampled to GROUP_ANSWER_ELEMENTS, on the CPU."""
+    return {name: outputs.kept(t, GROUP_ANSWER_ELEMENTS) for name, t in outputs.answer_tensors(out)}
+
+
+def group_calls(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """A group's census entries and their counts, checked."""
     calls, counts = params.get("op_group"), params.get("op_group_counts")
     if not (
         isinstance(calls, list)
@@ -299,14 +307,43 @@ def build_group(params: dict[str, Any], device: Device) -> Built:
         and all(type(n) is int and n > 0 for n in counts)
     ):
         raise Unsupported("the calls to replay together are not a list of census entries with their counts")
+    return calls, counts
+
+
+def _group_truth(calls: list[dict[str, Any]], device: Device) -> Built:
+    """The reference's group: each call built and run alone, its answer kept, then dropped (no timing follows)."""
+    answers = {}
+    for i, call in enumerate(calls):
+        values.TRUTH.restart_counter()
+        try:
+            built = build_op(call, device, 1)
+        except Unsupported:
+            continue  # this call has no float64 truth here: it alone is not compared
+        answers[f"c{i}"] = _answers(built.first_output)
+        del built
+    return Built(lambda: None, None, None, 1, None, None, first_output=answers, has_first_output=True)
+
+
+def build_group(params: dict[str, Any], device: Device) -> Built:
+    """The calls of a phase replayed together (model/op_replay.rest_of_phases): each distinct call built as
+    `build_op` builds it, then called its count times, in turns, per timed call. Rotated parameters share one
+    ROTATE_MAX_BYTES among all the calls. One call this torch cannot make leaves the group unmeasured here: the
+    two builds must time the same calls. Each call's first answer is kept (sampled): the numerics pass judges
+    every call alone, untimed."""
+    calls, counts = group_calls(params)
+    if values.TRUTH.on:
+        return _group_truth(calls, device)
     fns: list[Any] = []
     kept: list[Any] = []
+    answers: dict[str, Any] = {}
     size = 0.0
     rotate_left = ROTATE_MAX_BYTES
-    for call in calls:
+    for i, call in enumerate(calls):
+        values.TRUTH.restart_counter()
         copies = copies_for(call, max(0, rotate_left))
         rotate_left -= param_bytes(call) * (copies - 1)
         built = build_op(call, device, copies)
+        answers[f"c{i}"] = _answers(built.first_output)
         fns.append(built.fn)
         kept.append(built.keep)
         size += built.bytes_per_call or 0.0
@@ -316,4 +353,4 @@ def build_group(params: dict[str, Any], device: Device) -> Built:
         for call_once in order:
             call_once()
 
-    return Built(fn, size or None, None, 1, kept, None)
+    return Built(fn, size or None, None, 1, kept, None, first_output=answers, has_first_output=True)

@@ -90,6 +90,11 @@ class Values:
         self.counter = 0
         self.digest = hashlib.sha256()
 
+    def restart_counter(self) -> None:
+        """Seeds count from the start again (the digest goes on): each call of a group draws as it would alone,
+        which is how the accuracy repro script, computing that one call, draws it."""
+        self.counter = 0
+
     def next_seed(self) -> int:
         self.counter += 1
         return self.counter

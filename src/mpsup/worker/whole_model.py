@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from . import values, weights
-from .census import _Census, _census_of, _census_strict  # noqa: F401  (_Census: replay.py names it here)
+from .census import _census_of, _census_strict
 from .core import Built, FallbackWatch, Unsupported, dtype_of, no_deprecations
 from .device import Device
 
@@ -70,18 +70,28 @@ def _capacity(device: Device) -> int | None:
 
 
 def _depth_for(
-    params: dict[str, Any], total: int, block: int, per_block_extra: int, layers: int, device: Device
+    params: dict[str, Any],
+    total: int,
+    block: int,
+    per_block_extra: int,
+    layers: int,
+    device: Device,
+    fit: dict[str, Any] | None = None,
 ) -> int:
-    """Blocks to build: all of them, the forced --depth, or as many as fit in the stated share of memory."""
+    """Blocks to build: all of them, the forced --depth, or as many as fit in the stated share of memory; `fit`
+    gets what the rule weighed (the whole model's bytes with its activations, what one build may hold)."""
     forced = params.get("depth")
     if forced:
         return max(1, min(int(forced), layers))
     limit = _capacity(device)
     if not limit:
         return layers
-    budget = float(params.get("fit_share", 0.25)) * limit
+    share = float(params.get("fit_share", 0.25))
+    budget = share * limit
     fixed = total - block * layers
     need = fixed + (block + per_block_extra) * layers
+    if fit is not None:
+        fit.update(need_bytes=int(need), allowed_bytes=int(budget), capacity_bytes=int(limit), share=share)
     if need <= budget:
         return layers
     fits = int((budget - fixed) // max(1, block + per_block_extra))
@@ -185,7 +195,14 @@ def _hf_sizes(tf: Any, params: dict[str, Any]) -> tuple[Any, int, int, int]:
 
 
 def _fit_depth(
-    tf: Any, auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device, sizes: tuple[int, ...]
+    tf: Any,
+    auto: Any,
+    config: Any,
+    params: dict[str, Any],
+    dtype: torch.dtype,
+    device: Device,
+    sizes: tuple[int, ...],
+    fit: dict[str, Any] | None = None,
 ) -> int:
     """Blocks to build (the config cut to them): all, --depth, or as many as fit, learnt on the meta device."""
     layers, tokens, cache = sizes
@@ -205,7 +222,7 @@ def _fit_depth(
     if blocks is not None and block_bytes:
         extra = _kv_bytes_per_block(config, cache + 1 if params["phase"] == "decode" else tokens, itemsize)
         depth = _depth_for(
-            params, total + _activation_bytes(config, tokens, itemsize), block_bytes, extra, layers, device
+            params, total + _activation_bytes(config, tokens, itemsize), block_bytes, extra, layers, device, fit
         )
     if depth < layers:
         _set_depth(config, depth)
@@ -256,9 +273,25 @@ def _give_values(model: torch.nn.Module, device: Device, value_dtype: torch.dtyp
     if device.kind == "meta":
         return
     if values.TRUTH.on:
+        _one_module_fits(model)
         weights.JustInTime(model, value_dtype)
     else:
         weights.materialize(model, device.torch_device, value_dtype)
+
+
+# Of this machine's memory, the most the float64 reference's one module may take (a Mac shares it with its GPU).
+REFERENCE_MEMORY_SHARE = 0.5
+
+
+def _one_module_fits(model: torch.nn.Module) -> None:
+    """The reference holds one module's weights in float64 at a time: a model whose largest module alone would
+    take over REFERENCE_MEMORY_SHARE of the machine is not judged here, said so."""
+    need, machine = weights.meta_bytes(model), _capacity(Device("cpu"))
+    if machine and need > REFERENCE_MEMORY_SHARE * machine:
+        raise MemoryError(
+            f"out of memory: its largest module alone needs {need / 2**30:.1f} GiB in float64, over "
+            f"{REFERENCE_MEMORY_SHARE:.0%} of this machine's {machine / 2**30:.1f} GiB"
+        )
 
 
 def _widen_buffers(model: torch.nn.Module) -> None:
@@ -330,7 +363,8 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     causal = bool(params.get("causal"))
     auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
     config, layers, tokens, cache = _hf_sizes(tf, params)
-    depth = _fit_depth(tf, auto, config, params, dtype, device, (layers, tokens, cache))
+    fit: dict[str, Any] = {}
+    depth = _fit_depth(tf, auto, config, params, dtype, device, (layers, tokens, cache), fit)
     key = _model_key(params, config, dtype, value_dtype, device)
     if device.kind == "meta":
         kept = _Kept(key, _hf_model(auto, config, params, dtype, device, value_dtype), "")
@@ -361,6 +395,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
         "depth": depth,
         "tokens": tokens,
         **({"logits_kept": 1} if extra_kw else {}),
+        **({"fit": fit} if fit else {}),
     }
     call = _HfCall(model, sig, extra_kw, vocab, device.torch_device, kept=kept)
     if params["phase"] == "decode":
@@ -638,7 +673,7 @@ def _finish(
     except NotImplementedError as exc:
         _unsupported_op(exc)
         raise
-    if not params.get("compile"):
+    if not params.get("compile") and params.get("census", True) is not False:
         info["census"] = _census_of(_quiet(fn), device.synchronize)
     return Built(fn, None, None, items, (model,), info, first_output=out, has_first_output=True)
 
