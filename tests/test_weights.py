@@ -167,3 +167,10 @@ def test_a_diffusers_model_streams_too(config: dict[str, Any], phase: str, monke
     streamed, streamed_digest = truth_answer(spec, None)
     assert streamed_digest == whole_digest
     torch.testing.assert_close(streamed.sample, whole.sample, rtol=1e-12, atol=1e-12)
+
+
+def test_a_model_whose_one_module_would_not_fit_is_said_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(weights, "STREAM_LEAST", SMALL)
+    monkeypatch.setattr(whole_model, "REFERENCE_MEMORY_SHARE", 1e-9)
+    with pytest.raises(MemoryError, match=r"largest module alone needs .* in float64, over"):
+        truth_answer(_spec(DEEP_LLAMA, "prefill"), None)

@@ -209,6 +209,25 @@ def bench(
         Path | None,
         typer.Option("--reference", help="The interpreter that computes the float64 truth (default: the baseline's)."),
     ] = None,
+    reference_share: Annotated[
+        float,
+        typer.Option(
+            "--reference-share",
+            min=0.01,
+            max=10.0,
+            help="The float64 reference's time, at most this share of the run's time before it (phases first).",
+        ),
+    ] = 0.25,
+    visits: Annotated[
+        int | None,
+        typer.Option(
+            "--visits",
+            min=2,
+            max=20,
+            help="Paired, measured whole (phases only, or against MLX): fresh process pairs (default 6, the "
+            "fewest whose medians bound a 95% interval; fewer is a quicker look, its interval over rounds).",
+        ),
+    ] = None,
     energy: Annotated[
         bool,
         typer.Option(
@@ -248,6 +267,8 @@ def bench(
         ops=ops,
         numerics=numerics,
         reference=reference,
+        reference_share=reference_share,
+        visits=visits,
         energy=energy,
     )
     raise typer.Exit(run_and_render(request, list_only=list_only, as_json=as_json, details=details))

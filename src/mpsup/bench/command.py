@@ -9,11 +9,12 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
 from mpsup.bench.events import CensusStarted
+from mpsup.bench.numerics import DEFAULT_SHARE
 from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.errors import UserError
 from mpsup.host.affinity import Affinity, choose
@@ -62,6 +63,8 @@ class BenchRequest:
     ops: bool = True  # paired, a model run whole: each phase's ops replayed alone (model/op_replay.py)
     numerics: bool = True  # paired torch runs: each build's answers against float64 (bench/numerics.py)
     reference: Path | None = None  # the interpreter that computes the float64 truth (default: the baseline's)
+    reference_share: float = DEFAULT_SHARE  # of the run's time so far, the most the float64 reference may take
+    visits: int | None = None  # paired and measured whole: fresh process pairs (default: the policy's phase_visits)
     energy: bool = False  # read the energy meter: idle power, then energy windows after each paired phase
 
 
@@ -319,9 +322,12 @@ def run(plan: BenchPlan, progress: Progress | NamedProgress, warn: Callable[[str
 
     req = plan.request
     envs, mode = _environments(req)
+    policy = SamplingPolicy.for_environments(len(envs), req.budget)
+    if req.visits is not None:
+        policy = replace(policy, phase_visits=req.visits)
     options = BenchOptions(
         device=plan.device,
-        policy=SamplingPolicy.for_environments(len(envs), req.budget),
+        policy=policy,
         threads=req.threads,
         smoke=req.smoke and all(e.stack == "torch" for e in envs),  # the smoke tests are torch features
         cpus=plan.affinity.cpus,
@@ -332,6 +338,7 @@ def run(plan: BenchPlan, progress: Progress | NamedProgress, warn: Callable[[str
         numerics=req.numerics,
         energy=req.energy,
         reference_python=check_interpreter(req.reference, "--reference") if req.reference else None,
+        reference_share=req.reference_share,
     )
     record, path = run_bench(
         envs,

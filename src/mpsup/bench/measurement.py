@@ -98,6 +98,7 @@ class EnvMeasurement:
     needs_metal: bool = False  # setup failed for a Metal kernel off MPS (the worker's `needs_metal` field)
     energy: list[EnergyTurn] = field(default_factory=list)  # each read turn, in order (bench/energy_turns.py)
     measuring_turns: int = field(default=0, repr=False)  # taken so far, read or not: the next turn's number
+    setup_s: list[float] = field(default_factory=list)  # each visit's setup as the runner waited for it (the build)
     # What one sample costs by the latest setup's estimate: it sizes the batches. Never saved.
     sample_s: float = field(default=0.0, repr=False)
 
@@ -182,6 +183,8 @@ class EnvMeasurement:
             doc["summary_error"] = self.summary_error
         if self.energy:
             doc["energy"] = [t.to_json() for t in self.energy]
+        if self.setup_s:
+            doc["setup_s"] = [round(x, 4) for x in self.setup_s]
         return doc
 
 

@@ -13,6 +13,7 @@ verdict), then the ops that explain them, then the rest; what is left over is "n
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -29,11 +30,12 @@ from mpsup.progress import Progress
 from mpsup.workloads import Workload
 
 # The kinds whose answer is a tensor the reference can recompute; the rest (Metal kernels, a program run end to
-# end, a phase's other calls replayed together) are not compared.
+# end) are not compared. A phase's other calls replayed together are judged one call at a time (`calls`).
 KINDS = frozenset(
     {
         "model_phase",
         "op_replay",
+        "op_group",
         "linear",
         "matmul",
         "conv",
@@ -57,7 +59,7 @@ MIN_BUDGET_S = 10.0
 
 
 def _order(w: Workload) -> int:
-    return 0 if w.kind == "model_phase" else 1 if w.kind == "op_replay" else 2
+    return {"model_phase": 0, "op_replay": 1, "op_group": 2}.get(w.kind, 3)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class NumericsCapture:
     share: float = DEFAULT_SHARE
     saved: dict[str, dict[str, list[Saved]]] = field(default_factory=dict)  # workload -> side -> visits
     count: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)  # what the pass did (the record's `numerics_pass`)
 
     @classmethod
     def create(cls, share: float = DEFAULT_SHARE) -> NumericsCapture:
@@ -87,7 +90,10 @@ class NumericsCapture:
             return None
         self.count += 1
         path = self.folder / f"{self.count}.pt"
-        return {"path": str(path), "max_elements": MAX_ELEMENTS}
+        # A language model's extra answers (logits over the prompt, a greedy continuation) are compared from each
+        # side's first visit only: a later visit does not compute them again.
+        first = not self.saved.get(w.name, {}).get(label)
+        return {"path": str(path), "max_elements": MAX_ELEMENTS, "extra": first}
 
     def note(self, w: Workload, label: str, want: dict[str, Any] | None, answer: Any) -> None:
         if want is None:
@@ -170,6 +176,8 @@ def judge(
     budget = max(capture.share * elapsed_s, MIN_BUDGET_S)
     spent = 0.0
     out: dict[int, dict[str, Any]] = {}
+    took: dict[str, list[float]] = {}  # by kind, what each judged workload took
+    skipped: list[tuple[int, Workload]] = []
     for i, w in todo:
         entry = entries[i]
         kept, why = _usable(capture.saved[w.name], labels)
@@ -178,18 +186,60 @@ def judge(
         elif why is not None:
             doc = _not_compared(why, digests={label: [v.answer.get("digest") for v in s] for label, s in kept.items()})
         elif spent > budget:
-            doc = _not_compared(
-                f"the float64 reference had used its share of the run ({capture.share:.0%} of its time) on the "
-                "workloads before it"
-            )
+            doc = _not_compared(SHARE_SPENT.format(share=capture.share))
+            skipped.append((i, w))
         else:
             t0 = clock()
             doc = _ask(reference, w, kept, entry)
             spent += clock() - t0
             doc["took_s"] = round(clock() - t0, 3)
+            took.setdefault(w.kind, []).append(clock() - t0)
         out[i] = doc
         progress(NumericsDone(w.name, str(doc["status"])))
+    capture.summary = _summary(capture.share, budget, spent, elapsed_s, took, skipped)
+    if skipped:
+        more = capture.summary["skipped_estimate_s"]
+        for i, _ in skipped:
+            out[i]["reason"] += (
+                f"; about {_duration(more)} more would judge every workload (--reference-share "
+                f"{capture.summary['share_for_all']:g})"
+            )
     return out
+
+
+SHARE_SPENT = "the float64 reference had used its share of the run ({share:.0%} of its time) on the workloads before it"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def _summary(
+    share: float,
+    budget: float,
+    spent: float,
+    elapsed_s: float,
+    took: dict[str, list[float]],
+    skipped: list[tuple[int, Workload]],
+) -> dict[str, Any]:
+    """The pass in figures (the record's `numerics_pass`): what it was allowed and took, and for the workloads it
+    left for lack of time, what judging them would take (each at its kind's mean so far, else the mean of all)
+    and the --reference-share that would have given it."""
+    every = [x for xs in took.values() for x in xs]
+    mean_all = sum(every) / len(every) if every else 0.0
+    estimate = sum(sum(took[w.kind]) / len(took[w.kind]) if took.get(w.kind) else mean_all for _, w in skipped)
+    doc: dict[str, Any] = {
+        "share": share,
+        "budget_s": round(budget, 2),
+        "spent_s": round(spent, 2),
+        "judged": len(every),
+        "skipped_for_share": len(skipped),
+    }
+    if skipped:
+        doc["skipped_estimate_s"] = round(estimate, 1)
+        # The share at which the same run would have judged them all, rounded up to a tenth.
+        doc["share_for_all"] = math.ceil((spent + estimate) / max(elapsed_s, 1e-9) * 10) / 10
+    return doc
 
 
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
@@ -205,7 +255,10 @@ def _machine_memory() -> int | None:
 
 def too_large(w: Workload, memory: int | None) -> str | None:
     """Why the float64 copy of this workload must not be built here, or None: its tensors at 8 bytes an element,
-    over half the machine's memory (unified on a Mac: overcommitting it can freeze the machine)."""
+    over half the machine's memory (unified on a Mac: overcommitting it can freeze the machine). A whole model is
+    never copied whole (the reference draws one module at a time, and says itself when one module is too much)."""
+    if w.kind == "model_phase":
+        return None
     need = w.memory_bytes * 8 // ITEMSIZE.get(w.dtype, 4)
     if memory and need > REFERENCE_MEMORY_SHARE * memory:
         return (
@@ -233,7 +286,10 @@ def _ask(reference: Reference, w: Workload, kept: dict[str, list[Saved]], entry:
         return _not_compared(f"the float64 reference died: {_text(exc)}")
     except Exception as exc:  # the reference could not start (its interpreter, its torch): said, never raised
         return _not_compared(f"the float64 reference could not run: {_text(exc)}")
-    where = {"python": str(facts.get("python", "")), "torch": str(facts.get("torch_version", ""))}
+    where: dict[str, Any] = {"python": str(facts.get("python", "")), "torch": str(facts.get("torch_version", ""))}
+    peak = ans.get("peak_rss_bytes")
+    if isinstance(peak, int) and not isinstance(peak, bool) and peak > 0:
+        where["peak_rss_bytes"] = peak  # the reference process's largest resident size so far
     if ans.get("type") != "truth":
         return _not_compared(f"float64 cannot compute it on the CPU: {_text(ans.get('message'))}", reference=where)
     first = {label: visits[0].answer for label, visits in kept.items()}
@@ -248,12 +304,26 @@ def _ask(reference: Reference, w: Workload, kept: dict[str, list[Saved]], entry:
     if not outputs:
         return _not_compared("the float64 reference returned none of the builds' outputs", reference=where)
     doc: dict[str, Any] = {"status": "compared", "reference": where, "outputs": outputs, "digest": digest}
+    if w.kind == "op_group":
+        doc.pop("outputs")
+        doc["calls"] = by_call(outputs)
     if isinstance(ans.get("language"), dict):
         doc["language"] = ans["language"]
     if ans.get("digest") != digest:
         # The truth computed on other values than the builds: its errors would measure that, not the builds.
         return _not_compared("the float64 reference computed on other values than the builds", reference=where)
     return doc
+
+
+def by_call(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A group's compared outputs ("c3.output") as one entry per call: its index in the group's calls and its
+    outputs under their own names."""
+    calls: dict[int, list[dict[str, Any]]] = {}
+    for o in outputs:
+        prefix, _, name = str(o.get("name")).partition(".")
+        if prefix[:1] == "c" and prefix[1:].isdigit() and name:
+            calls.setdefault(int(prefix[1:]), []).append({**o, "name": name})
+    return [{"call": i, "outputs": outs} for i, outs in sorted(calls.items())]
 
 
 def cleanup(capture: NumericsCapture | None) -> None:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mpsup.console import safe
-from mpsup.model.coverage import OVER_WHOLE_NOTE, phase_figures
+from mpsup.model.coverage import OVER_WHOLE_NOTE, fit_note, phase_figures
 from mpsup.units import fmt_time
 
 
@@ -68,6 +68,7 @@ def render_phases(record: dict[str, Any], console: Console) -> None:
         t.add_column("driver max", justify="right")
     t.add_column("layers explain", justify="right")
     notes: list[str] = [DRIVER_NOTE] if driver else []
+    whole_said = False
     for phase, doc in first.items():
         cells = []
         for e in envs:
@@ -82,9 +83,14 @@ def render_phases(record: dict[str, Any], console: Console) -> None:
             seen = [_bytes(figures[e["label"]].get(phase, {}).get("driver_memory_max_bytes")) for e in envs]
             driver_cells = [" / ".join(seen)]
         t.add_row(safe(phase), *cells, tps, _bytes(doc.get("peak_memory_bytes")), *driver_cells, cov)
-        if doc.get("scaled_from_blocks"):
+        scaled = doc.get("scaled_from_blocks")
+        if doc.get("fit") and not doc.get("depth_forced") and (scaled or not whole_said):
+            # Whole: said once for the model; a prefix: said for each phase, whose activations differ.
+            notes.append(fit_note(phase, doc["fit"], scaled, len(envs)))
+            whole_said = whole_said or not scaled
+        elif scaled:
             why = "--depth" if doc.get("depth_forced") else "the model did not fit whole"
-            notes.append(f"{phase}: scaled from {doc['scaled_from_blocks']} blocks ({why})")
+            notes.append(f"{phase}: scaled from {scaled} blocks ({why})")
         if doc.get("fallback_ops"):
             notes.append(f"{phase}: ran on the CPU (no MPS kernel): {', '.join(doc['fallback_ops'][:8])}")
         for e in envs:

@@ -276,6 +276,10 @@ def _numerics_pass(
         return
     try:
         labels = [s.env.label for s in runner.sessions]
+        # The timed work is done: the workers go (each may still hold the last model it built), so the
+        # reference has the machine's memory to itself.
+        for s in runner.sessions:
+            s.close()
         judged = judge(
             capture,
             workloads,
@@ -291,6 +295,8 @@ def _numerics_pass(
                 record["workloads"][i]["numerics"] = doc
                 if journal is not None:
                     journal.append("workload-extended", {"index": i, "workload": record["workloads"][i]})
+        if capture.summary:
+            record["numerics_pass"] = capture.summary
     finally:
         cleanup(capture)
 
@@ -605,7 +611,16 @@ def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> 
             return None
         end = {
             k: record[k]
-            for k in ("partial", "interrupted", "signal", "failure", "failure_traceback", "hygiene", "crashes")
+            for k in (
+                "partial",
+                "interrupted",
+                "signal",
+                "failure",
+                "failure_traceback",
+                "hygiene",
+                "crashes",
+                "numerics_pass",
+            )
             if k in record
         }
         # The record below is what counts; without this line a recovery would only mark the run partial.

@@ -19,7 +19,7 @@ from mpsup.bench.energy_turns import EnergyTurns
 from mpsup.bench.energy_windows import plan_windows, read_edge, window
 from mpsup.bench.events import SamplesTaken, SmokeStepDone
 from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
-from mpsup.bench.numerics import NumericsCapture, Reference
+from mpsup.bench.numerics import DEFAULT_SHARE, NumericsCapture, Reference
 from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, mlx_pin_env, worker_env
@@ -65,6 +65,7 @@ class BenchOptions:
     # this interpreter (None: the baseline's).
     numerics: bool = False
     reference_python: Path | None = None
+    reference_share: float = DEFAULT_SHARE  # of the run's time before it, the most the float64 reference may take
     # bench --energy: read the device's meter (idle power first), and give paired whole-model phases energy
     # windows after their timed rounds (bench/energy_windows.py)
     energy: bool = False
@@ -213,7 +214,7 @@ class Runner:
         self.restarts = 0
         self.rates: dict[tuple[str, str, object], float] = {}  # FLOP/s, the best seen per Workload.rate_family
         paired_torch = len(envs) == 2 and all(e.stack == "torch" for e in envs)
-        self.capture = NumericsCapture.create() if options.numerics and paired_torch else None
+        self.capture = NumericsCapture.create(options.reference_share) if options.numerics and paired_torch else None
         self.reference_session: EnvSession | None = None
         self.energy = EnergyTurns()  # reads nothing until bench/run.py gives it the run's meter
 
@@ -263,17 +264,24 @@ class Runner:
         calls: int | None,
         share_s: float | None = None,
         max_first_call_s: float | None = None,
+        *,
+        census: bool = True,
     ) -> EnvMeasurement:
         pol = self.options.policy
         target = pol.target_sample_s
         if len(self.sessions) == 2 and share_s is not None:
             target = pol.paired_sample_s(share_s)
-        req = {"op": "setup", "workload": w.spec(), "calls": calls, "target_sample_s": target}
+        spec = w.spec()
+        if not census and spec.get("kind") == "model_phase":
+            # A later visit's census would be thrown away (the ops are planned from the first): not taken.
+            spec = {**spec, "params": {**spec["params"], "census": False}}
+        req = {"op": "setup", "workload": spec, "calls": calls, "target_sample_s": target}
         if max_first_call_s is not None:
             req["max_first_call_s"] = max_first_call_s
         keep = self.capture.request(w, s.env.label) if self.capture is not None else None
         if keep is not None:
             req["numerics"] = keep
+        t0 = self.options.clock()
         try:
             ans = s.request(req)
         except WorkerDied as exc:
@@ -283,7 +291,9 @@ class Runner:
         if ans.get("type") == "error":
             needs_metal = ans.get("needs_metal") is True
             return EnvMeasurement.failed(ans.get("status", "error"), ans.get("message", ""), needs_metal=needs_metal)
-        return EnvMeasurement.ready(ans)
+        ready = EnvMeasurement.ready(ans)
+        ready.setup_s.append(self.options.clock() - t0)
+        return ready
 
     def _sample(self, s: EnvSession, r: EnvMeasurement, count: int, *, warmup: bool, discard: int = 0) -> list[float]:
         t0 = self.options.clock()
@@ -421,10 +431,11 @@ class Runner:
             # docs/evidence/).
             order = live[::-1] if self.options.policy.counterbalance and (m.visits or 1) % 2 else live
             for s in order:
-                fresh = self._setup(s, w, calls)
+                fresh = self._setup(s, w, calls, census=False)
                 if not fresh.ok:
                     return False
                 m.envs[s.env.label].sample_s = fresh.sample_s
+                m.envs[s.env.label].setup_s += fresh.setup_s
             self._visit(live, m, VisitPlan(share_s, t0, None, min_new), first=order[0])
         except (WorkerDied, RuntimeError) as exc:
             m.extend_error = str(exc)[:300]

@@ -226,6 +226,37 @@ def _phases(view: RunView, console: Console) -> None:
     render_phases(dict(view.doc), console)  # the model whole comes first: it is the answer; the layers explain it
 
 
+def _answers(view: RunView, console: Console) -> None:
+    """How far the float64 reference got (`mpsup report` gives the verdicts): what it compared, and where its
+    share of the run ran out, how long the rest would take and the option that buys it."""
+    docs = [
+        w for w in view.doc.get("workloads") or [] if isinstance(w, Mapping) and isinstance(w.get("numerics"), Mapping)
+    ]
+    if not docs:
+        return
+    compared = [w for w in docs if w["numerics"].get("status") == "compared"]
+    phases = sum(1 for w in compared if w.get("part") == "phase")
+    total_phases = sum(1 for w in docs if w.get("part") == "phase")
+    ops = len(compared) - phases
+    summary = view.doc.get("numerics_pass")
+    summary = summary if isinstance(summary, Mapping) else {}
+    took = summary.get("spent_s")
+    line = (
+        f"Answers against float64: {phases} of {plural(total_phases, 'phase')} and {plural(ops, 'other workload')} "
+        "compared" + (f" in {fmt_time(float(took))}" if isinstance(took, int | float) else "")
+    )
+    skipped = summary.get("skipped_for_share")
+    if isinstance(skipped, int) and skipped > 0:
+        more, share = summary.get("skipped_estimate_s"), summary.get("share_for_all")
+        line += (
+            f"; {plural(skipped, 'workload')} not, for lack of time (the reference's share: "
+            f"{float(summary.get('share') or 0):.0%} of the run)"
+        )
+        if isinstance(more, int | float) and isinstance(share, int | float):
+            line += f": about {fmt_time(float(more))} more would judge them all (--reference-share {share:g})"
+    print_wrapped(console, line + "; `mpsup report` gives the verdicts.")
+
+
 def _on_the_cpu(view: RunView, console: Console) -> None:
     """Layers whose build or first call ran an op on the CPU (no MPS kernel): their time is partly the CPU's.
     A whole model's phases say theirs in the phase table."""
@@ -347,6 +378,7 @@ MAIN_SECTIONS: tuple[Section, ...] = (
     _not_passing,
     _on_the_cpu,
     _phases,
+    _answers,
     _model_lines,
     _meaning_main,
     top_workloads,
@@ -360,6 +392,7 @@ DETAIL_SECTIONS: tuple[Section, ...] = (
     _header,
     smoke_table,
     _phases,
+    _answers,
     part_tables,
     _on_the_cpu,
     _closing_details,

@@ -31,6 +31,33 @@ def fallback_ops(env: Any) -> tuple[str, ...]:
     return tuple(op for op in ops if isinstance(op, str)) if isinstance(ops, list) else ()
 
 
+FIT_KEYS = ("need_bytes", "allowed_bytes", "capacity_bytes")
+
+
+def fit_of(env: Any) -> dict[str, float] | None:
+    """What the depth fit weighed for this build (worker/whole_model.py `_depth_for`), where it says: the whole
+    model's bytes with its activations, what one build may hold, the device's safe memory and the share."""
+    fit = phase_info(env).get("fit")
+    if not isinstance(fit, dict):
+        return None
+    got = {k: fit.get(k) for k in (*FIT_KEYS, "share")}
+    ok = all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 2**62 for v in got.values())
+    return {k: float(v) for k, v in got.items() if v is not None} if ok else None
+
+
+def fit_note(phase: str, fit: dict[str, float], scaled: str | None, environments: int) -> str:
+    """One line: whether the model ran whole, and what the fit rule weighed."""
+    gib = 2**30
+    each = f"{fit['need_bytes'] / gib:.1f} GiB with its activations"
+    allowed = (
+        f"the {fit['allowed_bytes'] / gib:.1f} GiB a build may hold ({fit['share']:.0%} of "
+        f"{fit['capacity_bytes'] / gib:.1f} GiB" + (f"; {environments} builds at once)" if environments > 1 else ")")
+    )
+    if scaled:
+        return f"{phase}: ran {scaled} blocks: the whole model needs {each}, over {allowed}"
+    return f"{phase}: the model runs whole: {each}, within {allowed}"
+
+
 def scale_of(env: dict[str, Any]) -> float:
     """Whole model / what ran: layers over the blocks built (1 when every block ran)."""
     info = phase_info(env)
@@ -113,6 +140,8 @@ def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any
         if (blocks := scaled_from(env)) is not None:
             doc["scaled_from_blocks"] = blocks
             doc["depth_forced"] = bool(w.get("depth"))  # --depth, or the model did not fit whole
+        if fit := fit_of(env):
+            doc["fit"] = fit
         if memory.get("driver_allocated_max"):
             doc["driver_memory_max_bytes"] = memory["driver_allocated_max"]
         if ops := fallback_ops(env):

@@ -18,8 +18,10 @@ from mpsup.workloads import ITEMSIZE, Workload
 
 PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
 TEXT_TOKENS = 77
-# Of the device's safe memory, what one environment's whole model may take: a paired run holds two models.
-FIT_SHARE = 0.5
+# Of the device's safe memory (a Mac's recommended working set, a GPU's memory, a CPU's RAM), what the models
+# of one visit may take together: a paired run holds two, each with its phase's activations. The float64
+# reference no longer holds a copy of the model (it draws one module at a time), and it runs after the visits.
+FIT_SHARE = 0.7
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ SPREAD_STILL_SHARE = 0.1
 Z95 = 1.959963984540054
 
 
+CHANGED = frozenset({"faster", "slower"})  # a phase's call that has a change to share out among its ops
+
+
 class _Change(Protocol):
     baseline_s: float | None
     candidate_s: float | None
@@ -98,12 +101,16 @@ class PhaseAttribution:
     census_calls: dict[str, int] = field(default_factory=dict)  # each side's aten calls in one call of the phase
     not_replayed_calls: dict[str, int] = field(default_factory=dict)  # of them, in no timed op workload
     not_timed: tuple[str, ...] = ()  # op workloads of this phase without a time in both environments
+    phase_changed: bool = True  # called faster or slower: otherwise no op gets a share of its (noise) difference
+    ops_change_s: float | None = None  # the timed ops' changes summed
 
     def to_json(self) -> dict[str, Any]:
         spread = self.spread
         return {
             "coverage": {"baseline": self.coverage_baseline, "candidate": self.coverage_candidate},
             "explained_change": self.explained_change,
+            "phase_changed": self.phase_changed,
+            "ops_change_s": self.ops_change_s,
             "ops": [o.to_json() for o in self.ops],
             "spread": spread.to_json() if spread else None,
         }
@@ -167,6 +174,10 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
         base = _finite(pc.baseline_s) if pc else None
         cand = _finite(pc.candidate_s) if pc else None
         delta = cand - base if base is not None and cand is not None else None
+        # A phase not called changed has no change to share out: its difference is noise, and a share of noise
+        # reads as anything (an 8B A/A's ops "explained -2492%" of it). The ops' sum is still given.
+        changed = pc is not None and pc.change in CHANGED
+        whole = delta if changed else None
         shares: list[OpShare] = []
         not_timed: list[str] = []
         timed_keys: set[str] = set()
@@ -184,7 +195,7 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
                 group = o.get("op_group") if together else [o.get("op_call")]
                 timed_keys.update(call_key(c) for c in group or [] if isinstance(c, dict))
             ch = tc - tb if tb is not None and tc is not None else None
-            share = ch / delta if ch is not None and delta else None
+            share = ch / whole if ch is not None and whole else None
             overload = str((o.get("op_call") or {}).get("overload") or "")
             shares.append(
                 OpShare(
@@ -220,8 +231,10 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
             ops=tuple(shares),
             coverage_baseline=sum_b / base if base else None,
             coverage_candidate=sum_c / cand if cand else None,
-            explained_change=explained / delta if delta else None,
+            explained_change=explained / whole if whole else None,
             unexplained_s=delta - explained if delta is not None else None,
+            phase_changed=changed,
+            ops_change_s=explained,
             census_calls=calls,
             not_replayed_calls=missing,
             not_timed=tuple(not_timed),

@@ -170,10 +170,18 @@ def attribution_heading(attr: PhaseAttribution) -> str:
     extra = f"; {calls}" if calls else ""
     several = [c for c in op_classes(attr) if len(c.calls) > 1 and c.share_of_change is not None][:3]
     by_op = ", ".join(f"{c.op} {_pct(c.share_of_change)} ({len(c.calls)} shapes)" for c in several)
-    return (
+    covers = (
         f"Ops of {attr.phase}, each timed alone in both builds: their sum is {_pct(attr.coverage_baseline)} of the "
-        f"phase (baseline) and {_pct(attr.coverage_candidate)} (candidate); they explain "
-        f"{_pct(attr.explained_change)} of its change ({_signed(attr.change_s)} a call){extra}"
+        f"phase (baseline) and {_pct(attr.coverage_candidate)} (candidate); "
+    )
+    if not attr.phase_changed:
+        return (
+            covers + f"their changes add up to {_signed(attr.ops_change_s)} a call, the phase's to "
+            f"{_signed(attr.change_s)}, within its noise (no change to share out){extra}"
+        )
+    return (
+        covers
+        + f"they explain {_pct(attr.explained_change)} of its change ({_signed(attr.change_s)} a call){extra}"
         + (f"; by op, all shapes together: {by_op}" if by_op else "")
     )
 

@@ -7,6 +7,7 @@ record value is checked before it becomes code (report/op_repro.py's rules)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +240,8 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
     if top is not None:
         entry: dict[str, Any] = next((w for w in record.get("workloads", []) if w.get("name") == top.workload), {})
         call = entry.get("op_call") if isinstance(entry.get("op_call"), dict) else None
+        if call is None and isinstance(top.op_call, Mapping):
+            call = dict(top.op_call)  # a call judged alone out of its phase's group
         device = str(record.get("device")) if record.get("device") in ("mps", "cuda", "cpu") else "cpu"
         try:
             builder = _builder(call) if call else None

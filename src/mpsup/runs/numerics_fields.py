@@ -8,6 +8,7 @@ from typing import Any
 from mpsup.runs.fields import MAX_QUANTITY, MAX_SECONDS, Corrupt, _check, _list, _number, _obj, _text, _whole
 
 MAX_OUTPUTS = 64  # a multi-output op returns a handful; a model, one
+MAX_CALLS = 400  # a group of a phase's other calls, each judged alone (model/op_replay.GROUP_MAX_CALLS)
 MAX_DIMS = 16
 MAX_SIDES = 16
 STATUSES = ("compared", "not_compared")
@@ -71,3 +72,8 @@ def check_numerics(doc: Any, where: str) -> None:
     _number(language.get("kl_mean"), f"{where}.language.kl_mean", low=-1e-6)
     for i, out in enumerate(_list(d.get("outputs"), f"{where}.outputs", MAX_OUTPUTS, optional=True)):
         _output(out, f"{where}.outputs[{i}]")
+    for i, call in enumerate(_list(d.get("calls"), f"{where}.calls", MAX_CALLS, optional=True)):
+        c = _obj(call, f"{where}.calls[{i}]")
+        _whole(c.get("call"), f"{where}.calls[{i}].call", high=MAX_CALLS, optional=False)
+        for k, out in enumerate(_list(c.get("outputs"), f"{where}.calls[{i}].outputs", MAX_OUTPUTS)):
+            _output(out, f"{where}.calls[{i}].outputs[{k}]")
