@@ -3,7 +3,8 @@ shapes of Llama 3.2 1B and 3B, Llama 3 8B and 70B; weights never downloaded: a s
 every tensor and holds no data), and a paired run of one, timed whole and taken apart.
 
     python benchmarks/real_size.py make 3b DIR [--dtype bf16] [--layers N]
-    python benchmarks/real_size.py run DIR --device cpu (--aa | --candidate PY) [--out FILE] [--mpsup CMD] [-- ARGS]
+    python benchmarks/real_size.py run DIR --device cpu (--aa | --candidate PY | --candidate-hook NAME) [--out FILE]
+        [--mpsup CMD] [--bench-args "--budget 0.3 ..."]
         runs `mpsup bench --model DIR --json ...` and prints where the time went: wall time, the builds (each
         visit's setup), the timed phases, the op replay, the float64 reference (its time and peak memory), and
         every phase's speed and answers verdict from `mpsup report --json`
@@ -51,6 +52,34 @@ SHAPES: dict[str, dict[str, Any]] = {
     "70b": {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
             "num_key_value_heads": 8, "tie_word_embeddings": False, "max_position_embeddings": 8192},
 }  # fmt: skip
+
+
+# Candidates made of the baseline's interpreter behind a wrapper whose sitecustomize changes one op.
+HOOKS = {
+    # A norm's rsqrt computed through bfloat16 (a model in bf16 computes its RMSNorm in float32): one small op's
+    # numerics, nothing else.
+    "rsqrt-bf16": (
+        "import torch\n"
+        "_lib = torch.library.Library('aten', 'IMPL')\n"
+        "def _rsqrt(x):\n"
+        "    return x.to(torch.bfloat16).sqrt().reciprocal().to(x.dtype)\n"
+        "for _key in ('CPU', 'CUDA'):\n"
+        "    _lib.impl('rsqrt', _rsqrt, _key)\n"
+    ),
+}
+
+
+def hooked_python(name: str, root: Path) -> Path:
+    """A wrapper script running this interpreter with the hook `name` in its sitecustomize."""
+    hook = root / f"hook-{name}"
+    hook.mkdir(parents=True, exist_ok=True)
+    (hook / "sitecustomize.py").write_text(HOOKS[name])
+    wrapper = root / f"python-{name}"
+    wrapper.write_text(
+        f'#!/bin/sh\nexport PYTHONPATH="{hook}${{PYTHONPATH:+:$PYTHONPATH}}"\nexec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def make_size(size: str, out: Path, dtype: str, layers: int | None) -> None:
@@ -114,9 +143,11 @@ def parts(record: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> None:
     mpsup = shlex.split(args.mpsup)
+    if args.candidate_hook:
+        args.candidate = str(hooked_python(args.candidate_hook, Path(tempfile.mkdtemp(prefix="mpsup-hook-"))))
     side = ["--aa"] if args.aa else ["--candidate", args.candidate]
     cmd = [*mpsup, "bench", "--model", str(args.dir), "--device", args.device, "--no-smoke", *side, "--json"]
-    cmd += args.rest
+    cmd += shlex.split(args.bench_args)
     t0 = time.perf_counter()
     bench = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -164,9 +195,10 @@ def main() -> None:
     group = r.add_mutually_exclusive_group(required=True)
     group.add_argument("--aa", action="store_true")
     group.add_argument("--candidate")
+    group.add_argument("--candidate-hook", choices=sorted(HOOKS), help="this interpreter with one op changed")
     r.add_argument("--out")
     r.add_argument("--mpsup", default=f"{sys.executable} -m mpsup")
-    r.add_argument("rest", nargs="*", help="further bench arguments, after --")
+    r.add_argument("--bench-args", default="", help="further bench arguments, as one string")
     p = sub.add_parser("parts")
     p.add_argument("record", type=Path)
     args = ap.parse_args()
