@@ -44,6 +44,7 @@ MEMBERS = (
     "torch/_C/_VariableFunctions.pyi",
     "torch/nn/__init__.py",
     "torch/nn/modules/__init__.py",
+    "torch/nn/modules/module.py",
     "torch/nn/functional.py",
     "torch/mps/__init__.py",
     "torch/mps/event.py",
@@ -427,7 +428,8 @@ def worker_attribute_uses() -> tuple[set[str], set[str]]:
 
 MODULE_FILES = {
     "torch": ("torch/__init__.py", "torch/functional.py", "torch/_C/__init__.pyi", "torch/_C/_VariableFunctions.pyi"),
-    "torch.nn": ("torch/nn/__init__.py", "torch/nn/modules/__init__.py"),
+    # Module's own members (register_parameter: weights built without values) are in modules/module.py.
+    "torch.nn": ("torch/nn/__init__.py", "torch/nn/modules/__init__.py", "torch/nn/modules/module.py"),
     "torch.nn.functional": ("torch/nn/functional.py",),
     "torch.mps": ("torch/mps/__init__.py",),
     "torch.mps.event": ("torch/mps/event.py",),

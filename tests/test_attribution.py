@@ -130,7 +130,7 @@ def test_the_phase_change_is_laid_at_the_op_that_moved() -> None:
 def test_json_has_exactly_the_issue_shape() -> None:
     doc = analyze(record()).to_json()
     pa = doc["phase_attribution"]["decode"]
-    assert set(pa) == {"coverage", "explained_change", "ops", "spread"}
+    assert set(pa) == {"coverage", "explained_change", "phase_changed", "ops_change_s", "ops", "spread"}
     assert pa["spread"] is None  # attention alone moved: no change every op shares (tests/test_spread.py)
     assert set(pa["coverage"]) == {"baseline", "candidate"}
     assert set(pa["ops"][0]) == {

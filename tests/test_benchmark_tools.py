@@ -24,6 +24,7 @@ FIGURE_RECORD = (
 # Each script and what it needs beyond the test extra; a new script must be added here (and given a run).
 SCRIPTS: dict[str, str | None] = {
     "anchors_compare.py": None,
+    "build_cost.py": None,
     "compare_timers.py": None,
     "energy_gpu.py": None,
     "header_scan.py": None,
@@ -37,6 +38,7 @@ SCRIPTS: dict[str, str | None] = {
     "omp_wait.py": None,
     "phase_overhead.py": None,
     "plain_binding.py": None,
+    "real_size.py": None,
     "report_screenshots.py": None,
     "speed.py": None,
     "unpaired_aa.py": None,
@@ -234,3 +236,19 @@ def test_phase_overhead_rereads_a_printed_run_of_either_width_within_each_proces
     assert "block   0.9700x (0.970-0.970) -3.00%" in inside  # 9.7/10 and 19.4/20: the processes' spread cancels
     assert "own     0.9600x (0.960-0.960) -4.00%" in inside  # only the new log has it
     assert "plain     20.0000 (10.0000-30.0000, n  2)" in done.stdout
+
+
+def test_real_size_makes_a_real_shape_without_weights_and_times_its_build(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="transformers is in the test extra")
+    folder = tmp_path / "llama-1b"
+    res = run_script("real_size.py", "make", "1b", str(folder), "--layers", "1")
+    assert res.returncode == 0, res.stderr
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (2048, 1, 128256)
+    weights = folder / "model.safetensors"
+    assert weights.stat().st_size > 2048 * 128256 * 2  # the embedding alone, named in the header...
+    assert weights.stat().st_blocks * 512 < 2**20  # ...and a hole on disk
+    cost = run_script("build_cost.py", str(folder), "--tokens", "4", "--repeat", "2", cwd=tmp_path, timeout=300)
+    assert cost.returncode == 0, cost.stderr
+    doc = json.loads(cost.stdout)
+    assert len(doc["builds_s"]) == 2 and doc["depth"] == 1 and doc["peak_rss_gib"] > 0

@@ -215,7 +215,7 @@ def bench(
             "--reference-share",
             min=0.01,
             max=10.0,
-            help="The float64 reference's time, at most this share of the run's time before it (phases first).",
+            help="After the phases (always judged), the float64 reference's time: at most this share of the run's.",
         ),
     ] = 0.25,
     visits: Annotated[

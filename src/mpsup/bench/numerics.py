@@ -174,7 +174,7 @@ def judge(
     with contextlib.suppress(Exception):
         reference.facts()
     budget = max(capture.share * elapsed_s, MIN_BUDGET_S)
-    spent = 0.0
+    spent = 0.0  # on what the share bounds: everything but the phases
     out: dict[int, dict[str, Any]] = {}
     took: dict[str, list[float]] = {}  # by kind, what each judged workload took
     skipped: list[tuple[int, Workload]] = []
@@ -185,29 +185,47 @@ def judge(
             doc = _not_compared(why or "the workload was not measured")
         elif why is not None:
             doc = _not_compared(why, digests={label: [v.answer.get("digest") for v in s] for label, s in kept.items()})
-        elif spent > budget:
+        elif spent > budget and w.kind != "model_phase":
             doc = _not_compared(SHARE_SPENT.format(share=capture.share))
             skipped.append((i, w))
         else:
             t0 = clock()
             doc = _ask(reference, w, kept, entry)
-            spent += clock() - t0
-            doc["took_s"] = round(clock() - t0, 3)
-            took.setdefault(w.kind, []).append(clock() - t0)
+            took_s = clock() - t0
+            # The phases are the verdict: always judged, whatever they cost (an 8B prefill of 512 tokens is about
+            # 8 TFLOP in float64); the share bounds what follows them.
+            spent += took_s if w.kind != "model_phase" else 0.0
+            doc["took_s"] = round(took_s, 3)
+            took.setdefault(w.kind, []).append(took_s)
         out[i] = doc
         progress(NumericsDone(w.name, str(doc["status"])))
     capture.summary = _summary(capture.share, budget, spent, elapsed_s, took, skipped)
-    if skipped:
-        more = capture.summary["skipped_estimate_s"]
-        for i, _ in skipped:
-            out[i]["reason"] += (
-                f"; about {_duration(more)} more would judge every workload (--reference-share "
-                f"{capture.summary['share_for_all']:g})"
-            )
+    more, share_for_all = capture.summary.get("skipped_estimate_s"), capture.summary.get("share_for_all")
+    for i, _ in skipped:
+        out[i]["reason"] += (
+            f"; about {_duration(more)} more would judge every workload (--reference-share {share_for_all:g})"
+            if more is not None and share_for_all is not None
+            else "; a larger --reference-share judges the rest"
+        )
     return out
 
 
 SHARE_SPENT = "the float64 reference had used its share of the run ({share:.0%} of its time) on the workloads before it"
+
+
+def _estimate(w: Workload, took: dict[str, list[float]]) -> float:
+    """What judging `w` would take: its kind's mean so far; a group of calls as that many single ops (each call is
+    judged alone); else the mean of every workload but the phases (a phase's whole forward says nothing of an op)."""
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    if took.get(w.kind):
+        return mean(took[w.kind])
+    if w.kind == "op_group" and took.get("op_replay"):
+        return mean(took["op_replay"]) * len(w.params.get("op_group") or [])
+    rest = [x for kind, xs in took.items() if kind != "model_phase" for x in xs]
+    return mean(rest) if rest else 0.0
 
 
 def _duration(seconds: float) -> str:
@@ -222,20 +240,20 @@ def _summary(
     took: dict[str, list[float]],
     skipped: list[tuple[int, Workload]],
 ) -> dict[str, Any]:
-    """The pass in figures (the record's `numerics_pass`): what it was allowed and took, and for the workloads it
-    left for lack of time, what judging them would take (each at its kind's mean so far, else the mean of all)
-    and the --reference-share that would have given it."""
+    """The pass in figures (the record's `numerics_pass`): the phases' time, what the rest was allowed and took, and
+    for the workloads it left for lack of time, what judging them would take (`_estimate`) and the
+    --reference-share that would have given it."""
     every = [x for xs in took.values() for x in xs]
-    mean_all = sum(every) / len(every) if every else 0.0
-    estimate = sum(sum(took[w.kind]) / len(took[w.kind]) if took.get(w.kind) else mean_all for _, w in skipped)
+    estimate = sum(_estimate(w, took) for _, w in skipped)
     doc: dict[str, Any] = {
         "share": share,
+        "phases_s": round(sum(took.get("model_phase", [])), 2),
         "budget_s": round(budget, 2),
         "spent_s": round(spent, 2),
         "judged": len(every),
         "skipped_for_share": len(skipped),
     }
-    if skipped:
+    if skipped and estimate > 0:  # nothing of their kinds judged yet: no estimate rather than a wrong one
         doc["skipped_estimate_s"] = round(estimate, 1)
         # The share at which the same run would have judged them all, rounded up to a tenth.
         doc["share_for_all"] = math.ceil((spent + estimate) / max(elapsed_s, 1e-9) * 10) / 10

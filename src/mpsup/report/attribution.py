@@ -178,45 +178,7 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
         # reads as anything (an 8B A/A's ops "explained -2492%" of it). The ops' sum is still given.
         changed = pc is not None and pc.change in CHANGED
         whole = delta if changed else None
-        shares: list[OpShare] = []
-        not_timed: list[str] = []
-        timed_keys: set[str] = set()
-        for o in mine:
-            c = changes.get(str(o.get("name")))
-            nb, nc = _counts(o, name, a), _counts(o, name, b)
-            per_b = _finite(c.baseline_s) if c else None
-            per_c = _finite(c.candidate_s) if c else None
-            tb = nb * per_b if per_b is not None else (0.0 if nb == 0 else None)
-            tc = nc * per_c if per_c is not None else (0.0 if nc == 0 else None)
-            together = o.get("kind") == GROUP_KIND
-            if per_b is None or per_c is None:
-                not_timed.append(str(o.get("name")))
-            else:
-                group = o.get("op_group") if together else [o.get("op_call")]
-                timed_keys.update(call_key(c) for c in group or [] if isinstance(c, dict))
-            ch = tc - tb if tb is not None and tc is not None else None
-            share = ch / whole if ch is not None and whole else None
-            overload = str((o.get("op_call") or {}).get("overload") or "")
-            shares.append(
-                OpShare(
-                    name=str(o.get("name")),
-                    op=str(o.get("op") or overload),
-                    shapes=str(o.get("shapes") or ""),
-                    dtypes=str(o.get("dtypes") or ""),
-                    overload=overload,
-                    count_baseline=nb,
-                    count_candidate=nc,
-                    baseline_s=tb,
-                    candidate_s=tc,
-                    speedup=c.speedup if c else None,
-                    change=c.change if c else "n/a",
-                    change_s=ch,
-                    share_of_change=share,
-                    view=is_view(overload),
-                    op_call=dict(o.get("op_call") or {}),
-                    together=together,
-                )
-            )
+        shares, not_timed, timed_keys = _op_shares(mine, changes, name, (a, b), whole)
         shares.sort(key=lambda s: -abs(s.change_s) if s.change_s is not None else math.inf)
         sum_b = sum(s.baseline_s for s in shares if s.baseline_s is not None and s.name not in not_timed)
         sum_c = sum(s.candidate_s for s in shares if s.candidate_s is not None and s.name not in not_timed)
@@ -240,6 +202,53 @@ def attribute(record: dict[str, Any], changes: dict[str, _Change], a: str, b: st
             not_timed=tuple(not_timed),
         )
     return out
+
+
+def _op_shares(
+    mine: list[dict[str, Any]], changes: dict[str, _Change], name: str, labels: tuple[str, str], whole: float | None
+) -> tuple[list[OpShare], list[str], set[str]]:
+    """The phase's op workloads as shares of its change (`whole`: None where it has none to share out), the op
+    workloads without a time in both environments, and the census calls the timed ones replay."""
+    a, b = labels
+    shares: list[OpShare] = []
+    not_timed: list[str] = []
+    timed_keys: set[str] = set()
+    for o in mine:
+        c = changes.get(str(o.get("name")))
+        nb, nc = _counts(o, name, a), _counts(o, name, b)
+        per_b = _finite(c.baseline_s) if c else None
+        per_c = _finite(c.candidate_s) if c else None
+        tb = nb * per_b if per_b is not None else (0.0 if nb == 0 else None)
+        tc = nc * per_c if per_c is not None else (0.0 if nc == 0 else None)
+        together = o.get("kind") == GROUP_KIND
+        if per_b is None or per_c is None:
+            not_timed.append(str(o.get("name")))
+        else:
+            group = o.get("op_group") if together else [o.get("op_call")]
+            timed_keys.update(call_key(c) for c in group or [] if isinstance(c, dict))
+        ch = tc - tb if tb is not None and tc is not None else None
+        overload = str((o.get("op_call") or {}).get("overload") or "")
+        shares.append(
+            OpShare(
+                name=str(o.get("name")),
+                op=str(o.get("op") or overload),
+                shapes=str(o.get("shapes") or ""),
+                dtypes=str(o.get("dtypes") or ""),
+                overload=overload,
+                count_baseline=nb,
+                count_candidate=nc,
+                baseline_s=tb,
+                candidate_s=tc,
+                speedup=c.speedup if c else None,
+                change=c.change if c else "n/a",
+                change_s=ch,
+                share_of_change=ch / whole if ch is not None and whole else None,
+                view=is_view(overload),
+                op_call=dict(o.get("op_call") or {}),
+                together=together,
+            )
+        )
+    return shares, not_timed, timed_keys
 
 
 def _census_calls(phase_doc: dict[str, Any], timed: set[str]) -> tuple[dict[str, int], dict[str, int]]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mpsup.model.coverage import scaled_from
 from mpsup.model.op_replay import describe_call
 
 NumericsVerdict = Literal["identical", "same accuracy", "less accurate", "more accurate", "broken", "not compared"]
@@ -257,6 +258,7 @@ class PhaseNumerics:
     kl_mean: float | None = None
     greedy_diverges_at: int | None = None
     random_weights: bool = True  # nearly flat logits: top-1 and KL say little, the errors decide
+    blocks: str | None = None  # "8 of 32": the prefix of the model the builds ran, and the truth with them
 
     @property
     def verdict(self) -> NumericsVerdict:
@@ -288,6 +290,7 @@ class PhaseNumerics:
             "kl_mean": self.kl_mean,
             "greedy_diverges_at": self.greedy_diverges_at,
             "weights": "random" if self.random_weights else "real",
+            "blocks": self.blocks,
             "model_code": list(self.libraries) if self.libraries else None,
             # The op that changed the numbers, or null: none of the ops compared alone moved (the change came
             # from calls replayed only together, or from what the phase carries over, such as a decode's cache).
@@ -348,6 +351,7 @@ def model_numerics(
             kl_mean=_num(lang.get("kl_mean")),
             greedy_diverges_at=greedy if isinstance(greedy, int) and not isinstance(greedy, bool) else None,
             random_weights=str(entry.get("weights") or "random") != "real",
+            blocks=next(filter(None, (scaled_from(env) for env in _map(entry.get("envs")).values())), None),
         )
     return out
 
@@ -390,8 +394,9 @@ def numerics_lines(model: Mapping[str, PhaseNumerics]) -> list[str]:
             lines.append(f"{phase} answers: not compared ({pn.numerics.reason})")
             continue
         ratio = f" ({m.ratio:.3g}x)" if m.ratio is not None and not m.identical else ""
+        on = f" (on the {pn.blocks} blocks the builds ran)" if pn.blocks else ""
         text = (
-            f"{phase} answers: {pn.verdict}; error against float64 {_e(m.baseline_error)} -> "
+            f"{phase} answers{on}: {pn.verdict}; error against float64 {_e(m.baseline_error)} -> "
             f"{_e(m.candidate_error)}{ratio}, between builds {_e(m.between)}, floor {_e(m.floor)}"
         )
         top = pn.top_op
