@@ -331,8 +331,12 @@ def run_conditions(record: RunRecord) -> RunConditions:
     hyg = record.hygiene
     before, after = dict(hyg.before), dict(hyg.after)
     noted = tuple(sorted(set(noisy_conditions(before) + noisy_conditions(after))))
-    visits = _visits(record)
-    readings: list[Mapping[str, Any]] = [before, *(r for v in visits for r in (v.start, v.end)), after]
+    # Two single runs merged (`report --baseline A --candidate B`): one run's start and the other's end are no
+    # run's change; what differs between them is said as kept apart.
+    merged = record.mode == "unpaired"
+    visits = [] if merged else _visits(record)
+    inside = [r for v in visits for r in (v.start, v.end)]
+    readings: list[Mapping[str, Any]] = [] if merged else [before, *inside, after]
     changes = [c for key in DISCRETE if (c := _discrete_change(key, [r.get(key) for r in readings])) is not None]
     # The bench's own before/after list names what no reading here holds: swap that grew over the run.
     extra = tuple(c[:200] for c in hyg.changed if c.startswith("swap use grew"))
