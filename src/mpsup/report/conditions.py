@@ -339,7 +339,7 @@ def run_conditions(record: RunRecord) -> RunConditions:
     readings: list[Mapping[str, Any]] = [] if merged else [before, *inside, after]
     changes = [c for key in DISCRETE if (c := _discrete_change(key, [r.get(key) for r in readings])) is not None]
     # The bench's own before/after list names what no reading here holds: swap that grew over the run.
-    extra = tuple(c[:200] for c in hyg.changed if c.startswith("swap use grew"))
+    extra = tuple(c[:200].removesuffix(" during the run") for c in hyg.changed if c.startswith("swap use grew"))
     drifts, considered = _drifts(visits)
     state = record.extra.get("machine_state") if isinstance(record.extra.get("machine_state"), Mapping) else None
     mac = record.device == "mps" or any(r.get(k) is not None for r in readings for k in MAC_KEYS - {"on_battery"})
