@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from mpsup.console import one_line
 from mpsup.host.hygiene import LABELS as HYGIENE_LABELS
 from mpsup.host.hygiene import noisy_conditions, shown
 from mpsup.host.machine_state import FIELDS, ORDER
@@ -120,7 +121,7 @@ class RunConditions:
         both = "both builds'" if self.builds > 1 else "the"
         if self.times_moved:
             change = median(d.change for d in self.drifts)
-            what = f" {self.drifts[0].workload}" if len(self.drifts) == 1 else ""
+            what = f" {one_line(self.drifts[0].workload, 80)}" if len(self.drifts) == 1 else ""
             over = f" (median of {len(self.drifts)} workloads)" if len(self.drifts) > 1 else ""
             times = (
                 f"{both}{what} times {'rose' if change > 0 else 'fell'} {abs(change):.0%}{over} from the first "
@@ -166,8 +167,9 @@ def _label(key: str) -> str:
 
 
 def _value(key: str, v: Any) -> str:
-    """A reading's value in words, cut short: it comes from a record, so it is data however it reads."""
-    return shown(key, v)[:MAX_SHOWN]
+    """A reading's value in words, on one line and cut short: it comes from a record, so it is data however it
+    reads (each surface escapes the line as a whole)."""
+    return one_line(shown(key, v), MAX_SHOWN)
 
 
 # --- the readings in time order ---
