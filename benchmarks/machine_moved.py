@@ -8,7 +8,7 @@ whose second half of visits shares the device with a second process.
 Each run is `mpsup bench --aa --only W --budget B --no-smoke --no-numerics` in this process (a fresh MPSUP_HOME),
 so the load can start exactly when the run's second pass begins (the first `WorkersRestarting` event): the
 loader is started then and the run waits until it says it is loading. What comes back is read as the report
-reads it: report/conditions.py's line and JSON, and the A/A verdict with the workload's interval. Printed as
+reads it: host/moved.py's line and JSON, and the A/A verdict with the workload's interval. Printed as
 text: per run its visits in time order (each build's visit median with its interval, the CPU pressure share of
 the visit or NVML's figures), what was read and what it cost, the line (or none), the verdict, and whether the
 interval still holds 1x (an A/A's ratio called right). A summary ends it: quiet runs that said something (should
@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from mpsup.bench import command as bench_command  # noqa: E402
 from mpsup.bench.events import WorkersRestarting  # noqa: E402
+from mpsup.host.moved import run_conditions  # noqa: E402
 from mpsup.report.analysis import analyze  # noqa: E402
-from mpsup.report.conditions import run_conditions  # noqa: E402
 from mpsup.runs.schema import RunRecord  # noqa: E402
 
 DEFAULT_ONLY = {"cpu": "linear/4096x4096/t1", "cuda": "linear/8192x8192/t16"}

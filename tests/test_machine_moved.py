@@ -1,4 +1,4 @@
-"""Did the machine move? report/conditions.py on synthetic records whose visits, readings and visit medians are
+"""Did the machine move? host/moved.py on synthetic records whose visits, readings and visit medians are
 known: what it must say (a CPU hog from the second pass on, the Mac's thermal pressure rising, NVML's slowdown
 reasons, a power source that changed) and what it must not (a quiet run, one build alone moving, a move inside
 the intervals or under the floor)."""
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from mpsup.errors import UserError
+from mpsup.host.moved import DRIFT_FLOOR, PRESSURE_STEP, run_conditions
 from mpsup.report.analysis import analyze
-from mpsup.report.conditions import DRIFT_FLOOR, PRESSURE_STEP, run_conditions
 from mpsup.runs.schema import RunRecord
 from mpsup.runs.select import merge_single_runs
 from tests.synthetic import paired_record

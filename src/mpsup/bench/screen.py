@@ -23,7 +23,7 @@ from mpsup.bench.run_view import RunView
 from mpsup.bench.screen_text import name_list, plural, print_lines, print_wrapped
 from mpsup.bench.tables import is_measured, part_tables, smoke_cell, smoke_table, top_workloads
 from mpsup.console import printable, safe
-from mpsup.report.conditions import run_conditions
+from mpsup.host.moved import run_conditions
 from mpsup.runs.schema import Environment, RunRecord, SmokeResult, WorkloadRun, as_record
 from mpsup.units import fmt_bytes, fmt_time
 
@@ -338,7 +338,7 @@ def _stopped(view: RunView, console: Console) -> None:
 
 
 def _conditions(view: RunView, console: Console) -> None:
-    """The machine moved (report/conditions.py's line), else what changed between the run's start and end."""
+    """The machine moved (host/moved.py's line), else what changed between the run's start and end."""
     cond = run_conditions(view.run)
     if cond.line:
         console.print(f"[yellow]The machine moved: {safe(cond.line)}[/]")

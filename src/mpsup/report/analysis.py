@@ -10,11 +10,11 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
+from mpsup.host.moved import RunConditions, run_conditions
 from mpsup.model.coverage import census as census_of
 from mpsup.report.aggregate import aggregate, model_speedup, unpaired_ratio
 from mpsup.report.attribution import PhaseAttribution, attribute
 from mpsup.report.changes import NOT_LAYERS, WorkloadChange
-from mpsup.report.conditions import RunConditions, run_conditions
 from mpsup.report.energy import EnergyFigures, energy_clause, energy_figures
 from mpsup.report.findings import (
     AAFloorNote,
@@ -106,7 +106,7 @@ class Analysis:
     model_numerics: dict[str, PhaseNumerics] = field(default_factory=dict)
     numerics: dict[str, WorkloadNumerics] = field(default_factory=dict)
     energy: EnergyFigures | None = None  # None: a record from before energy was read
-    # Did the machine move during the run (report/conditions.py): the line every surface shows, and its JSON
+    # Did the machine move during the run (host/moved.py): the line every surface shows, and its JSON
     conditions: RunConditions = field(default_factory=RunConditions)
 
     @property

@@ -3,7 +3,7 @@ run under the same conditions (an A/A of another OS build or energy mode measure
 
 from __future__ import annotations
 
-from mpsup.report.conditions import conditions_differ
+from mpsup.runs.apart import conditions_differ
 from mpsup.runs.schema import Environment, RunRecord
 
 

@@ -239,7 +239,7 @@ def _printable(v: Any) -> float | None:
 
 def _versions(record: dict[str, Any], bisect: dict[str, Any] | None, f: _Fields, moved: str | None = None) -> list[str]:
     """What collect_env would print, one line each, for inside a fenced block (where nothing is live); `moved`: the
-    report's line on how the machine moved during the run (report/conditions.py), record text like the rest."""
+    report's line on how the machine moved during the run (host/moved.py), record text like the rest."""
     envs = [e for e in record.get("environments") or [] if isinstance(e, dict)]
     hyg = record.get("hygiene") if isinstance(record.get("hygiene"), dict) else {}
     assert isinstance(hyg, dict)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.runs.apart import conditions_differ
 from mpsup.runs.journal import recover_journals
 from mpsup.runs.schema import EnvRun, Hygiene, Layout, RunRecord, SmokeResult, SmokeRun, WorkloadRun
 from mpsup.runs.store import find_record, list_record_paths, load_record
@@ -287,8 +288,6 @@ def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
 
 
 def _apart(base: RunRecord, cand: RunRecord) -> list[str]:
-    from mpsup.report.conditions import conditions_differ
-
     differ = conditions_differ(base.hygiene.before, cand.hygiene.before)
     return [f"the two runs ran under other conditions ({'; '.join(differ)})"] if differ else []
 

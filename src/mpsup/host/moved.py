@@ -23,6 +23,7 @@ from mpsup.host.hygiene import LABELS as HYGIENE_LABELS
 from mpsup.host.hygiene import noisy_conditions, shown
 from mpsup.host.machine_state import FIELDS, ORDER
 from mpsup.host.nvml_state import SLOWDOWN_REASONS
+from mpsup.runs.apart import conditions_differ
 from mpsup.runs.schema import RunRecord
 
 # The share of a visit's time in which a task waited for a CPU (PSI `some`), late visits against early ones: a
@@ -313,20 +314,6 @@ def _kept_apart(record: RunRecord) -> tuple[str, ...]:
     if len(sides) != 2 or not all(isinstance(s, Mapping) for s in sides):
         return ()
     return tuple(conditions_differ(sides[0], sides[1]))  # type: ignore[arg-type]
-
-
-# What makes two runs' figures not one machine's: an OS build (macOS ships MPSGraph), an energy mode, a power source.
-APART_KEYS = ("os_build", "energy_mode", "on_battery")
-
-
-def conditions_differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """How two runs' start conditions differ in what keeps their figures apart, in words."""
-    out = []
-    for key in APART_KEYS:
-        x, y = a.get(key), b.get(key)
-        if x is not None and y is not None and x != y:
-            out.append(f"{_label(key)} {_value(key, x)} vs {_value(key, y)}")
-    return out
 
 
 def run_conditions(record: RunRecord) -> RunConditions:
