@@ -79,4 +79,7 @@ def test_the_screen_says_energy_asked_for_and_not_measured() -> None:
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("Energy not measured")]
     assert lines and "no meter for --device cpu here" in " ".join(res.stdout.split())
     doc = json.loads(run_cli(*args, "--json").stdout)
-    assert doc is not None  # one JSON document on stdout, the line only on the screen
+    # One JSON document on stdout: the meter's absence and what was read, with the machine-moved object.
+    assert doc["energy_meter"]["name"] is None and doc["energy_meter"]["why"]
+    assert doc["machine_state"]["reads"] and doc["conditions"]["visits"] >= 1
+    assert set(doc["conditions"]) >= {"moved", "line", "changes", "pressures", "drift", "read_s"}

@@ -111,5 +111,10 @@ def _median_doc(samples: list[float]) -> dict[str, Any]:
 
 
 def watch_for(device: str, clock: Callable[[], float] = time.perf_counter) -> VisitWatch:
-    """The watch a run on `device` keeps: this machine's readers for it, the clock started now."""
-    return VisitWatch(open_state(device), clock, clock())
+    """The watch a run on `device` keeps: this machine's readers for it, the clock started now. Readers that
+    cannot start cost their figures (said under `absent`), never the run."""
+    try:
+        state = open_state(device)
+    except Exception as exc:
+        state = MachineState(absent={"machine state": f"the readers could not start ({type(exc).__name__})"})
+    return VisitWatch(state, clock, clock())
