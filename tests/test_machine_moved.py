@@ -251,3 +251,24 @@ def test_a_reading_s_value_is_cut_short_in_the_line() -> None:
     )
     line = _cond(doc).line
     assert line is not None and "y" * 40 in line and "y" * 41 not in line
+
+
+def test_an_a_a_run_of_another_os_build_is_not_this_run_s_noise_floor() -> None:
+    from mpsup.report.analysis import matching_aa
+
+    def run(run_id: str, mode: str, build: str) -> RunRecord:
+        doc = paired_record(1.0, count=2, run_id=run_id, mode=mode)
+        if mode == "aa":
+            doc["environments"][1]["torch_version"] = doc["environments"][0]["torch_version"]
+        doc["hygiene"] = {"before": {"os_build": build, "energy_mode": "automatic"}, "after": {}, "changed": []}
+        return RunRecord.from_json(doc, run_id)
+
+    record = run("paired", "paired", "24D60")
+    same, other = run("aa-same", "aa", "24D60"), run("aa-other", "aa", "24E248")
+    passed: list[str] = []
+    assert matching_aa(record, [same, other], passed) is same  # the newer one is passed over, and said
+    assert passed == [
+        "A/A run aa-other not used as this run's noise floor: it ran under other conditions (OS build 24D60 vs 24E248)"
+    ]
+    passed.clear()
+    assert matching_aa(record, [other], passed) is None and len(passed) == 1
