@@ -194,7 +194,7 @@ def _torch() -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--quiet", type=int, default=5, help="quiet A/A runs")
     p.add_argument("--loaded", type=int, default=1, help="A/A runs with a second process from the second pass on")
