@@ -8,7 +8,7 @@ another process joined it, or the share of the visits' time in which tasks waite
 PRESSURE_STEP. Or the times moved: the builds' medians of their last visit lie past the interval of their first,
 all builds the same way and by more than DRIFT_FLOOR, in at least half the workloads visited more than once. A
 paired ratio cancels what hits both builds alike, so the line says the ratio stands where the times do not.
-Both thresholds come from measured runs (docs/evidence/machine-moved.md)."""
+Quiet and loaded runs measured against both: docs/evidence/machine-moved.md."""
 
 from __future__ import annotations
 
@@ -26,15 +26,15 @@ from mpsup.host.nvml_state import SLOWDOWN_REASONS
 from mpsup.runs.apart import conditions_differ
 from mpsup.runs.schema import RunRecord
 
-# The share of a visit's time in which a task waited for a CPU (PSI `some`), late visits against early ones: a
-# quiet 2-core VM shared with other work moved it by at most 0.06 between halves of an A/A run, a second busy
-# process by 0.3 or more (docs/evidence/machine-moved.md).
+# The share of a visit's time in which a task waited for a CPU (PSI `some`), late visits against early ones: quiet
+# A/A runs on a 2-vCPU VM shared with another job moved it by up to 10 points between visits, so 15 keeps them
+# silent (docs/evidence/machine-moved.md).
 PRESSURE_STEP = 0.15
-# A visit median's change, first visit to last, that the times must pass besides their intervals: the quiet A/A
-# runs' largest together-move was under it (docs/evidence/machine-moved.md).
+# A move of both builds' visit medians past their intervals must also pass this: fresh worker processes alone
+# disagree by up to the report's 2% between-process floor, and 5% is over twice that.
 DRIFT_FLOOR = 0.05
 MAX_SHOWN = 40  # characters of a record's value in the line: a level's word, a reason's name
-# Readings' keys whose change says the machine moved, with the word for a move of each.
+# The readings' keys whose change says the machine moved.
 DISCRETE = ("thermal_pressure", "thermal_state", "memory_pressure", "low_power_mode", "thermal_warning", "on_battery",
             "energy_mode", "os_build", "gpu_events", "gpu_processes")  # fmt: skip
 PRESSURES = {"cpu_pressure_us": "CPU pressure (time a task waited for a CPU)", "memory_pressure_us": "memory stall"}
