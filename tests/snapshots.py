@@ -79,6 +79,25 @@ HEALTHY: dict[str, Any] = {
     "env": {},
     # What energy/apple.py names with zeus-apple-silicon installed (no Mac captured this key: see test_energy_meters).
     "energy_meter": {"name": "apple-ioreport", "reads": "IOReport Energy Model: the SoC's estimates"},
+    # What host/machine_state.py reads on a Mac at rest: notify level 0 (public `notifyutil -g
+    # com.apple.system.thermalpressurelevel` captures print `... 0` at rest), NSProcessInfo's nominal, LPM off,
+    # kern.memorystatus_vm_pressure_level 1. Written by hand: no Mac captured this key.
+    "readings": {
+        "device": "mps",
+        "values": {
+            "thermal_pressure": "nominal",
+            "thermal_state": "nominal",
+            "low_power_mode": False,
+            "memory_pressure": "normal",
+            "swap_used_bytes": 0,
+        },
+        "reads": [
+            "thermal pressure (notify)",
+            "NSProcessInfo thermal state and Low Power Mode",
+            "memory pressure and swap (sysctl)",
+        ],
+        "absent": {},
+    },
     "interpreter": {
         "executable": "/Users/me/venv/bin/python",
         "version": "3.12.4",

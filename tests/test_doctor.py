@@ -88,7 +88,7 @@ def test_empty_snapshot_all_unknown(tmp_path: Path):
     assert set(statuses.values()) <= {"unknown", "ok"}
     assert statuses["apple-silicon"] == "unknown"
     assert statuses["mps-env"] == "ok"
-    assert len(statuses) == 12  # ten readiness checks, the optional MLX one and the energy meter
+    assert len(statuses) == 13  # ten readiness checks, the optional MLX one, the machine state and the energy meter
 
 
 def test_checks_of_the_target_python_say_once_that_it_could_not_be_run(tmp_path: Path):
@@ -217,7 +217,13 @@ def test_a_thermal_state_not_read_is_unknown_not_false(tmp_path: Path):
     s["commands"].pop("pmset -g therm", None)  # not read (off a Mac, or pmset failed)
     _rc, doc = _doctor(tmp_path, s)
     assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is None
+    # Apple silicon's "No ... has been recorded" notes say nothing under any load: still not known.
     _rc, doc = _doctor(tmp_path, snapshots.healthy())
+    assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is None
+    # An Intel Mac's pmset prints CPU_Speed_Limit: that one says something, and says all is well.
+    intel = snapshots.healthy()
+    intel["commands"]["pmset -g therm"]["stdout"] += "CPU_Scheduler_Limit \t= 100\nCPU_Speed_Limit \t= 100\n"
+    _rc, doc = _doctor(tmp_path, intel)
     assert _by_name(doc)["hygiene"]["details"]["thermal_warning"] is False
 
 

@@ -76,7 +76,7 @@ def test_hygiene_records_swap_and_pressure_and_says_when_the_run_swapped() -> No
     assert after["swap_used_bytes"] == int(1024.25 * 2**20) and after["swap_total_bytes"] == 2048 << 20
     assert noisy_conditions(before) == [] and noisy_conditions(after) == ["memory pressure warn"]
     changed = conditions_changed(before, after)
-    assert "memory_pressure changed from normal to warn" in changed
+    assert "memory pressure changed from normal to warn" in changed
     assert any(c.startswith("swap use grew by 1.0 GiB") for c in changed)
 
 

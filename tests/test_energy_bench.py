@@ -40,7 +40,7 @@ def test_a_fake_meter_is_read_around_every_turn_and_paired_by_round(mpsup_home: 
     assert res.returncode == 0, res.stderr[-2000:]
     doc = load_record(list_record_paths()[0]).to_json()
     meter = doc["energy_meter"]
-    assert doc["schema"] == "mpsup.run/1.3"
+    assert doc["schema"] == "mpsup.run/1.4"
     assert meter["name"] == "fake-worker-cpu"
     # Probed while idle: the "cpu" part moves in 1.5 s batches, so only the GPU part's turns mean something.
     assert meter["stamped"] == ["gpu"]

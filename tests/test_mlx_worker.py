@@ -137,7 +137,7 @@ def test_a_paired_torch_against_mlx_run_and_its_sentence(tmp_path: Path, mpsup_h
     path = next((mpsup_home / "runs").glob("*.json"))
     doc = json.loads(path.read_text())
     assert [e["stack"] for e in doc["environments"]] == ["torch", "mlx"]
-    assert doc["schema"] == "mpsup.run/1.3" and not doc["smoke"]
+    assert doc["schema"] == "mpsup.run/1.4" and not doc["smoke"]
     assert [w["name"] for w in doc["workloads"]] == ["model/prefill", "model/decode"]
     assert all(w["status"] == "ok" for w in doc["workloads"]), [w.get("reason") for w in doc["workloads"]]
     rep = run_cli("report", "--run", doc["id"], "--json")

@@ -26,7 +26,7 @@ def test_concurrent_saves_keep_every_record(tmp_path: Path):
     # Every record survives, each under its own id, even when the clock and the random suffix collide.
     assert len(paths) == 16
     assert len({load_record(p).id for p in paths}) == 16
-    assert all(load_record(p).schema == "mpsup.run/1.3" for p in paths)
+    assert all(load_record(p).schema == "mpsup.run/1.4" for p in paths)
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -63,5 +63,5 @@ def test_bad_records_are_clear_errors(tmp_path: Path, content: str, needle: str)
 def test_hygiene_changes_are_flagged():
     before = {"on_battery": False, "low_power_mode": False, "thermal_warning": False}
     after = {"on_battery": True, "low_power_mode": False, "thermal_warning": None}
-    assert conditions_changed(before, after) == ["on_battery changed from False to True"]
+    assert conditions_changed(before, after) == ["power source changed from mains to battery"]
     assert noisy_conditions(after) == ["on battery"]

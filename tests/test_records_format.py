@@ -173,7 +173,7 @@ def test_two_single_runs_pair_into_one_unpaired_record():
     assert isinstance(first, WorkloadRun)
     assert first.envs["candidate"].samples == tuple(doc["workloads"][0]["envs"]["baseline-2"]["samples"])
     assert RunRecord.from_json(merged.to_json(), "merged.json") == merged
-    assert SCHEMA == "mpsup.run/1.3"
+    assert SCHEMA == "mpsup.run/1.4"
     # The baseline run's own rounds never ride along: nothing here was measured in turns.
     assert rec.workloads[0].ratios and not any(w.ratios for w in merged.workloads)
     assert "rounds" not in merged.workloads[0].to_json()

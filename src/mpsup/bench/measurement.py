@@ -222,6 +222,8 @@ class WorkloadMeasurement:
     budget_needed_s: float | None = None  # the --budget at which it would be measured
     # bench --energy: each build's windows of work, in the order taken (A B B A ...), apart from the rounds
     energy_windows: list[EnergyWindow] = field(default_factory=list)
+    # The machine at each visit's start and end, beside each build's median of it (bench/visit_watch.py)
+    visit_states: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -265,4 +267,6 @@ class WorkloadMeasurement:
             doc["budget_needed_s"] = self.budget_needed_s
         if self.energy_windows:
             doc["energy_windows"] = [x.to_json() for x in self.energy_windows]
+        if self.visit_states:
+            doc["visit_states"] = list(self.visit_states)
         return doc

@@ -32,9 +32,10 @@ from mpsup.bench.policy import (
     within_reach,
 )
 from mpsup.bench.runner import BenchOptions, EnvSpec, Runner
+from mpsup.bench.visit_watch import watch_for
 from mpsup.bench.workerproc import check_interpreter
 from mpsup.errors import OperationFailed
-from mpsup.host.hygiene import conditions_changed, hygiene_now
+from mpsup.host.hygiene import conditions_changed, hygiene_now, start_warnings
 from mpsup.progress import Progress, ignore
 from mpsup.runs.journal import Journal, JournalWriteError, Warn, recover_journals
 from mpsup.runs.store import new_record, new_run_id, save_record
@@ -148,24 +149,28 @@ def run_bench(
         recover_journals(warn)
         journal = Journal.create(new_run_id())  # also the writability check, before any work
     runner = Runner(envs, options, progress)
+    runner.watch = watch_for(options.device, options.clock)
     try:
         with StopSignals(exiting=exiting) as stops:
-            record = _measure(runner, workloads, options, mode, model, progress, journal, stops, expand)
+            record = _measure(runner, workloads, options, mode, model, progress, journal, stops, expand, warn)
             return record, _finish(record, runner, journal)
     finally:
         runner.close(force=True)
+        runner.watch.close()
         cleanup(runner.capture)
         if journal is not None:
             journal.close()
 
 
 def _start_workers(
-    runner: Runner, options: BenchOptions, journal: Journal | None, stops: StopSignals
+    runner: Runner, options: BenchOptions, journal: Journal | None, stops: StopSignals, warn: Warn = _no_warn
 ) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
-    """The conditions before the run, the workers' facts and what starting them took. A run stopped here
-    measured nothing: its journal goes."""
+    """The conditions before the run (what is wrong with them said first, with the fix), the workers' facts and
+    what starting them took. A run stopped here measured nothing: its journal goes."""
     try:
-        before = hygiene_now()
+        before = hygiene_now(runner.watch.now())
+        for line in start_warnings(before):
+            warn(line)
         t0 = options.clock()
         facts = runner.start()
         return before, facts, options.clock() - t0
@@ -205,9 +210,10 @@ def _measure(
     journal: Journal | None,
     stops: StopSignals,
     expand: Expand | None = None,
+    warn: Warn = _no_warn,
 ) -> dict[str, Any]:
     t_start = options.clock()
-    before, facts, start_s = _start_workers(runner, options, journal, stops)
+    before, facts, start_s = _start_workers(runner, options, journal, stops, warn)
     record = new_record(mode, options.device, facts, _options_doc(options))
     if options.energy:  # idle power, the workers up and waiting
         runner.energy, record["energy_meter"] = start_energy(options.device)
@@ -597,32 +603,35 @@ class Schedule:
         return not self.pol.leftover_reachable_only or within_reach(width, spent_i, more_s, self.pol.target_rel_ci)
 
 
+# What the journal's end line holds: what a recovered run has that its workload entries do not.
+# What the journal's last entry keeps of the record (a recovered run keeps it too).
+END_KEYS = (
+    "partial",
+    "interrupted",
+    "signal",
+    "failure",
+    "failure_traceback",
+    "hygiene",
+    "crashes",
+    "machine_state",
+    "numerics_pass",
+)
+
+
 def _finish(record: dict[str, Any], runner: Runner, journal: Journal | None) -> Path | None:
     """Workers gone, conditions re-read, the record written; if any of it fails, the journal stays."""
     try:
         runner.close(force=bool(record.get("partial")))
-        after = hygiene_now()
+        after = hygiene_now(runner.watch.now())
         record["hygiene"]["after"] = after
         record["hygiene"]["changed"] = conditions_changed(record["hygiene"].get("before") or {}, after)
+        record["machine_state"] = runner.watch.summary()
         record["crashes"] = {s.env.label: s.crashes for s in runner.sessions}
         if (record.get("energy_meter") or {}).get("name"):
             record["energy_meter"].update(runner.energy.summary())
         if journal is None:
             return None
-        end = {
-            k: record[k]
-            for k in (
-                "partial",
-                "interrupted",
-                "signal",
-                "failure",
-                "failure_traceback",
-                "hygiene",
-                "crashes",
-                "numerics_pass",
-            )
-            if k in record
-        }
+        end = {k: record[k] for k in END_KEYS if k in record}
         # The record below is what counts; without this line a recovery would only mark the run partial.
         with contextlib.suppress(JournalWriteError):
             journal.append("end", end)

@@ -22,6 +22,7 @@ from mpsup.bench.measurement import EnvMeasurement, Round, WorkloadMeasurement
 from mpsup.bench.numerics import DEFAULT_SHARE, NumericsCapture, Reference
 from mpsup.bench.policy import PHASE_BUDGET_FACTOR, SLOW_CALL_BUDGETS, SamplingPolicy
 from mpsup.bench.suite import SMOKE_FEATURES
+from mpsup.bench.visit_watch import VisitWatch
 from mpsup.bench.workerproc import NoTorch, WorkerDied, WorkerProcess, last_line, mlx_pin_env, worker_env
 from mpsup.errors import UserError
 from mpsup.progress import Progress, ignore
@@ -217,6 +218,7 @@ class Runner:
         self.capture = NumericsCapture.create(options.reference_share) if options.numerics and paired_torch else None
         self.reference_session: EnvSession | None = None
         self.energy = EnergyTurns()  # reads nothing until bench/run.py gives it the run's meter
+        self.watch = VisitWatch()  # the machine at each visit: reads nothing until bench/run.py gives it readers
 
     def start(self) -> list[dict[str, Any]]:
         return [s.start() for s in self.sessions]
@@ -340,6 +342,7 @@ class Runner:
             return m
         live: list[EnvSession] = []
         calls: int | None = None
+        visit = self.watch.begin(m)
         for s in self.sessions:
             # The first environment may stop at its first call where that call alone shows the workload too
             # slow (past FIRST_CALL_FLOOR_S and twice the limit): calibrating would cost another such call.
@@ -367,6 +370,7 @@ class Runner:
                 m.envs[s.env.label].fail("error", str(exc))
         for r in m.envs.values():
             r.summarize()
+        self.watch.end(m, visit)
         statuses = {r.status for r in m.envs.values()}
         m.status = "ok" if statuses == {"ok"} else sorted(statuses - {"ok"})[0]
         bad = next((r for r in m.envs.values() if not r.ok), None)
@@ -424,6 +428,7 @@ class Runner:
         live = [s for s in self.sessions if s.env.label in m.envs]
         rounds_before = len(m.ratios)
         samples_before = sum(len(r.samples) for r in m.envs.values())
+        visit = self.watch.begin(m)
         try:
             # An even visit sets up in the other order: whatever setting up first gives (the first claim on
             # device memory) leans both visits of an A/A run alike; reversed, that lean cancels between visits
@@ -445,6 +450,7 @@ class Runner:
             # summary covers every sample, and rounds labelled with this visit's number mean a visit made.
             for r in m.envs.values():
                 r.summarize()
+            self.watch.end(m, visit)
             if len(m.ratios) > rounds_before or sum(len(r.samples) for r in m.envs.values()) > samples_before:
                 m.elapsed_s = (m.elapsed_s or 0.0) + self.options.clock() - t0
                 m.visits = (m.visits or 1) + 1

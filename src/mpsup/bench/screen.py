@@ -23,6 +23,7 @@ from mpsup.bench.run_view import RunView
 from mpsup.bench.screen_text import name_list, plural, print_lines, print_wrapped
 from mpsup.bench.tables import is_measured, part_tables, smoke_cell, smoke_table, top_workloads
 from mpsup.console import printable, safe
+from mpsup.host.moved import run_conditions
 from mpsup.runs.schema import Environment, RunRecord, SmokeResult, WorkloadRun, as_record
 from mpsup.units import fmt_bytes, fmt_time
 
@@ -368,8 +369,45 @@ def _stopped(view: RunView, console: Console) -> None:
 
 
 def _conditions(view: RunView, console: Console) -> None:
+    """The machine moved (host/moved.py's line), else what changed between the run's start and end."""
+    cond = run_conditions(view.run)
+    if cond.line:
+        console.print(f"[yellow]The machine moved: {safe(cond.line)}[/]")
+        return
     for change in view.run.hygiene.changed:
         console.print(f"[yellow]Conditions changed during the run: {safe(change)}[/]")
+
+
+# The readers a device's run reads its own state with (host/machine_state.py): one of them absent is said on the
+# main screen; others (a VM's missing cpufreq) only with --details.
+DEVICE_READERS = ("GPU state (NVML)", "thermal pressure", "thermal state, Low Power Mode", "machine state")
+
+
+def not_read_lines(run: RunRecord, *, every: bool = False) -> list[str]:
+    """What was asked for or is the device's own and could not be read: the energy meter of `--energy`, the GPU's
+    or the Mac's state readers (`every`: each reader not known here)."""
+    lines = []
+    meter = run.extra.get("energy_meter")
+    if isinstance(meter, dict) and meter.get("name") is None and run.options.get("energy"):
+        why = meter.get("why") or "not known why"
+        lines.append(f"Energy not measured: no meter for --device {run.device} here ({why})")
+    state = run.extra.get("machine_state")
+    absent = state.get("absent") if isinstance(state, dict) else None
+    if isinstance(absent, dict):
+        shown = {k: v for k, v in absent.items() if every or k in DEVICE_READERS}
+        if shown:
+            lines.append("Not read during the run: " + "; ".join(f"{k}: {v}" for k, v in shown.items()))
+    return lines
+
+
+def _not_read(view: RunView, console: Console) -> None:
+    for line in not_read_lines(view.run):
+        console.print(f"[yellow]{safe(line)}[/]", highlight=False)
+
+
+def _not_read_details(view: RunView, console: Console) -> None:
+    for line in not_read_lines(view.run, every=True):
+        console.print(f"[yellow]{safe(line)}[/]", highlight=False)
 
 
 MAIN_SECTIONS: tuple[Section, ...] = (
@@ -386,6 +424,7 @@ MAIN_SECTIONS: tuple[Section, ...] = (
     _where_the_rest_is,
     _next,
     _conditions,
+    _not_read,
 )
 
 DETAIL_SECTIONS: tuple[Section, ...] = (
@@ -399,4 +438,5 @@ DETAIL_SECTIONS: tuple[Section, ...] = (
     _model_lines,
     _stopped,
     _conditions,
+    _not_read_details,
 )

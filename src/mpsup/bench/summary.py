@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from mpsup.bench.figures import model_forward_estimate
+from mpsup.errors import UserError
+from mpsup.host.moved import run_conditions
 from mpsup.model.coverage import census, phase_figures
+from mpsup.runs.schema import as_record
 
 
 def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
@@ -31,6 +34,10 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
         "model_phases": phase_figures(record, label),
         "model_census": census(record, label),
         "smoke": {s["feature"]: {k: v["status"] for k, v in s["envs"].items()} for s in record.get("smoke", [])},
+        # What was read of the machine, and whether it moved (host/moved.py): the report's `conditions` object.
+        "machine_state": record.get("machine_state"),
+        "energy_meter": record.get("energy_meter"),
+        "conditions": _conditions(record),
         "workloads": [
             {
                 "name": w["name"],
@@ -43,3 +50,10 @@ def run_summary(record: dict[str, Any], path: str | None) -> dict[str, Any]:
             for w in record["workloads"]
         ],
     }
+
+
+def _conditions(record: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return run_conditions(as_record(record, "the run record")).to_json()
+    except UserError:  # a record the reader refuses has its own line already; no conditions to add to it
+        return None

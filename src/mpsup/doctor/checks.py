@@ -10,6 +10,8 @@ from typing import Any
 
 from mpsup.doctor import mps_env, wheels
 from mpsup.host.facts import HostFacts, _version_tuple
+from mpsup.host.hygiene import HEAVY_THERMAL
+from mpsup.host.state_words import reading_words
 
 
 class Status(StrEnum):
@@ -495,21 +497,16 @@ def check_hygiene(f: HostFacts) -> Finding:
         if f.battery.on_battery:
             warnings.append((f"on battery ({f.battery.percent}%)", "plug in the power adapter"))
         else:
-            known.append(f"on {f.battery.source}")
-    if f.low_power_mode is not None:
-        if f.low_power_mode:
-            warnings.append(("Low Power Mode is on", "turn off Low Power Mode (System Settings > Battery)"))
-        else:
-            known.append("Low Power Mode off")
-    if f.thermal is not None and f.thermal.known:
-        if (
-            f.thermal.thermal_warning
-            or f.thermal.performance_warning
-            or (f.thermal.cpu_speed_limit is not None and f.thermal.cpu_speed_limit < 100)
-        ):
-            warnings.append(("thermal or performance warning recorded", "let the Mac cool down and retry"))
-        else:
-            known.append("no thermal warning")
+            charge = f" ({f.battery.percent}%)" if f.battery.percent is not None else ""
+            known.append(f"on {f.battery.source}{charge}")
+    low_power = f.low_power_mode or f.reading("low_power_mode") is True or f.energy_mode == "low"
+    if low_power:
+        warnings.append(("Low Power Mode is on", "turn off Low Power Mode (System Settings > Battery)"))
+    elif f.energy_mode is not None:
+        known.append("High Power Mode" if f.energy_mode == "high" else f"energy mode {f.energy_mode}")
+    elif f.low_power_mode is not None or f.reading("low_power_mode") is not None:
+        known.append("Low Power Mode off")
+    _thermal(f, warnings, known)
     load = (f.interpreter or {}).get("loadavg")
     cpus = (f.interpreter or {}).get("cpu_count") or 1
     if load:
@@ -519,24 +516,31 @@ def check_hygiene(f: HostFacts) -> Finding:
             )
         else:
             known.append(f"load {load[0]:.1f}")
-    if f.memory_pressure is not None:
-        if f.memory_pressure != "normal":
-            warnings.append((f"memory pressure {f.memory_pressure}", "quit memory-hungry apps before benchmarking"))
+    pressure = f.memory_pressure or f.reading("memory_pressure")
+    if pressure is not None:
+        if pressure != "normal":
+            warnings.append((f"memory pressure {pressure}", "quit memory-hungry apps before benchmarking"))
         else:
             known.append("memory pressure normal")
     if f.swap is not None and f.swap.used_bytes:
         known.append(f"{f.swap.used_bytes / 2**30:.1f} GiB swap in use")
     details: dict[str, Any] = {
         "on_battery": f.battery.on_battery if f.battery else None,
+        "power_source": f.battery.source if f.battery else None,
+        "battery_percent": f.battery.percent if f.battery else None,
         "low_power_mode": f.low_power_mode,
-        # Unknown (null) where pmset was not read, as on_battery: false would claim a check that never ran.
+        "energy_mode": f.energy_mode,
+        # Unknown (null) where pmset was not read, or said nothing (Apple silicon), as on_battery: false would claim
+        # a check that never ran.
         "thermal_warning": (
             bool(f.thermal.thermal_warning or f.thermal.performance_warning)
             if f.thermal is not None and f.thermal.known
             else None
         ),
+        "thermal_pressure": f.reading("thermal_pressure"),
+        "thermal_state": f.reading("thermal_state"),
         "loadavg": load,
-        "memory_pressure": f.memory_pressure,
+        "memory_pressure": pressure,
         "swap_used_bytes": f.swap.used_bytes if f.swap else None,
     }
     if warnings:
@@ -546,6 +550,51 @@ def check_hygiene(f: HostFacts) -> Finding:
             n, Status.UNKNOWN, "power, thermal state and load not known", "run `pmset -g batt` on the Mac", **details
         )
     return _f(n, Status.OK, ", ".join(known), **details)
+
+
+def _thermal(f: HostFacts, warnings: list[tuple[str, str]], known: list[str]) -> None:
+    """The thermal levels a bench reads (the notify key, NSProcessInfo), and pmset's warnings where it says any
+    (Intel Macs: on Apple silicon `pmset -g therm` prints only notes, under any load)."""
+    levels = [(label, v) for label, key in THERMAL_READINGS if isinstance(v := f.reading(key), str)]
+    hot = [f"{label} {v}" for label, v in levels if v in HEAVY_THERMAL]
+    if hot:
+        warnings.append((", ".join(hot), "let the Mac cool down and retry"))
+    elif levels:
+        known.append(", ".join(f"{label} {v}" for label, v in levels))
+    if f.thermal is not None and f.thermal.known:
+        if (
+            f.thermal.thermal_warning
+            or f.thermal.performance_warning
+            or (f.thermal.cpu_speed_limit is not None and f.thermal.cpu_speed_limit < 100)
+        ):
+            warnings.append(("thermal or performance warning recorded", "let the Mac cool down and retry"))
+        else:
+            known.append("no thermal warning")
+    elif not levels and f.is_macos:
+        known.append("thermal state not known")
+
+
+THERMAL_READINGS = (("thermal pressure", "thermal_pressure"), ("thermal state", "thermal_state"))
+
+
+@check("machine-state", "Readings taken at each bench visit")
+def check_machine_state(f: HostFacts) -> Finding:
+    n = "machine-state"
+    r = f.readings
+    if r is None:
+        return _f(n, Status.UNKNOWN, "not recorded in this snapshot", RECAPTURE_FIX)
+    values: dict[str, Any] = r["values"] if isinstance(r.get("values"), dict) else {}
+    parts = reading_words(values)
+    if f.wired_limit_mb is not None:
+        wired = f.wired_limit_mb
+        parts.append("GPU wired limit: macOS's default" if wired == 0 else f"GPU wired limit {wired} MB")
+    absent: dict[str, Any] = r["absent"] if isinstance(r.get("absent"), dict) else {}
+    missing = "; ".join(f"{what}: {why}" for what, why in absent.items())
+    details: dict[str, Any] = {"device": r.get("device"), "values": values, "reads": r.get("reads"), "absent": absent}
+    if not parts:
+        return _f(n, Status.UNKNOWN, f"nothing readable here{': ' + missing if missing else ''}", None, **details)
+    summary = ", ".join(parts) + (f"; not known here: {missing}" if missing else "")
+    return _f(n, Status.OK, summary, **details)
 
 
 @check("mps-env", "MPS environment variables")
@@ -585,12 +634,16 @@ def check_energy_meter(f: HostFacts) -> Finding:
     meter = f.energy_meter
     if meter is None:
         return _f(n, Status.UNKNOWN, "not recorded in this snapshot", RECAPTURE_FIX)
+    device = meter.get("device")
+    runs = f" (bench --device {device})" if isinstance(device, str) else ""
     if meter.get("name"):
-        return _f(n, Status.OK, f"{meter['name']}: {meter.get('reads') or ''}".rstrip(": "), meter=meter["name"])
+        reads = f"{meter['name']}: {meter.get('reads') or ''}".rstrip(": ")
+        return _f(n, Status.OK, f"{reads}{runs}", meter=meter["name"], device=device)
     why = str(meter.get("why") or "not known why")
-    fix = "pip install 'mpsup[energy-mac]'" if "not installed" in why else None
+    extra = {"cuda": "energy-nvidia"}.get(str(device), "energy-mac")
+    fix = f"pip install 'mpsup[{extra}]'" if "not installed" in why else None
     # No meter costs only the energy figures: bench still times everything.
-    return _f(n, Status.WARN, f"none: bench will time but not measure energy ({why})", fix)
+    return _f(n, Status.WARN, f"none{runs}: bench will time but not measure energy ({why})", fix, device=device)
 
 
 def run_checks(facts: HostFacts) -> list[Finding]:

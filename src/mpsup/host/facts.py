@@ -33,6 +33,16 @@ class HostFacts:
     energy_meter: dict[str, Any] | None = None  # the meter an MPS run would read, or why none; None: not recorded
     swap: parsers.Swap | None = None  # `sysctl vm.swapusage`; None: not read
     memory_pressure: str | None = None  # normal, warn, critical; None: not read
+    energy_mode: str | None = None  # automatic, low, high (pmset -g powermode / lowpowermode); None: not read
+    wired_limit_mb: int | None = None  # iogpu.wired_limit_mb (0: macOS's default); None: not read
+    # What a bench reads at each visit, read once at capture: {"device", "values", "reads", "absent"}; None: not
+    # recorded (older snapshots)
+    readings: dict[str, Any] | None = None
+
+    def reading(self, key: str) -> Any:
+        """One machine-state figure (host/machine_state.py), None where not read."""
+        values = (self.readings or {}).get("values")
+        return values.get(key) if isinstance(values, dict) else None
 
     @property
     def is_macos(self) -> bool | None:
@@ -152,4 +162,11 @@ def facts_from_snapshot(s: snap.Snapshot) -> HostFacts:
         energy_meter=s.energy_meter,
         swap=parsers.parse_swapusage(swap_text) if (swap_text := s.output(snap.SWAP)) else None,
         memory_pressure=parsers.memory_pressure(pressure) if (pressure := s.output(snap.PRESSURE)) else None,
+        energy_mode=parsers.energy_mode(parsers.parse_pmset_settings(pm_text)) if pm_text else None,
+        wired_limit_mb=_wired_limit(s.output(snap.WIRED_LIMIT)),
+        readings=s.readings,
     )
+
+
+def _wired_limit(text: str | None) -> int | None:
+    return parsers.sysctl_int(parsers.parse_sysctl(text), "iogpu.wired_limit_mb") if text else None

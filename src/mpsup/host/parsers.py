@@ -174,12 +174,51 @@ def parse_pmset_settings(text: str) -> dict[str, str]:
 
 
 def low_power_mode(settings: dict[str, str]) -> bool | None:
-    # Apple silicon says "lowpowermode"; some Macs say "powermode" (1 = low power, 2 = high).
-    for key in ("lowpowermode", "powermode"):
-        if key in settings:
-            first = settings[key].split()[0]
-            if first.isdigit():
-                return first == "1"
+    mode = energy_mode(settings)
+    return None if mode is None else mode == "low"
+
+
+# `pmset -g` names the energy mode `powermode` on Macs with High Power Mode (0 automatic, 1 low, 2 high), else
+# `lowpowermode` (0 or 1): alfredapp/low-power-mode-workflow#4, ronyfadel/BatteriesReleases#13.
+ENERGY_MODES = {0: "automatic", 1: "low", 2: "high"}
+
+
+def energy_mode(settings: dict[str, str]) -> str | None:
+    """automatic, low or high from `pmset -g`'s settings; another number is `mode N`; None where neither key is."""
+    for key in ("powermode", "lowpowermode"):
+        words = settings.get(key, "").split()
+        number = bounded_int(words[0]) if words else None
+        if number is not None:
+            return ENERGY_MODES.get(number, f"mode {number}")
+    return None
+
+
+# libkern/OSThermalNotification.h on macOS: the levels of the notify key com.apple.system.thermalpressurelevel.
+THERMAL_PRESSURE_KEY = "com.apple.system.thermalpressurelevel"
+THERMAL_PRESSURE_LEVELS = {0: "nominal", 1: "moderate", 2: "heavy", 3: "trapping", 4: "sleeping"}
+# NSProcessInfoThermalState: Foundation's four levels.
+THERMAL_STATES = {0: "nominal", 1: "fair", 2: "serious", 3: "critical"}
+
+
+def thermal_pressure_name(level: int | None) -> str | None:
+    """A thermal pressure level by name; a level this mpsup does not know is `level N`, never nominal."""
+    if level is None:
+        return None
+    return THERMAL_PRESSURE_LEVELS.get(level, f"level {level}")
+
+
+def thermal_state_name(state: int | None) -> str | None:
+    if state is None:
+        return None
+    return THERMAL_STATES.get(state, f"state {state}")
+
+
+def parse_notifyutil(text: str, key: str = THERMAL_PRESSURE_KEY) -> int | None:
+    """`notifyutil -g KEY` prints `KEY N`; anything else (a failure line, another key) is not known."""
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == key:
+            return bounded_int(words[1])
     return None
 
 
@@ -195,21 +234,19 @@ def parse_pmset_therm(text: str) -> Thermal:
     if not text.strip():
         return Thermal(None, None, None, known=False)
     thermal = perf = None
-    known = False
     for line in text.splitlines():
         s = line.strip()
         low = s.lower()
         if "thermal warning level" in low:
-            known = True
             if "no thermal warning" not in low:
                 thermal = s
-        elif "performance warning level" in low:
-            known = True
-            if "no performance warning" not in low:
-                perf = s
+        elif "performance warning level" in low and "no performance warning" not in low:
+            perf = s
     m = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
     limit = bounded_int(m.group(1)) if m else None
-    return Thermal(thermal, perf, limit, known=known or limit is not None)
+    # Apple silicon prints only "No ... has been recorded" notes under any load (exelban/stats#749): that says
+    # nothing, so it is not known. A recorded warning or an Intel Mac's CPU_Speed_Limit says something.
+    return Thermal(thermal, perf, limit, known=bool(thermal or perf) or limit is not None)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ SYSCTL_TRANSLATED = "sysctl sysctl.proc_translated"
 SYSCTL_COMBINED = "sysctl hw machdep kern sysctl.proc_translated"  # older snapshots' one query: read, never run
 SWAP = "sysctl vm.swapusage"
 PRESSURE = "sysctl kern.memorystatus_vm_pressure_level"
+WIRED_LIMIT = "sysctl iogpu.wired_limit_mb"  # what the GPU may wire (0: macOS's default); absent before macOS 14
 PMSET = "pmset -g"
 PMSET_BATT = "pmset -g batt"
 PMSET_THERM = "pmset -g therm"
@@ -43,6 +44,7 @@ COMMANDS: dict[str, tuple[list[str], float]] = {
     SYSCTL_TRANSLATED: (["sysctl", "sysctl.proc_translated"], 10),
     SWAP: (["sysctl", "vm.swapusage"], 10),
     PRESSURE: (["sysctl", "kern.memorystatus_vm_pressure_level"], 10),
+    WIRED_LIMIT: (["sysctl", "iogpu.wired_limit_mb"], 10),
     PMSET: (["pmset", "-g"], 10),
     PMSET_BATT: (["pmset", "-g", "batt"], 10),
     PMSET_THERM: (["pmset", "-g", "therm"], 10),
@@ -128,9 +130,12 @@ class Snapshot:
     interpreter: dict[str, Any] | None = None
     # install-rc's candidate environments on the captured machine; None: not recorded (older snapshots)
     environments: list[dict[str, Any]] | None = None
-    # The energy meter an MPS run would read ({"name", "reads"}), or why none ({"name": null, "why"}); None: not
-    # recorded (older snapshots)
+    # The energy meter a run on this machine's device would read ({"name", "reads", "device"}), or why none
+    # ({"name": null, "why", "device"}); None: not recorded (older snapshots)
     energy_meter: dict[str, Any] | None = None
+    # The machine state a bench reads at each visit (host/machine_state.py): {"device", "values": {key: value},
+    # "reads": [text], "absent": {what: why}}; None: not recorded (older snapshots)
+    readings: dict[str, Any] | None = None
 
     def output(self, key: str) -> str | None:
         """Stdout of a command that ran and succeeded; None means not known."""
@@ -155,6 +160,8 @@ class Snapshot:
             doc["environments"] = self.environments
         if self.energy_meter is not None:
             doc["energy_meter"] = self.energy_meter
+        if self.readings is not None:
+            doc["readings"] = self.readings
         return doc
 
 
@@ -180,16 +187,35 @@ def recorded_environment_summaries() -> list[dict[str, Any]] | None:
         return None
 
 
+def device_in_use(interpreter: dict[str, Any] | None, platform: str = sys.platform) -> str:
+    """The device a bench here measures: mps on a Mac, cuda where the target's torch sees a GPU, else cpu."""
+    if platform == "darwin":
+        return "mps"
+    torch = (interpreter or {}).get("torch")
+    return "cuda" if isinstance(torch, dict) and torch.get("cuda_available") is True else "cpu"
+
+
 def energy_meter_summary(device: str = "mps") -> dict[str, Any]:
     """Which meter a run on `device` would read, opened and closed again: its name and what it reads, or why none."""
     from mpsup.energy.choose import choose_meter
 
     choice = choose_meter(device)
     if choice.meter is None:
-        return {"name": None, "why": choice.why}
+        return {"name": None, "why": choice.why, "device": device}
     info = choice.meter.info
     choice.meter.close()
-    return {"name": info.name, "reads": info.reads}
+    return {"name": info.name, "reads": info.reads, "device": device}
+
+
+def readings_summary(device: str) -> dict[str, Any]:
+    """One reading of what a bench on `device` reads at each visit, and what is not known here."""
+    from mpsup.host.machine_state import open_state
+
+    state = open_state(device)
+    try:
+        return {"device": device, "values": state.read(), **state.describe()}
+    finally:
+        state.close()
 
 
 def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
@@ -204,6 +230,7 @@ def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
     with contextlib.suppress(OSError):  # absent off macOS: "not known"
         files[SYSTEM_VERSION_PLIST] = plist.read_text(errors="replace")
     interpreter = run_interpreter_probe(python or Path(sys.executable)) if run_probe else None
+    device = device_in_use(interpreter)
     return Snapshot(
         captured_at=clock.iso_now(),
         commands=commands,
@@ -211,7 +238,8 @@ def capture(python: Path | None = None, *, run_probe: bool = True) -> Snapshot:
         env=mps_env(os.environ),
         interpreter=interpreter,
         environments=recorded_environment_summaries(),
-        energy_meter=energy_meter_summary(),
+        energy_meter=energy_meter_summary(device),
+        readings=readings_summary(device),
     )
 
 
@@ -247,9 +275,11 @@ def snapshot_from_json(doc: Any, path: Path) -> Snapshot:
     environments = _environments_from_json(doc.get("environments"), path)
     energy = doc.get("energy_meter")
     if energy is not None and (
-        not isinstance(energy, dict) or not all(isinstance(energy.get(k), str | None) for k in ("name", "why", "reads"))
+        not isinstance(energy, dict)
+        or not all(isinstance(energy.get(k), str | None) for k in ("name", "why", "reads", "device"))
     ):
-        raise _fail(path, "'energy_meter' must be an object of name, why and reads (text or null)")
+        raise _fail(path, "'energy_meter' must be an object of name, why, reads and device (text or null)")
+    readings = _readings_from_json(doc.get("readings"), path)
     captured = doc.get("captured_at", "")
     return Snapshot(
         schema=schema,
@@ -260,7 +290,26 @@ def snapshot_from_json(doc: Any, path: Path) -> Snapshot:
         interpreter=interpreter,
         environments=environments,
         energy_meter=energy,
+        readings=readings,
     )
+
+
+def _readings_from_json(readings: Any, path: Path) -> dict[str, Any] | None:
+    """The machine-state reading: checked as a run record's readings are (runs/fields.py), one line if wrong."""
+    from mpsup.runs.fields import Corrupt, check_machine_state, check_reading
+
+    if readings is None:
+        return None
+    try:
+        if not isinstance(readings, dict):
+            raise Corrupt("readings: expected an object")
+        if not isinstance(readings.get("device"), str | None):
+            raise Corrupt("readings.device: expected text")
+        check_reading(readings.get("values") or {}, "readings.values")
+        check_machine_state({k: readings[k] for k in ("reads", "absent") if k in readings}, "readings")
+    except Corrupt as exc:
+        raise _fail(path, str(exc)) from None
+    return readings
 
 
 def _wrong_types(doc: dict[str, Any], types: dict[str, tuple[type, ...]]) -> list[str]:

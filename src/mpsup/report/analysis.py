@@ -10,6 +10,7 @@ from typing import Any
 
 from mpsup.errors import UserError
 from mpsup.host.hygiene import noisy_conditions
+from mpsup.host.moved import RunConditions, run_conditions
 from mpsup.model.coverage import census as census_of
 from mpsup.report.aggregate import aggregate, model_speedup, unpaired_ratio
 from mpsup.report.attribution import PhaseAttribution, attribute
@@ -30,6 +31,8 @@ from mpsup.report.findings import (
     UnpairedNote,
     VerdictKind,
 )
+from mpsup.report.floor_run import matching_aa as matching_aa  # bisect and the report command take it from here
+from mpsup.report.floor_run import side_version as _version
 from mpsup.report.floors import (
     VISIT_MIN_ROUNDS,
     aa_floors,
@@ -103,6 +106,8 @@ class Analysis:
     model_numerics: dict[str, PhaseNumerics] = field(default_factory=dict)
     numerics: dict[str, WorkloadNumerics] = field(default_factory=dict)
     energy: EnergyFigures | None = None  # None: a record from before energy was read
+    # Did the machine move during the run (host/moved.py): the line every surface shows, and its JSON
+    conditions: RunConditions = field(default_factory=RunConditions)
 
     @property
     def sentence(self) -> str:
@@ -149,7 +154,7 @@ class Analysis:
             "published_suite_claim": PUBLISHED_SUITE_CLAIM,
             "peak_memory_ratio": self.peak_memory_ratio,
             "smoke_changes": self.smoke_changes,
-            "conditions": self.noise,
+            "conditions": self.conditions.to_json(),
             # null where the run did not look (a single run, --no-numerics, an older record)
             "model_numerics": {p.phase: _doc(self.model_numerics.get(p.phase)) for p in self.model_phases} or None,
             "workloads": [{**w.to_json(), "numerics": _doc(self.numerics.get(w.name))} for w in self.workloads],
@@ -270,39 +275,6 @@ def _apply_fdr(
             c.change = "same"
             held.append(c.name)
     return held
-
-
-def _version(env: Environment) -> str:
-    """The torch version, or an MLX environment's `MLX 0.32.4` (its torch_version is none)."""
-    return env.side if env.stack == "mlx" else str(env.torch_version)
-
-
-def _fingerprint(record: RunRecord) -> tuple[str, str, str, str]:
-    envs = record.environments or (Environment(label=""),)
-    return (str(record.device), str(envs[0].device_name), _version(envs[0]), _version(envs[-1]))
-
-
-def matching_aa(record: RunRecord, stored: list[RunRecord]) -> RunRecord | None:
-    """The newest `--aa` run of the same device, machine, baseline torch and model that measured every paired
-    workload of `record`, in the same dtype (stored runs are oldest first)."""
-    # By name, dtype and a phase's size, of the same model: another model's `model/prefill`, the fp32 run of a
-    # model measured in bf16 here, or its step at another resolution has the same names and says nothing about
-    # this run's noise.
-    names = {w.identity for w in record.workloads if w.ratios}
-    model = record.model.fingerprint if record.model else None
-    envs = record.environments or (Environment(label=""),)
-    # torch against MLX: MLX's own A/A first (its noise is the one no torch A/A shows), else torch's.
-    sides = sorted(envs[:2], key=lambda e: e.stack != "mlx") if envs[0].stack != envs[-1].stack else envs[:1]
-    for env in sides:
-        want = (str(record.device), str(env.device_name), _version(env), model)
-        for cand in reversed(stored):
-            theirs = (*_fingerprint(cand)[:3], cand.model.fingerprint if cand.model else None)
-            if cand.mode != "aa" or cand.id == record.id or theirs != want:
-                continue
-            have = {w.identity for w in cand.workloads if w.ratios}
-            if names and names <= have:
-                return cand
-    return None
 
 
 def _positive(x: Any) -> float | None:
@@ -589,4 +561,5 @@ def analyze(
         method=METHOD_UNPAIRED if unpaired else METHOD,
         note_facts=_notes(record, changes, fig, (aa, floors), (by_process, worst_disagreement), held, threshold),
         energy=energy,
+        conditions=run_conditions(record),
     )

@@ -90,7 +90,7 @@ def build(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
     # apart; its spread becomes each workload's floor, so that drift is never called a torch change.
     aa_runs = select.stored_aa_runs(warn)
     analyses = tuple(
-        analyze(r, threshold=req.threshold, seed=req.seed, aa_reference=matching_aa(r, aa_runs)) for r in records
+        analyze(r, threshold=req.threshold, seed=req.seed, aa_reference=_floor_run(r, aa_runs, note)) for r in records
     )
     return ReportResult(analyses=analyses, exit_code=_exit_code(analyses) if req.fail_on_regression else 0)
 
@@ -212,10 +212,19 @@ def _upstream(req: ReportRequest, warn: Warn, note: Warn) -> ReportResult:
     record = records[0]
     if record.mode != "paired":
         raise UserError(f"run {record.id}: --upstream needs a paired run (bench --candidate), not a {record.mode} one")
-    aa = matching_aa(record, select.stored_aa_runs(warn))
+    aa = _floor_run(record, select.stored_aa_runs(warn), note)
     analysis = analyze(record, threshold=req.threshold, seed=req.seed, aa_reference=aa)
     body = build_upstream(analysis, record, bisect_for(record.id, journals), keep_paths=req.keep_paths)
     return ReportResult(analyses=(analysis,), upstream=body)
+
+
+def _floor_run(record: RunRecord, aa_runs: list[RunRecord], note: Warn) -> RunRecord | None:
+    """The A/A run whose noise floors this run's calls; one passed over for its conditions is said, not merged."""
+    passed: list[str] = []
+    aa = matching_aa(record, aa_runs, passed)
+    for line in passed:
+        note(line)
+    return aa
 
 
 def _deliver_upstream(body: Upstream, req: ReportRequest, err: Console) -> None:

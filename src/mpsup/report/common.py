@@ -122,8 +122,12 @@ def summary_lines(a: Analysis, quote: Callable[[object], str] = str, *, phases: 
         lines.append(f"Smoke: {quote(s['feature'])} {s['change']} ({quote(s['baseline'])} -> {quote(s['candidate'])})")
     # Notes name workloads and run ids, which come from records: data, escaped like every other such part.
     lines += [f"Method: {a.method}", *(quote(n) for n in a.notes)]
-    if a.noise:
-        lines.append("Conditions: " + "; ".join(quote(n) for n in a.noise))
+    shown = a.conditions.shown_noise if a.conditions.visits or a.conditions.moved else tuple(a.noise)
+    if shown:
+        lines.append("Conditions: " + "; ".join(quote(n) for n in shown))
+    if a.conditions.line:
+        # Its values come from the record (a level's word, a workload's name): quoted whole, as data.
+        lines.append(f"Machine moved: {quote(a.conditions.line)}")
     return lines
 
 

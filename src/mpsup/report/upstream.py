@@ -237,8 +237,9 @@ def _printable(v: Any) -> float | None:
     return finite_or_none(float(v))
 
 
-def _versions(record: dict[str, Any], bisect: dict[str, Any] | None, f: _Fields) -> list[str]:
-    """What collect_env would print, one line each, for inside a fenced block (where nothing is live)."""
+def _versions(record: dict[str, Any], bisect: dict[str, Any] | None, f: _Fields, moved: str | None = None) -> list[str]:
+    """What collect_env would print, one line each, for inside a fenced block (where nothing is live); `moved`: the
+    report's line on how the machine moved during the run (host/moved.py), record text like the rest."""
     envs = [e for e in record.get("environments") or [] if isinstance(e, dict)]
     hyg = record.get("hygiene") if isinstance(record.get("hygiene"), dict) else {}
     assert isinstance(hyg, dict)
@@ -275,6 +276,8 @@ def _versions(record: dict[str, Any], bisect: dict[str, Any] | None, f: _Fields)
         if isinstance(h, dict) and h:
             shown = ", ".join(f"{k}={v}" for k, v in h.items() if v is not None) or "nothing recorded"
             lines.append(f"Conditions {when} the run: {f.plain(shown, 1000)}")
+    if moved:
+        lines.append(f"During the run: {f.plain(moved, 1000)}")
     return lines
 
 
@@ -400,7 +403,7 @@ def build_upstream(
         lines += _bisect_section(bisect, f)
     lines += [*(phased.markdown if phased else []), "#### Repro", ""]
     lines += _repro_section(rec, main, repro, script, f)
-    lines += ["### Versions", "", *md_fence("\n".join(_versions(rec, bisect, f))), ""]
+    lines += ["### Versions", "", *md_fence("\n".join(_versions(rec, bisect, f, analysis.conditions.line))), ""]
     return Upstream(markdown="\n".join(lines), script=script, workload=main.name)
 
 
@@ -438,5 +441,5 @@ def _accuracy_upstream(
         ]
     else:
         lines += ["No standalone script for this answer: the phase's own error is in the table above.", ""]
-    lines += ["### Versions", "", *md_fence("\n".join(_versions(rec, bisect, f))), ""]
+    lines += ["### Versions", "", *md_fence("\n".join(_versions(rec, bisect, f, analysis.conditions.line))), ""]
     return Upstream(markdown="\n".join(lines), script=issue.script, workload=issue.workload)

@@ -151,3 +151,77 @@ def check_energy_meter(doc: Any, where: str = "energy_meter") -> None:
         for part, v in _obj(d.get(k), f"{where}.{k}", optional=True).items():
             _check(part in ENERGY_PARTS, f"{where}.{k}", f"parts of {', '.join(ENERGY_PARTS)}", part)
             _number(v, f"{where}.{k}.{part}", low=-MAX_JOULES, high=MAX_JOULES)
+
+
+# --- the machine's state at each visit (bench/visit_watch.py) and the readers a run had ---
+
+MAX_VISITS = 1_000  # visits of one workload: two passes and leftover time take a handful
+MAX_READING_KEYS = 64
+MAX_READING_TEXT = 200  # a level's word, a reason's name: a few dozen characters at most
+MAX_READING_LIST = 32
+
+
+def check_reading(doc: Any, where: str) -> None:
+    """One reading: {name: null, true/false, a finite number, short text, or a short list of short text}."""
+    d = _obj(doc, where)
+    if len(d) > MAX_READING_KEYS:
+        raise Corrupt(f"{where}: {len(d)} figures, more than the {MAX_READING_KEYS} a reading has")
+    for k, v in d.items():
+        at = f"{where}.{k}"
+        if len(k) > MAX_READING_TEXT:
+            raise Corrupt(f"{where}: a name of {len(k):,} characters")
+        if v is None or isinstance(v, bool):
+            continue
+        if isinstance(v, str):
+            _short(v, at)
+        elif isinstance(v, list):
+            for i, x in enumerate(_list(v, at, MAX_READING_LIST)):
+                _check(isinstance(x, str), f"{at}[{i}]", "text", x)
+                _short(x, f"{at}[{i}]")
+        else:
+            _number(v, at, low=-MAX_QUANTITY, optional=False)
+
+
+def _short(text: str, where: str) -> None:
+    if len(text) > MAX_READING_TEXT:
+        raise Corrupt(f"{where}: text of {len(text):,} characters, more than the {MAX_READING_TEXT} a reading holds")
+
+
+def check_visit_states(doc: Any, where: str) -> None:
+    """workloads[i].visit_states: each visit's {visit, t0, t1, start, end, read_s, medians: {label: {median, n,
+    low, high}}}."""
+    if doc is None:
+        return
+    for i, x in enumerate(_list(doc, where, MAX_VISITS)):
+        at = f"{where}[{i}]"
+        v = _obj(x, at)
+        _whole(v.get("visit"), f"{at}.visit", high=MAX_VISITS, optional=False)
+        for k in ("t0", "t1"):
+            _number(v.get(k), f"{at}.{k}", high=MAX_SECONDS, optional=False)
+        _number(v.get("read_s"), f"{at}.read_s", high=MAX_SECONDS)
+        for k in ("start", "end"):
+            if v.get(k) is not None:
+                check_reading(v[k], f"{at}.{k}")
+        for label, m in _obj(v.get("medians"), f"{at}.medians", optional=True).items():
+            mm = _obj(m, f"{at}.medians.{label}")
+            _number(mm.get("median"), f"{at}.medians.{label}.median", high=MAX_SECONDS, optional=False)
+            _whole(mm.get("n"), f"{at}.medians.{label}.n")
+            for k in ("low", "high"):
+                _number(mm.get(k), f"{at}.medians.{label}.{k}", high=MAX_SECONDS)
+
+
+def check_machine_state(doc: Any, where: str = "machine_state") -> None:
+    """The record's machine_state: {reads: [text], absent: {what: why}, read_s: {visits, median, max, total,
+    share_of_run}}."""
+    if doc is None:
+        return
+    d = _obj(doc, where)
+    for i, x in enumerate(_list(d.get("reads"), f"{where}.reads", MAX_READING_LIST, optional=True)):
+        _text(x, f"{where}.reads[{i}]", optional=False)
+    absent = _obj(d.get("absent"), f"{where}.absent", optional=True)
+    if len(absent) > MAX_READING_KEYS:
+        raise Corrupt(f"{where}.absent: {len(absent)} entries")
+    for k, v in absent.items():
+        _text(v, f"{where}.absent.{k}", optional=False)
+    for k, v in _obj(d.get("read_s"), f"{where}.read_s", optional=True).items():
+        _number(v, f"{where}.read_s.{k}", high=MAX_SECONDS)

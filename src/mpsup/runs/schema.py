@@ -29,6 +29,8 @@ from mpsup.runs.fields import (
     check_energy_meter,
     check_energy_turns,
     check_energy_windows,
+    check_machine_state,
+    check_visit_states,
 )
 from mpsup.runs.numerics_fields import check_numerics
 from mpsup.runs.phase_fields import (  # the census bounds: the report's readers take them from here
@@ -39,11 +41,13 @@ from mpsup.runs.phase_fields import (  # the census bounds: the report's readers
 )
 from mpsup.stats import usable_ratio
 
-SCHEMA = "mpsup.run/1.3"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
+SCHEMA = "mpsup.run/1.4"  # 1.1: environments[i].stack; a phase keeps its config's names and sha256, not the config
 # 1.2: needs_metal on a workload's envs entry and a smoke result; census tensors' param; op calls' reuse_bytes
 # 1.3: a workload's numerics (each build's answer against float64); census float inputs' value ranges;
 #      energy_meter (the meter read, or why none) and a workload's envs entry's energy (its read turns);
 #      bench --energy: a workload's energy_windows (each build's windows of work, read at idle edges)
+# 1.4: a workload's visit_states (the machine at each visit's start and end, each build's visit median) and the
+#      record's machine_state (what was read, what is not known here, what reading cost)
 """What this mpsup writes. The typed reader changed, the file did not: bumping the version would only
 make every mpsup already installed refuse new records. Additive changes (a new optional key, such as
 memory.workload_peak) keep /1 and may be written as "mpsup.run/1.N"; both load the same way."""
@@ -281,6 +285,7 @@ class WorkloadRun:
             check_phase_workload(d, where)
         check_numerics(d.get("numerics"), f"{where}.numerics")
         check_energy_windows(d.get("energy_windows"), f"{where}.energy_windows")
+        check_visit_states(d.get("visit_states"), f"{where}.visit_states")
         envs = {
             label: EnvRun.from_json(env, f"{where}.envs.{label}")
             # A workload skipped before any environment ran it may carry no (or null) envs.
@@ -518,6 +523,7 @@ class RunRecord:
         workloads = _list(d.get("workloads"), "workloads", MAX_WORKLOADS)
         smoke = _list(d.get("smoke"), "smoke", MAX_SMOKE, optional=True)
         check_energy_meter(d.get("energy_meter"))
+        check_machine_state(d.get("machine_state"))
         parsed = tuple(WorkloadRun.from_json(w, f"workloads[{i}]") for i, w in enumerate(workloads))
         values = sum(len(w.ratios) + sum(len(e.samples) for e in w.envs.values()) for w in parsed)
         if values > MAX_VALUES:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.runs.apart import conditions_differ
 from mpsup.runs.journal import recover_journals
 from mpsup.runs.schema import EnvRun, Hygiene, Layout, RunRecord, SmokeResult, SmokeRun, WorkloadRun
 from mpsup.runs.store import find_record, list_record_paths, load_record
@@ -274,18 +275,30 @@ def merge_single_runs(base: RunRecord, cand: RunRecord) -> RunRecord:
         ),
         workloads=workloads,
         smoke=smoke,
+        # Each run's conditions kept apart (one run's start and the other's end are no run's change), and where
+        # they differ in what keeps figures apart, said among the conditions.
         hygiene=Hygiene(
             before=base.hygiene.before,
             after=cand.hygiene.after,
-            changed=(*base.hygiene.changed, *cand.hygiene.changed),
+            changed=(*base.hygiene.changed, *cand.hygiene.changed, *_apart(base, cand)),
+            extra={"runs": {"baseline": base.hygiene.to_json(), "candidate": cand.hygiene.to_json()}},
         ),
         layout=Layout(),  # a record made here, never read: to_json writes every field it has
     )
 
 
+def _apart(base: RunRecord, cand: RunRecord) -> list[str]:
+    differ = conditions_differ(base.hygiene.before, cand.hygiene.before)
+    return [f"the two runs ran under other conditions ({'; '.join(differ)})"] if differ else []
+
+
+# One run's rounds and visits: nothing in an unpaired comparison was measured in turns, or visited by both.
+_ONE_RUNS = ("rounds", "visit_states")
+
+
 def _relabel(w: WorkloadRun, envs: dict[str, EnvRun]) -> WorkloadRun:
-    # No rounds: nothing in an unpaired comparison was measured in turns.
-    extra = {k: v for k, v in w.extra.items() if k != "rounds"}
+    extra = {k: v for k, v in w.extra.items() if k not in _ONE_RUNS}
     doc = {**w.to_json(), "envs": {}, "ratios": []}
-    doc.pop("rounds", None)
+    for k in _ONE_RUNS:
+        doc.pop(k, None)
     return dataclasses.replace(w, envs=envs, ratios=(), extra=extra, layout=Layout.of(doc))
