@@ -604,7 +604,6 @@ class Schedule:
 
 
 # What the journal's end line holds: what a recovered run has that its workload entries do not.
-# What the journal's last entry keeps of the record (a recovered run keeps it too).
 END_KEYS = (
     "partial",
     "interrupted",
