@@ -113,7 +113,19 @@ def test_an_aa_run_reads_1x_from_windows_where_the_turns_read_nothing_useful(tmp
     transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
     # One phase: its windows are what is tested, and each phase's take a minute at a 100 ms counter.
     args = ("bench", "--model", str(folder), "--device", "cpu", "--aa", "--only", "model/prefill", "--tokens", "128")
-    args += ("--threads", "1", "--no-smoke", "--no-ops", "--no-numerics", "--budget", "0.3", "--energy")
+    # Two visits: the windows follow the first visit's rounds; the visits' count is not what is tested here.
+    args += (
+        "--threads",
+        "1",
+        "--no-smoke",
+        "--no-ops",
+        "--no-numerics",
+        "--budget",
+        "0.3",
+        "--energy",
+        "--visits",
+        "2",
+    )
     res = run_cli(*args, env=_fake_env())
     assert res.returncode == 0, res.stderr[-2000:]
     record = load_record(list_record_paths()[0])
@@ -124,6 +136,7 @@ def test_an_aa_run_reads_1x_from_windows_where_the_turns_read_nothing_useful(tmp
     a, b = "baseline", "baseline-2"
     phases = [w for w in record.workloads if w.part == "phase"]
     assert len(phases) == 1
+    assert phases[0].extra["visits"] == 2  # --visits 2: two fresh process pairs, not the six of a run measured whole
     for w in phases:
         wins = w.extra["energy_windows"]
         # A B, B A, ...: six windows a build, the same calls each, every pair one of each build.

@@ -131,7 +131,7 @@ def test_a_paired_torch_against_mlx_run_and_its_sentence(tmp_path: Path, mpsup_h
     (folder / "config.json").write_text(json.dumps(LLAMA))
     proc = run_cli(
         "bench", "--model", str(folder), "--candidate", f"mlx:{MLX_PYTHON}", "--budget", "0.05", "--tokens", "8",
-        "--json",
+        "--visits", "2", "--json",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     path = next((mpsup_home / "runs").glob("*.json"))

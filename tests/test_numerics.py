@@ -331,7 +331,7 @@ def test_inputs_that_differ_between_builds_are_not_compared_and_exit_3(tmp_path:
     candidate = _candidate(
         tmp_path, "perturbing-python", "export MPSUP_WORKER_TEST_HOOKS=1 MPSUP_TEST_PERTURB_VALUES=1\n"
     )
-    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--no-ops", "--only", "model/prefill")
+    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--no-ops", "--only", "model/prefill", "--visits", "2")
     for phase in ("prefill",):
         n = doc["model_numerics"][phase]
         assert n["verdict"] == "not compared" and "different values" in n["reason"]
@@ -340,14 +340,14 @@ def test_inputs_that_differ_between_builds_are_not_compared_and_exit_3(tmp_path:
 
 
 def test_the_baseline_against_itself_gives_identical_answers(tmp_path: Path) -> None:
-    doc = _paired_run(tmp_path, "--aa", "--no-ops")
+    doc = _paired_run(tmp_path, "--aa", "--no-ops", "--visits", "2")  # two visits still give the floor
     for phase in ("prefill", "decode"):
         n = doc["model_numerics"][phase]
         assert n["verdict"] == "identical" and n["between_builds"] == 0.0
         assert n["top1_agreement"] == 1.0 if phase == "prefill" else n["top1_agreement"] is None
     # --no-numerics on the same folder: the report has no numerics to show
     off = json.loads(run_cli("bench", "--model", str(tmp_path / "llama"), "--tokens", "16", "--budget", "0.05",
-                             "--no-smoke", "--aa", "--no-ops", "--only", "model/prefill", "--no-numerics",
+                             "--no-smoke", "--aa", "--no-ops", "--only", "model/prefill", "--no-numerics", "--visits", "2",
                              "--json").stdout or "{}")  # fmt: skip
     assert off.get("id")
     report = json.loads(run_cli("report", "--json", "--run", off["id"]).stdout)
