@@ -174,3 +174,25 @@ def test_a_model_whose_one_module_would_not_fit_is_said_not_judged(monkeypatch: 
     monkeypatch.setattr(whole_model, "REFERENCE_MEMORY_SHARE", 1e-9)
     with pytest.raises(MemoryError, match=r"largest module alone needs .* in float64, over"):
         truth_answer(_spec(DEEP_LLAMA, "prefill"), None)
+
+
+def test_a_phase_that_takes_the_kept_model_counts_its_bytes_in_its_memory() -> None:
+    import io
+
+    from mpsup.worker.main import Worker
+
+    worker = Worker(io.StringIO())
+    worker.hello({"device": "cpu"})
+    if worker.device._rss_at_setup is None:
+        worker.device.reset_peak()
+        if worker.device._rss_at_setup is None:
+            pytest.skip("this kernel keeps no per-workload resident peak (Linux's clear_refs)")
+    wide = {**DEEP_LLAMA, "hidden_size": 256, "intermediate_size": 1024, "vocab_size": 8192}
+    for phase in ("prefill", "decode"):
+        spec = _spec(wide, phase, dtype="fp32", cache=12)
+        assert worker.setup({"workload": spec, "calls": 1})["type"] == "ready"
+        memory = worker.teardown({})["memory"]
+    model = whole_model._KEPT[0].model
+    weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    # Decode built nothing (prefill's model was kept): its peak still holds the model it ran.
+    assert memory["workload_peak"] >= weights_bytes

@@ -341,6 +341,13 @@ class Device:
                     self._allocator_peak = False
             self.after_block()
 
+    def already_resident(self, nbytes: int) -> None:
+        """A workload's own memory that was resident before its setup (a model kept from the phase before): on
+        the CPU its peak is a resident-size difference, which would leave the model out. An allocator's peak
+        (CUDA, MPS) starts from what is allocated, the model included."""
+        if self.kind == "cpu" and self._rss_at_setup is not None:
+            self._rss_at_setup = max(0, self._rss_at_setup - nbytes)
+
     def after_block(self) -> None:
         """Called after every timed block, outside the timed span."""
         if self.kind != "mps":

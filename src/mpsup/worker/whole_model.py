@@ -345,11 +345,15 @@ def _model_key(
     return json.dumps(doc, sort_keys=True, default=str)
 
 
-def _kept_or_built(key: str, build_model: Callable[[], Any]) -> _Kept:
-    """The kept model where it is this one (its weights' notes re-entered in the digest), else a new one."""
+def _kept_or_built(key: str, build_model: Callable[[], Any], device: Device) -> _Kept:
+    """The kept model where it is this one (its weights' notes re-entered in the digest, its bytes counted in the
+    phase's memory), else a new one."""
     if _KEPT and _KEPT[0].key == key:
-        values.TRUTH.absorb(_KEPT[0].recorded)
-        return _KEPT[0]
+        kept = _KEPT[0]
+        values.TRUTH.absorb(kept.recorded)
+        model = kept.model[0] if isinstance(kept.model, tuple) else kept.model
+        device.already_resident(_bytes_of(model))
+        return kept
     forget()
     with values.TRUTH.recording() as recorded:
         model = build_model()
@@ -369,7 +373,7 @@ def _transformers_phase(params: dict[str, Any], dtype: torch.dtype, device: Devi
     if device.kind == "meta":
         kept = _Kept(key, _hf_model(auto, config, params, dtype, device, value_dtype), "")
     else:
-        kept = _kept_or_built(key, lambda: _hf_model(auto, config, params, dtype, device, value_dtype))
+        kept = _kept_or_built(key, lambda: _hf_model(auto, config, params, dtype, device, value_dtype), device)
     model = kept.model
     sig = inspect.signature(model.forward).parameters
     architecture = type(model).__name__
@@ -535,7 +539,7 @@ def _diffusers_phase(params: dict[str, Any], dtype: torch.dtype, device: Device,
         model, weights = _diffusers_model(df, cfg, dtype, device, share, value_dtype)
     else:
         key = _model_key(params, cfg, dtype, value_dtype, device)
-        kept = _kept_or_built(key, lambda: _diffusers_model(df, cfg, dtype, device, share, value_dtype))
+        kept = _kept_or_built(key, lambda: _diffusers_model(df, cfg, dtype, device, share, value_dtype), device)
         model, weights = kept.model
     info: dict[str, Any] = {
         "library": "diffusers",
