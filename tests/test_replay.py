@@ -386,3 +386,19 @@ def test_the_run_adds_the_ops_after_the_last_phase_with_their_budget_units() -> 
     ]
     assert WorkloadsAdded(count=3, total=5, what="ops") in events
     assert math.isclose(shares["model/op/x/0"], 0.25 * shares["model/linear/a"])
+
+
+def test_a_replayed_weight_is_a_tensor_of_its_own_like_the_models_parameter() -> None:
+    # torch's CPU bf16 linear picks a far slower kernel for a weight that is a view or does not require grad
+    # (10 s instead of 0.1 s against a 128256x8192 head): a replayed parameter must be what the phase's was.
+    weight = {"tensor": {"shape": [16, 8], "stride": [8, 1], "dtype": "bfloat16", "param": True, "range": 0}}
+    sliced = {"tensor": {"shape": [1, 1, 8], "stride": [32, 8, 1], "dtype": "bfloat16", "range": 0}}
+    call = {"overload": "aten.linear.default", "args": [sliced, weight], "kwargs": {}, "ranges": [[-1.0, 1.0]]}
+    built = build_op(call, CPU, copies=2)
+    _, made = built.keep
+    weights = [t for t in made if t.shape == (16, 8)]
+    assert len(weights) == 2  # the rotated copy too
+    assert all(w._base is None and w.requires_grad and not w.is_inference() for w in weights)
+    x = next(t for t in made if t.shape == (1, 1, 8))
+    assert x.stride() == (32, 8, 1)  # a strided input keeps the census's layout
+    assert built.fn().shape == (1, 1, 16)

@@ -13,6 +13,7 @@ caches between two uses of it, so `build_op` rotates over copies of it that keep
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -125,6 +126,14 @@ def _extent(shape: list[int], stride: list[int]) -> int:
     return 1 + sum((d - 1) * abs(s) for d, s in zip(shape, stride, strict=True))
 
 
+def _contiguous_stride(shape: list[int]) -> list[int]:
+    stride, step = [], 1
+    for d in reversed(shape):
+        stride.append(step)
+        step *= max(d, 1)
+    return stride[::-1]
+
+
 def _tensor(doc: dict[str, Any], ranges: list[list[float]], device: Device) -> torch.Tensor:
     shape = [int(d) for d in doc["shape"]]
     stride = [int(s) for s in doc.get("stride") or []] or None
@@ -132,12 +141,16 @@ def _tensor(doc: dict[str, Any], ranges: list[list[float]], device: Device) -> t
     target = torch.device("cpu") if doc.get("cpu") else device.torch_device
     if stride is not None and (len(stride) != len(shape) or any(s < 0 for s in stride)):
         raise Unsupported(f"strides {stride} do not fit shape {shape}")
+    if stride is not None and stride == _contiguous_stride(shape):
+        stride = None  # made as a tensor of its own rather than a view (see values.floats)
     n = _extent(shape, stride) if stride is not None else math.prod(shape)
     span = ranges[doc["range"]] if isinstance(doc.get("range"), int) and doc["range"] < len(ranges) else None
     if dtype.is_floating_point:
         # Where the op saw its values (the census's range), else uniform(-1, 1); a census of an older mpsup has
         # ranges for integers and booleans only.
         low, high = (float(span[0]), float(span[1])) if span else (-1.0, 1.0)
+        if stride is None:
+            return values.floats(tuple(shape), dtype, target, low=low, high=high)
         flat = values.floats((n,), dtype, target, low=low, high=high)
     elif dtype.is_complex:
         flat = torch.randn(n, dtype=dtype, device=target)
@@ -169,13 +182,19 @@ def _rebuild(
     if "tensor" in value:
         doc = value["tensor"]
         first = keep[len(tensors)] if keep is not None and len(tensors) < len(keep) else None
-        if first is None:
-            t = _tensor(doc, ranges, device)
-        elif doc.get("param"):
-            t = torch.empty_strided(first.shape, first.stride(), dtype=first.dtype, device=first.device)
-            t.copy_(first)
-        else:
-            t = first
+        # A model's weight is what the phase's parameters are: a tensor of its own, made outside inference mode,
+        # that requires grad. Kernels choose by these (torch 2.13's CPU bf16 linear of a sliced last token
+        # against a 128256x8192 head took 10 s with a weight that did not require grad, 0.1 s with one that did).
+        with torch.inference_mode(False) if doc.get("param") else contextlib.nullcontext(), torch.no_grad():
+            if first is None:
+                t = _tensor(doc, ranges, device)
+            elif doc.get("param"):
+                t = torch.empty_strided(first.shape, first.stride(), dtype=first.dtype, device=first.device)
+                t.copy_(first)
+            else:
+                t = first
+            if doc.get("param") and t.is_floating_point() and not values.TRUTH.on:
+                t.requires_grad_(True)
         tensors.append(t)
         return t
     if "float" in value:
