@@ -127,6 +127,10 @@ def _prepare_plan(req: BisectRequest, good: Path) -> BenchPlan:
             dtype=req.dtype,
             resolution=req.resolution,
             allow_cpu_fallback=req.allow_cpu_fallback,
+            train=req.train,
+            train_batch=req.train_batch,
+            train_tokens=req.train_tokens,
+            optimizer=req.optimizer,
         )
     )
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.model.training import TrainOptions
 from mpsup.workloads import END_TO_END, ITEMSIZE, Workload, justified_bytes
 
 
@@ -39,6 +40,7 @@ class WholeModel:
     real_weights: bool = False
     environments: int = 1
     frames: int | None = None  # a video VAE's frames
+    train: TrainOptions | None = None  # --train: a training step as one more phase
 
 
 def open_model(
@@ -112,6 +114,7 @@ def _layers(
             frames=whole.frames,
             video=video_components(loaded.tensors),
             weights=_component_bytes(loaded.tensors, dtype),
+            train=whole.train,
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
     if config_only and not (phases and phases.workloads):
