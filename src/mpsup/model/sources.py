@@ -158,6 +158,8 @@ def _size_options(w: Workload, diffusion: bool) -> tuple[str, ...]:
     if w.kind in ("conv", "pad"):
         three_d = len(w.params.get("input_shape") or w.params.get("shape") or ()) == 5
         return ("--resolution", "--frames") if three_d else ("--resolution",)
+    if w.kind == "model_phase" and w.params.get("phase") == "train_step":
+        return ()  # --train sized it: its batch and length are a fine-tuning run's, stated or the said defaults
     if w.kind == "model_phase":
         return ("--resolution",) if w.params.get("library") == "diffusers" else ("--tokens",)
     if w.kind in ("linear", "embedding", "grouped_mm", "scaled_mm"):

@@ -1,8 +1,9 @@
 """A training step, timed as a phase: zero_grad, the forward on one batch, the loss, backward and the optimizer's
 step, built in the measured environment with its own transformers or diffusers (and peft for LoRA).
 
-- A causal language model's step: token ids from the value stream (values.py), the shifted cross-entropy computed
-  in float32 from the logits (float64 in the reference), mean over the batch x (length - 1) tokens that carry it.
+- A causal language model's step: token ids from the value stream (values.py) with an all-ones attention mask (a
+  data collator's), the shifted cross-entropy computed in float32 from the logits (float64 in the reference), mean
+  over the batch x (length - 1) tokens that carry it.
 - A Diffusers UNet's step: a noisy latent, a timestep and a prompt embedding from the stream, the mean squared
   error of the predicted noise against the stream's noise.
 - LoRA through peft (`get_peft_model` for a language model, the UNet's own `add_adapter`), its adapters' weights
@@ -324,6 +325,7 @@ def _lora(model: Any, params: dict[str, Any], peft: Any, value_dtype: torch.dtyp
     if not named:
         raise Unsupported(f"LoRA: this model has no {', '.join(targets)} to adapt; --train full trains every parameter")
     _draw_adapters(named, value_dtype)
+    model.eval()  # the wrapper and the adapters' modules too: no dropout draws anywhere
     return model, str(named[0][1].dtype).removeprefix("torch.")
 
 
@@ -460,9 +462,10 @@ def _lm_step(params: dict[str, Any], device: Device, value_dtype: torch.dtype) -
     dev = target.torch_device
     ids = values.ints((batch, tokens), torch.int64, dev, 0, vocab - 1).to(dev)
     targets = ids[:, 1:].reshape(-1)
+    mask = torch.ones_like(ids)  # as a data collator hands a batch of full-length samples to the model
 
     def loss() -> torch.Tensor:
-        logits = model(input_ids=ids, use_cache=False).logits
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
         return torch.nn.functional.cross_entropy(_wide(logits[:, :-1]).reshape(-1, logits.shape[-1]), targets)
 
     step = Step(optimizer, parameter_groups(named, depth), loss, keep=(model, optimizer, ids))
