@@ -87,7 +87,7 @@ def test_a_causal_lm_gets_a_train_step_with_mlx_lm_s_lora_defaults(tmp_path: Pat
     assert (p["phase"], p["train"], p["batch"], p["tokens"], p["optimizer"]) == ("train_step", "lora", 4, 32, "adamw")
     assert p["lora"] == {"rank": 8, "scale": 20.0, "targets": ["q_proj", "v_proj"]}
     assert step.memory_bytes > 4 * 32 * LLAMA["vocab_size"] * 4  # at least the step's float32 logits
-    assert step.sized_by is None  # --train sized it: never skipped as an unstated size
+    assert not step.sized_by and not step.justified  # --train sized it: never skipped as an unstated size
 
 
 def test_an_encoder_gets_no_train_step_and_says_why(tmp_path: Path) -> None:
