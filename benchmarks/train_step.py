@@ -10,7 +10,7 @@ then the report's sentence.
         what this interpreter lacks to run the rest (mpsup's own needs, peft and its needs), and the
         `pip download` line that fetches them as wheels for a machine without a network
     python benchmarks/train_step.py run --device cuda [--size 8b] [--batch 4] [--tokens 512] [--budget 1]
-        [--depth N] [--numerics] [--out DIR]
+        [--depth N] [--visits N] [--numerics] [--no-ops] [--out DIR]
         makes the folder (config.json alone: random weights), runs mpsup and the plain loops, prints the table;
         exit 1 where mpsup's step time and the plain loop's differ by more than --agree (default 5%)
     python benchmarks/train_step.py run --device cpu --size tiny --batch 2 --tokens 16 --budget 0.05
@@ -215,8 +215,10 @@ def run(args: argparse.Namespace) -> int:
            "--no-smoke", "--json"]  # fmt: skip
     cmd += ["--depth", str(args.depth)] if args.depth else []
     cmd += [] if args.numerics else ["--no-numerics"]
+    cmd += [] if args.ops else ["--no-ops"]
     cmd += ["--visits", str(args.visits)] if args.visits else []
-    print(f"mpsup {' '.join(cmd[:2])} ... ({args.size}, {args.dtype}, batch {args.batch} x {args.tokens} tokens)")
+    what = f"{args.size}, {args.dtype}, batch {args.batch} x {args.tokens} tokens"
+    print(f"mpsup {' '.join(cmd[:2])} ... ({what})", flush=True)
     bench = _mpsup(args, *cmd)
     if bench.returncode not in (0, 1):
         print(bench.stderr[-3000:])
@@ -224,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(json.loads(bench.stdout)["path"])
     record = json.loads(path.read_text())
     sides = {"for-loop": _side(record, "baseline"), "fused": _side(record, "candidate")}
-    print(f"mpsup bench: {time.time() - started:.0f} s, record {path}")
+    print(f"mpsup bench: {time.time() - started:.0f} s, record {path}", flush=True)
     depth = next((s["depth"] for s in sides.values() if s["depth"]), None) or args.depth
     if not depth or any(s["median_s"] is None for s in sides.values()):
         print("mpsup measured no step:", {k: (s["status"], s["reason"]) for k, s in sides.items()})
@@ -279,6 +281,7 @@ def main() -> int:
     r.add_argument("--calls", type=int, default=20, help="the plain loop's timed steps (default 20)")
     r.add_argument("--warmup", type=int, default=3, help="the plain loop's untimed steps first (default 3)")
     r.add_argument("--numerics", action="store_true", help="also judge gradients against float64 (CPU, slow)")
+    r.add_argument("--no-ops", dest="ops", action="store_false", help="skip replaying the step's ops (quicker)")
     r.add_argument("--agree", type=float, default=0.05, help="the largest mpsup/plain difference (default 0.05)")
     r.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "mpsup-train-step")
     p = sub.add_parser("plain", help="(internal) the plain PEFT/Transformers loop in this interpreter")
