@@ -200,7 +200,8 @@ def test_train_step_runs_mpsup_and_the_plain_loop_on_a_tiny_model_on_the_cpu(tmp
     pytest.importorskip("transformers")
     pytest.importorskip("peft", reason="the LoRA step runs through peft")
     args = ["run", "--device", "cpu", "--size", "tiny", "--dtype", "fp32", "--batch", "2", "--tokens", "16",
-            "--budget", "0.05", "--visits", "2", "--calls", "5", "--warmup", "1", "--out", str(tmp_path)]  # fmt: skip
+            "--budget", "0.05", "--visits", "2", "--calls", "5", "--warmup", "1", "--no-ops",
+            "--out", str(tmp_path)]  # fmt: skip
     res = run_script("train_step.py", *args, timeout=600)
     # Exit 1 is a disagreement over --agree: on a small shared CPU a tiny step's times are not what it tests.
     assert res.returncode in (0, 1), res.stdout + res.stderr

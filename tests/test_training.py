@@ -5,8 +5,8 @@ by parameter group against a float64 truth computed from the same values, the op
 the census by part and its replay under each part's grad mode); the report's reading of a step's answers; then
 real paired CPU runs of a tiny Llama: a candidate whose backward mm computes in bfloat16 (a torch.library override
 that leaves the forward's mm as it is) is less accurate, names its gradient group and the backward mm, and
-`report --upstream` reproduces the ratio; the baseline against itself is identical; `bisect --numerics` finds the
-build whose gradients got worse."""
+`report --upstream` reproduces the ratio; the baseline against itself is identical; `bisect` takes the step to
+every one of its steps."""
 
 from __future__ import annotations
 
@@ -387,13 +387,33 @@ def test_the_baseline_against_itself_trains_to_identical_answers(tmp_path: Path,
     assert "identical loss, gradients and weights after one step" in doc["sentence"]
 
 
-@pytest.mark.slow
-def test_bisect_numerics_finds_the_first_build_whose_gradients_got_worse(tmp_path: Path, mpsup_home: Path) -> None:
-    pytest.importorskip("transformers")
-    envs = [_candidate(tmp_path, f"env{i}", BF16_BACKWARD_MM if i == 2 else None) for i in range(3)]
-    args = ["bisect", *map(str, envs), "--model", str(_llama(tmp_path)), "--train", "full", *TRAIN_ARGS[:-2],
-            "--only", "model/train_step", "--device", "cpu", "--budget", "0.05", "--numerics", "--json"]  # fmt: skip
-    res = run_cli(*args)
-    assert res.returncode == 0, res.stderr[-2000:]
-    doc = json.loads(res.stdout)
-    assert doc["status"] == "found" and doc["first_bad"]["index"] == 2 and doc["last_good"]["index"] == 1
+def test_bisect_takes_the_training_step_to_every_step_and_journals_it_only_when_asked(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from mpsup.bisect.command import _prepare_plan
+    from mpsup.bisect.request import BisectRequest, journal_args, request_from_journal
+
+    python = Path(sys.executable)
+    req = BisectRequest(
+        environments=(str(python), str(python)),
+        model=_llama(tmp_path),
+        device="cpu",
+        only="model/train_step",
+        numerics=True,
+        train="full",
+        train_batch=2,
+        train_tokens=16,
+        optimizer="adamw:foreach",
+    )
+    plan = _prepare_plan(req, python)
+    (step,) = plan.workloads
+    assert step.name == "model/train_step"
+    assert (step.params["train"], step.params["batch"], step.params["tokens"]) == ("full", 2, 16)
+    assert step.params["optimizer_impl"] == "foreach"
+    args = journal_args(req, [python, python], "cpu")
+    assert (args["train"], args["train_batch"], args["optimizer"]) == ("full", 2, "adamw:foreach")
+    again = request_from_journal({"args": args, "environments": [str(python)] * 2}, tmp_path / "j.json")
+    assert (again.train, again.train_tokens) == ("full", 16)
+    # A bisect without --train journals no train key: its journal key is the one it had before they existed.
+    plain = journal_args(replace(req, train=None, train_batch=None, train_tokens=None, optimizer=None), [python], "cpu")
+    assert not {"train", "train_batch", "train_tokens", "optimizer"} & set(plain)

@@ -104,7 +104,7 @@ def _prepare(req: BisectRequest, good: Path) -> BenchPlan:
             raise
         message = str(exc)
         for arg in journal.ARG_FIELDS:
-            option = f"--{arg.name} "
+            option = f"--{arg.name.replace('_', '-')} "
             if message.startswith(option):
                 message = f"args.{arg.name} {message.removeprefix(option)}"
                 break
