@@ -84,8 +84,9 @@ import torch
 
 DEFAULT_DEVICE = {device!r}
 WHAT = {what_literal}
-# The grad mode the model ran this call in ({stage}): a kernel may take another path under another.
-GRAD_MODE = {grad_mode}
+# The grad mode the model ran the call in (an inference phase's; a training step's part sets its own below): a
+# kernel may take another path under another.
+GRAD_MODE = torch.inference_mode
 
 
 {pick_device}
@@ -275,11 +276,11 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
         if builder:
             label = re.sub(r"[^\w ,.()x-]", "", what)[:120]
             stage = str(call.get("stage") or "") if call else ""
+            if stage in GRAD_CONTEXTS:
+                builder += f"\n\nGRAD_MODE = {GRAD_CONTEXTS[stage]}  # the call ran in a training step's {stage}\n"
             script = SCRIPT.format(
                 what=label,
                 what_literal=repr(label),
-                stage=f"a training step's {stage}" if stage in GRAD_CONTEXTS else "inference",
-                grad_mode=GRAD_CONTEXTS.get(stage, "torch.inference_mode"),
                 device=device,
                 pick_device=PICK_DEVICE,
                 numel=NUMEL,

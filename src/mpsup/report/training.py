@@ -126,3 +126,13 @@ def training_line(phase: str, pn: PhaseNumerics, baseline_torch: str) -> str:
     if loss is not None and loss.baseline_error is not None and loss.candidate_error is not None:
         tail = f"; loss error against float64 {loss.baseline_error:.2g} -> {loss.candidate_error:.2g}"
     return f"{phase} answers: {training_clause(pn, baseline_torch)}{tail}"
+
+
+def phase_doc(pn: PhaseNumerics | None) -> dict[str, Any] | None:
+    """A phase's `model_numerics` entry; a training step's with its answers by group and the worst of them."""
+    if pn is None:
+        return None
+    doc = pn.to_json()
+    if is_training(pn.phase):
+        doc["training"] = training_json(pn)
+    return doc

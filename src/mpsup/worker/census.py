@@ -22,9 +22,6 @@ STAGE = [""]
 NAMED_STAGES = ("backward", "optimizer")
 
 
-_SCALAR = torch.ops.aten._local_scalar_dense.default
-
-
 class _Census:
     """Which aten ops one forward ran, how often, with which shapes and dtypes; and each distinct call as
     replay.py rebuilds it (the overload, every argument's shape, strides and dtype, the non-tensor arguments,
@@ -70,14 +67,14 @@ class _Census:
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 if func.namespace == "profiler":  # record_function's markers (an optimizer's step): no work
                     return func(*args, **(kwargs or {}))
-                if func is _SCALAR and args and args[0].is_meta and args[0].dtype == torch.bool:
+                name = str(func.overloadpacket.__name__)
+                if name == "_local_scalar_dense" and args and args[0].is_meta and args[0].dtype == torch.bool:
                     # A host check of a mask (all ones? packed?) has no value on the meta device: answered as
                     # true, the path a batch of full-length samples takes.
                     return True
                 tensors = [a for a in args if isinstance(a, torch.Tensor)]
                 shapes = " ".join("x".join(str(d) for d in t.shape) or "scalar" for t in tensors)
                 dtypes = " ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
-                name = str(func.overloadpacket.__name__)
                 if STAGE[0] in NAMED_STAGES:
                     name = f"{name} ({STAGE[0]})"
                 census.counts[(name, shapes, dtypes)] += 1
