@@ -30,6 +30,7 @@ SCRIPTS: dict[str, str | None] = {
     "header_scan.py": None,
     "machine_moved.py": None,
     "mlx_plain.py": "mlx_lm",
+    "mlx_train_plain.py": "mlx_lm",
     "op_attribution.py": None,
     "op_coverage.py": None,
     "numerics_candidates.py": None,
@@ -42,6 +43,7 @@ SCRIPTS: dict[str, str | None] = {
     "real_size.py": None,
     "report_screenshots.py": None,
     "speed.py": None,
+    "train_step.py": None,
     "unpaired_aa.py": None,
     "visits_show.py": None,
     "whole_model.py": None,
@@ -82,6 +84,7 @@ SHOWS_ITS_COMMAND = {
     "plain_binding.py",
     "report_screenshots.py",
     "speed.py",
+    "train_step.py",
     "unpaired_aa.py",
 }
 
@@ -193,6 +196,28 @@ def test_compare_timers_times_one_shape_with_mpsup_and_torch_utils_benchmark(tmp
     doc = json.loads(out.read_text())
     assert doc["device"] == "cpu" and set(doc["wall_s"]) == {"mpsup", "adaptive_autorange"}
     assert "linear/" in res.stdout and "A/A max" in res.stdout
+
+
+@pytest.mark.slow
+def test_train_step_runs_mpsup_and_the_plain_loop_on_a_tiny_model_on_the_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft", reason="the LoRA step runs through peft")
+    args = ["run", "--device", "cpu", "--size", "tiny", "--dtype", "fp32", "--batch", "2", "--tokens", "16",
+            "--budget", "0.05", "--visits", "2", "--calls", "5", "--warmup", "1", "--no-ops",
+            "--out", str(tmp_path)]  # fmt: skip
+    res = run_script("train_step.py", *args, timeout=600)
+    # Exit 1 is a disagreement over --agree: on a small shared CPU a tiny step's times are not what it tests.
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    rows = {line.split()[0]: line.split() for line in res.stdout.splitlines() if line.startswith(("for-loop", "fused"))}
+    assert set(rows) == {"for-loop", "fused"}
+    assert rows["fused"][-2:] == ["fused,", "fused"] and rows["for-loop"][-2:] == ["for-loop,", "for-loop"]
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows.values())  # mpsup's and the plain loop's s/step
+    assert "report: " in res.stdout and "agree within" in res.stdout
+
+
+def test_train_step_says_which_wheels_it_needs() -> None:
+    res = run_script("train_step.py", "wheels")
+    assert res.returncode in (0, 1) and ("has everything" in res.stdout or "pip download" in res.stdout)
 
 
 def test_omp_wait_times_the_plain_loop_and_two_workers_taking_turns() -> None:

@@ -77,6 +77,23 @@ def test_prefill_and_decode_by_the_torch_workers_definitions(worker: WorkerProce
         assert done["memory"]["peak_allocated"] > 0
 
 
+@pytest.mark.parametrize("mode", ["lora", "full"])
+def test_a_training_step_as_mlx_lm_s_lora_trainer_takes_it(worker: WorkerProcess, mode: str) -> None:
+    train = {"train": mode, "batch": 2, "optimizer": "adamw", "lr": 1e-5}
+    lora = {"lora": {"rank": 8, "scale": 20.0, "targets": ["q_proj", "v_proj"]}} if mode == "lora" else {}
+    ready = worker.request({"op": "setup", "workload": _spec("train_step", **train, **lora), "target_sample_s": 0.005})
+    assert ready["type"] == "ready", ready
+    assert ready["items_per_call"] == 2 * (8 - 1)  # the tokens that carry a loss
+    info = ready["phase"]
+    assert info["train"]["mode"] == mode and info["optimizer"]["name"] == "AdamW" and info["compiled"] is True
+    trainable, total = info["train"]["trainable_parameters"], info["train"]["parameters"]
+    # LoRA: rank 8 on q_proj (64 -> 64) and v_proj (64 -> 32) of both blocks; full: every parameter.
+    assert trainable == (2 * 8 * (64 + 64 + 64 + 32) if mode == "lora" else total)
+    samples = worker.request({"op": "sample", "count": 3})
+    assert len(samples["host"]) == 3 and all(x > 0 for x in samples["host"])
+    assert worker.request({"op": "teardown"})["memory"]["peak_allocated"] > 0
+
+
 def test_decode_rolls_the_cache_back_every_call(worker: WorkerProcess) -> None:
     # A cache that grew by one token a call would make later calls slower and, past 512, overflow the positions:
     # 600 calls on a 500-token cache stay within max_position_embeddings only if each call is rolled back.

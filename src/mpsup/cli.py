@@ -78,6 +78,38 @@ TokensOpt = Annotated[
 ModelOpt = Annotated[
     Path | None, typer.Option("--model", help="A checkpoint, model folder, .pt2 export, or module:function.")
 ]
+TrainOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--train",
+        help="Add a training step phase: lora (the default: rank 8 on q_proj and v_proj, needs peft) or full.",
+    ),
+]
+TrainBatchOpt = Annotated[
+    int | None, typer.Option("--train-batch", help="--train: samples a step (default 4; a UNet's 1).")
+]
+TrainTokensOpt = Annotated[
+    int | None, typer.Option("--train-tokens", help="--train: tokens per sample (default 512; 64 on cpu).")
+]
+OptimizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--optimizer", help="--train: adamw (default), adam, sgd, adafactor, rmsprop, adagrad; :fused, :foreach..."
+    ),
+]
+# Options whose value may be left out, and what they then take: `--train` alone is `--train lora`.
+OPTIONAL_VALUES = {"--train": "lora"}
+
+
+def with_optional_values(args: list[str]) -> list[str]:
+    """The command line with each option of OPTIONAL_VALUES given its value where it has none (it ends the line,
+    or another option follows): click takes every option's value from the next word."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        if arg in OPTIONAL_VALUES and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out.append(OPTIONAL_VALUES[arg])
+    return out
 
 
 def _print_version(value: bool) -> None:
@@ -235,6 +267,10 @@ def bench(
             help="Read the device's energy meter: paired phases get energy windows after their timed rounds.",
         ),
     ] = False,
+    train: TrainOpt = None,
+    train_batch: TrainBatchOpt = None,
+    train_tokens: TrainTokensOpt = None,
+    optimizer: OptimizerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Smoke-test new MPS features and time the bundled suite, or your --model whole and by layer."""
@@ -270,6 +306,10 @@ def bench(
         reference_share=reference_share,
         visits=visits,
         energy=energy,
+        train=train,
+        train_batch=train_batch,
+        train_tokens=train_tokens,
+        optimizer=optimizer,
     )
     raise typer.Exit(run_and_render(request, list_only=list_only, as_json=as_json, details=details))
 
@@ -512,6 +552,10 @@ def bisect(
         bool,
         typer.Option("--numerics", help="Find the first build whose answers got less accurate against float64."),
     ] = False,
+    train: TrainOpt = None,
+    train_batch: TrainBatchOpt = None,
+    train_tokens: TrainTokensOpt = None,
+    optimizer: OptimizerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Find the first environment (torch build) where a workload got slower, by paired steps against the good one."""
@@ -537,6 +581,10 @@ def bisect(
         keep_envs=keep_envs,
         allow_cpu_fallback=allow_cpu_fallback,
         numerics=numerics,
+        train=train,
+        train_batch=train_batch,
+        train_tokens=train_tokens,
+        optimizer=optimizer,
     )
     raise typer.Exit(run_and_render(request, as_json))
 
@@ -544,4 +592,5 @@ def bisect(
 def main() -> None:
     from mpsup.exits import run_app
 
+    sys.argv[1:] = with_optional_values(sys.argv[1:])
     run_app(app)

@@ -19,6 +19,7 @@ from mpsup.bench.policy import DEFAULT_BUDGET_S
 from mpsup.errors import UserError
 from mpsup.host.affinity import Affinity, choose
 from mpsup.model.config import MAX_FRAMES
+from mpsup.model.training import TrainOptions
 from mpsup.progress import Progress, ignore
 from mpsup.workloads import Workload, select
 
@@ -66,6 +67,10 @@ class BenchRequest:
     reference_share: float = DEFAULT_SHARE  # of the run's time so far, the most the float64 reference may take
     visits: int | None = None  # paired and measured whole: fresh process pairs (default: the policy's phase_visits)
     energy: bool = False  # read the energy meter: idle power, then energy windows after each paired phase
+    train: str | None = None  # --train: lora or full, a training step as one more phase (model/training.py)
+    train_batch: int | None = None
+    train_tokens: int | None = None
+    optimizer: str | None = None  # torch.optim's name, optionally :for-loop, :foreach or :fused
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,7 @@ def prepare(req: BenchRequest) -> BenchPlan:
     _check_mlx(req, mlx)
     if req.dtype is not None and req.dtype not in DTYPES:
         raise UserError(f"--dtype {req.dtype!r}: expected bf16, fp16 or fp32")
+    train = _train_options(req, device)
     from mpsup.bench.suite import build_suite, default_tokens
 
     if req.model is not None:
@@ -159,6 +165,7 @@ def prepare(req: BenchRequest) -> BenchPlan:
                 real_weights=req.real_weights,
                 environments=2 if (req.candidate or req.aa) else 1,
                 frames=req.frames,
+                train=train,
             ),
             tokens_stated=req.tokens is not None,
         )
@@ -170,6 +177,16 @@ def prepare(req: BenchRequest) -> BenchPlan:
 
     suite = select(build_suite(device, parse_tokens(req.tokens)), req.only)
     return BenchPlan(req, device, tuple(suite), None, affinity=affinity)
+
+
+def _train_options(req: BenchRequest, device: str) -> TrainOptions | None:
+    """--train and its options, checked; the sequence length filled in with the device's default."""
+    from mpsup.model.training import check_train, train_tokens
+
+    opts = check_train(req.train, req.train_batch, req.train_tokens, req.optimizer, req.model is not None)
+    if opts is not None and not req.whole:
+        raise UserError("--train runs the model whole (a training step is a phase): leave out --layers-only")
+    return replace(opts, tokens=opts.tokens or train_tokens(device)) if opts is not None else None
 
 
 MLX_BITS = (4, 8)

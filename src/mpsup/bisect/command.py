@@ -104,7 +104,7 @@ def _prepare(req: BisectRequest, good: Path) -> BenchPlan:
             raise
         message = str(exc)
         for arg in journal.ARG_FIELDS:
-            option = f"--{arg.name} "
+            option = f"--{arg.name.replace('_', '-')} "
             if message.startswith(option):
                 message = f"args.{arg.name} {message.removeprefix(option)}"
                 break
@@ -127,6 +127,10 @@ def _prepare_plan(req: BisectRequest, good: Path) -> BenchPlan:
             dtype=req.dtype,
             resolution=req.resolution,
             allow_cpu_fallback=req.allow_cpu_fallback,
+            train=req.train,
+            train_batch=req.train_batch,
+            train_tokens=req.train_tokens,
+            optimizer=req.optimizer,
         )
     )
 

@@ -52,7 +52,14 @@ ARG_FIELDS = (
     ArgField("dtype", *_TEXT),
     ArgField("resolution", *_TEXT),
     ArgField("threshold", *_NUMBER),
+    ArgField("train", *_TEXT),
+    ArgField("train_batch", "an integer or null", (int, type(None))),
+    ArgField("train_tokens", "an integer or null", (int, type(None))),
+    ArgField("optimizer", *_TEXT),
 )
+# Arguments left out of a journal's args while unset (--train's), so that the key of a bisect without them is the
+# one it had before they existed.
+UNSET_LEFT_OUT = ("train", "train_batch", "train_tokens", "optimizer")
 _STATUSES = ("running", "done")
 
 

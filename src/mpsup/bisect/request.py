@@ -40,6 +40,10 @@ class BisectRequest:
     keep_envs: bool = False  # leave the throwaway environments installed at the end
     allow_cpu_fallback: bool = False  # as bench takes it
     numerics: bool = False  # a step is bad where the workload's answers got worse against float64, not slower
+    train: str | None = None  # --model: a training step as bench takes it (lora or full)
+    train_batch: int | None = None
+    train_tokens: int | None = None
+    optimizer: str | None = None
     journal: Path | None = None  # `--resume` alone: the journal these arguments were read from
 
 
@@ -47,6 +51,9 @@ def journal_args(req: BisectRequest, pythons: list[Path], device: str) -> dict[s
     """What makes two bisects the same one: a rerun with these continues the journal."""
     settings = {arg.name: getattr(req, arg.name) for arg in journal.ARG_FIELDS}
     settings.update(model=str(req.model.absolute()) if req.model else None, device=device)
+    for name in journal.UNSET_LEFT_OUT:  # written only when set: a bisect without them keeps the key it had
+        if settings.get(name) is None:
+            settings.pop(name, None)
     return {
         "pythons": [str(p.absolute()) for p in pythons],
         **settings,

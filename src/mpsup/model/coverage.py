@@ -11,7 +11,9 @@ from typing import Any
 
 from mpsup.model.phases import phase_of
 
-TOKEN_PHASES = ("prefill", "decode", "forward")
+INFERENCE_TOKEN_PHASES = ("prefill", "decode", "forward")
+# A language model's training step counts tokens too: those that carry a loss (a UNet's counts images).
+TOKEN_PHASES = (*INFERENCE_TOKEN_PHASES, "train_step")
 
 
 def phase_workloads(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,7 +82,7 @@ def _layers_of(record: dict[str, Any], phase_w: dict[str, Any]) -> list[dict[str
     layers = [
         w for w in record.get("workloads", []) if w.get("part") == "model" and "alternative" not in w.get("tags", ())
     ]
-    if phase in TOKEN_PHASES and phase_w.get("library") == "transformers" and not phase_w.get("component"):
+    if phase in INFERENCE_TOKEN_PHASES and phase_w.get("library") == "transformers" and not phase_w.get("component"):
         tokens = 1 if phase == "decode" else phase_w.get("tokens")
         # generate() asks for the last position's logits only: the head then runs on one token.
         envs = phase_w.get("envs", {}).values()
@@ -122,7 +124,8 @@ def phase_figures(record: dict[str, Any], label: str) -> dict[str, dict[str, Any
         memory = env.get("memory") or {}
         peak = memory.get("peak_allocated") or memory.get("workload_peak")
         tokens = None
-        if med and phase.split("/")[0] in TOKEN_PHASES and env.get("items_per_call"):
+        counts_tokens = phase.split("/")[0] in TOKEN_PHASES and w.get("library") != "diffusers"
+        if med and counts_tokens and env.get("items_per_call"):
             tokens = env["items_per_call"] / (med * scale)
         doc: dict[str, Any] = {
             "median_s": med * scale if med else None,

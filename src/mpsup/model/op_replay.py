@@ -93,6 +93,10 @@ VIEW_OPS = frozenset(
 )
 
 
+# A training step's parts whose calls are named with the part (worker/census.py records it as `stage`).
+NAMED_STAGES = ("backward", "optimizer")
+
+
 def op_name(overload: str) -> str:
     """ "aten.mm.default" -> "mm"."""
     parts = overload.split(".")
@@ -141,7 +145,11 @@ def describe_call(call: dict[str, Any]) -> dict[str, str]:
     ts = call_tensors(call)
     shapes = ", ".join(_shape_text(t) + (" strided" if _layout(t) else "") for t in ts)
     dtypes = " ".join(sorted({str(t.get("dtype")) for t in ts}))
-    return {"op": op_name(str(call.get("overload", "?"))), "shapes": shapes, "dtypes": dtypes}
+    op = op_name(str(call.get("overload", "?")))
+    stage = call.get("stage")
+    if stage in NAMED_STAGES:  # a training step's backward or optimizer call: "mm (backward)"
+        op = f"{op} ({stage})"
+    return {"op": op, "shapes": shapes, "dtypes": dtypes}
 
 
 def _tensor_bytes(t: dict[str, Any]) -> int:
@@ -164,10 +172,10 @@ def reuse_bytes(census: Any) -> int:
 
 def call_key(call: dict[str, Any]) -> str:
     """One distinct call, whoever wrote it down (the census, or an op workload's params)."""
-    return json.dumps(
-        {"overload": call.get("overload"), "args": call.get("args"), "kwargs": call.get("kwargs") or None},
-        sort_keys=True,
-    )
+    doc = {"overload": call.get("overload"), "args": call.get("args"), "kwargs": call.get("kwargs") or None}
+    if call.get("stage"):  # a training step's part: the same op and shapes in backward is another call
+        doc["stage"] = call["stage"]
+    return json.dumps(doc, sort_keys=True)
 
 
 def _name(call: dict[str, Any], key: str) -> str:
@@ -233,6 +241,8 @@ def _widen_ranges(slot: dict[str, Any], ranges: Any) -> None:
 def _op_call(call: dict[str, Any], ranges: Any, reuse: int | None) -> dict[str, Any]:
     """What the worker rebuilds a census entry from: the call, its value ranges, its parameters' reuse distance."""
     op_call = {"overload": call["overload"], "args": call["args"], "kwargs": call.get("kwargs") or {}}
+    if isinstance(call.get("stage"), str):
+        op_call["stage"] = call["stage"]  # replayed under the grad mode its part of a training step ran in
     if ranges:
         op_call["ranges"] = ranges
     if reuse:

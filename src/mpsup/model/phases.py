@@ -9,14 +9,16 @@ architecture is found out there, and a phase they cannot build fails alone, with
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mpsup.model.config import CAUSAL_SUFFIXES, MAX_LEVELS, pipeline_resolution, pipeline_vae_factor
 from mpsup.model.geometry import DEFAULT_VIDEO_FRAMES, WAN_TIME_FACTOR
+from mpsup.model.training import PHASE as TRAIN_PHASE
+from mpsup.model.training import TrainOptions, lm_step_bytes, train_params
 from mpsup.workloads import ITEMSIZE, Workload
 
-PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode")
+PHASES = ("prefill", "decode", "forward", "step", "vae_decode", "vae_encode", TRAIN_PHASE)
 TEXT_TOKENS = 77
 # Of the device's safe memory (a Mac's recommended working set, a GPU's memory, a CPU's RAM), what the models
 # of one visit may take together: a paired run holds two, each with its phase's activations. The float64
@@ -37,6 +39,7 @@ class PhaseOptions:
     frames: int | None = None  # a video VAE's frames (None: DEFAULT_VIDEO_FRAMES)
     video: frozenset[str] = frozenset()  # the components whose weights hold 3D convolutions (a video VAE's)
     weights: dict[str, int] | None = None  # a Diffusers component's weight bytes in the phase dtype, where known
+    train: TrainOptions | None = None  # --train: a training step as one more phase (model/training.py)
 
 
 @dataclass
@@ -64,6 +67,10 @@ def phase_shape(p: dict[str, Any]) -> str:
         text = f"1 token on a {p.get('cache')}-token cache"
     elif phase == "forward":
         text = f"{p.get('tokens')} tokens"
+    elif phase == TRAIN_PHASE:
+        size = p.get("resolution")
+        each = f"{p.get('tokens')} tokens" if not size else f"{size[0]}x{size[1]} px"
+        text = f"{p.get('train')} training step, batch {p.get('batch')} x {each}, {p.get('optimizer')}"
     else:
         size = p.get("resolution") or ["?", "?"]
         frames = f" x {p['frames']} frames" if p.get("frames") else ""
@@ -281,7 +288,27 @@ def _transformers(config: dict[str, Any], opts: PhaseOptions, path: str, prefix:
         )
     else:
         out.workloads += _workload(f"{prefix}/forward", "forward", opts.dtype, common, path, opts, memory("forward"))
+    if opts.train is not None:
+        out.workloads += _train_lm(config, common, causal, opts, path, prefix, size)
+        if not causal:
+            out.notes.append(
+                f"{TRAIN_PHASE}: --train measures a causal language model's or a Diffusers UNet's training step; "
+                f"{', '.join(str(a) for a in archs) or 'this model'} is neither"
+            )
     return out
+
+
+def _train_lm(
+    config: dict[str, Any], common: dict[str, Any], causal: bool, opts: PhaseOptions, path: str, prefix: str, size: int
+) -> list[Workload]:
+    """A causal language model's training step, with what it holds beyond the weights."""
+    if not causal or opts.train is None:
+        return []
+    tokens = opts.train.tokens or opts.tokens
+    params = {**common, **train_params(opts.train, "lm", tokens)}
+    extra, scores = lm_step_bytes(config, int(params["batch"]), tokens, size, opts.train.mode)
+    eager = replace(opts, compile_too=False)  # the training step is timed eager: --compile times inference
+    return _workload(f"{prefix}/{TRAIN_PHASE}", TRAIN_PHASE, opts.dtype, params, path, eager, Estimate(extra, scores))
 
 
 def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: str) -> Phases:
@@ -299,6 +326,17 @@ def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: 
             out.workloads += _workload(
                 f"model/{name}/step", "step", opts.dtype, {**common, "vae_factor": factor}, path, opts, step, weights
             )
+            if opts.train is not None:
+                train = {**common, "vae_factor": factor, **train_params(opts.train, "unet", 0)}
+                # Backward keeps what the forward made (about the step's activations again), per image of the batch;
+                # `full` adds each weight's gradient and AdamW's two moments.
+                batch = int(train["batch"])
+                states = 3 * weights if opts.train.mode == "full" else 0
+                need = Estimate(2 * batch * step.bytes + states, 2 * batch * step.attention)
+                eager = replace(opts, compile_too=False)
+                out.workloads += _workload(
+                    f"model/{name}/{TRAIN_PHASE}", TRAIN_PHASE, opts.dtype, train, path, eager, need, weights
+                )
         elif cls.startswith("Autoencoder"):
             frames = opts.frames or (DEFAULT_VIDEO_FRAMES if name in opts.video else None)
             vae = {**common, "frames": frames} if frames else common
@@ -309,7 +347,7 @@ def _diffusers(components: dict[str, dict[str, Any]], opts: PhaseOptions, path: 
             text_done = True
             sub = _transformers(
                 cfg,
-                PhaseOptions(**{**opts.__dict__, "tokens": TEXT_TOKENS, "real_weights": False}),
+                PhaseOptions(**{**opts.__dict__, "tokens": TEXT_TOKENS, "real_weights": False, "train": None}),
                 path,
                 prefix=f"model/{name}",
             )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mpsup.errors import UserError
+from mpsup.model.training import TrainOptions
 from mpsup.workloads import END_TO_END, ITEMSIZE, Workload, justified_bytes
 
 
@@ -39,6 +40,7 @@ class WholeModel:
     real_weights: bool = False
     environments: int = 1
     frames: int | None = None  # a video VAE's frames
+    train: TrainOptions | None = None  # --train: a training step as one more phase
 
 
 def open_model(
@@ -112,6 +114,7 @@ def _layers(
             frames=whole.frames,
             video=video_components(loaded.tensors),
             weights=_component_bytes(loaded.tensors, dtype),
+            train=whole.train,
         )
         phases = model_phases(loaded.format, loaded.config, loaded.components, str(loaded.path), opts)
     if config_only and not (phases and phases.workloads):
@@ -155,6 +158,8 @@ def _size_options(w: Workload, diffusion: bool) -> tuple[str, ...]:
     if w.kind in ("conv", "pad"):
         three_d = len(w.params.get("input_shape") or w.params.get("shape") or ()) == 5
         return ("--resolution", "--frames") if three_d else ("--resolution",)
+    if w.kind == "model_phase" and w.params.get("phase") == "train_step":
+        return ()  # --train sized it: its batch and length are a fine-tuning run's, stated or the said defaults
     if w.kind == "model_phase":
         return ("--resolution",) if w.params.get("library") == "diffusers" else ("--tokens",)
     if w.kind in ("linear", "embedding", "grouped_mm", "scaled_mm"):

@@ -41,6 +41,7 @@ from mpsup.report.floors import (
 from mpsup.report.numerics import PhaseNumerics, WorkloadNumerics, model_numerics
 from mpsup.report.numerics import judge as judge_numerics
 from mpsup.report.phases import PhaseChange, phase_changes, phase_verdict, with_width
+from mpsup.report.training import phase_doc
 from mpsup.report.verdict import aa_call, layer_call, stack_call
 from mpsup.report.wording import note_text, numerics_clause, one_environment, sides_vs, verdict_sentence
 from mpsup.runs.schema import Environment, EnvRun, RunRecord, as_record
@@ -156,7 +157,7 @@ class Analysis:
             "smoke_changes": self.smoke_changes,
             "conditions": self.conditions.to_json(),
             # null where the run did not look (a single run, --no-numerics, an older record)
-            "model_numerics": {p.phase: _doc(self.model_numerics.get(p.phase)) for p in self.model_phases} or None,
+            "model_numerics": {p.phase: phase_doc(self.model_numerics.get(p.phase)) for p in self.model_phases} or None,
             "workloads": [{**w.to_json(), "numerics": _doc(self.numerics.get(w.name))} for w in self.workloads],
             **({"stacks": self.stacks} if self.stacks else {}),
             **(self.energy.to_json() if self.energy else {}),

@@ -389,6 +389,11 @@ def numerics_lines(model: Mapping[str, PhaseNumerics]) -> list[str]:
     and, for a language model, what its logits and greedy tokens say."""
     lines = []
     for phase, pn in model.items():
+        if phase.split("/")[0] == "train_step":
+            from mpsup.report.training import training_line  # it reads this module's kinds: imported where used
+
+            lines.append(training_line(phase, pn, "the baseline"))
+            continue
         m = pn.numerics.main
         if pn.verdict == "not compared" or m is None:
             lines.append(f"{phase} answers: not compared ({pn.numerics.reason})")

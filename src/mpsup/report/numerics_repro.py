@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpsup.report.analysis import Analysis
-from mpsup.report.numerics import PhaseNumerics
+from mpsup.report.numerics import OutputCall, PhaseNumerics
 from mpsup.report.op_repro import NUMEL, NotCode, _Code
 from mpsup.report.phases import WORSE_ANSWERS
 from mpsup.report.repro import PICK_DEVICE
+from mpsup.report.training import group_calls, is_training, worst
 
 # The worker's value stream (worker/values.py), which the script repeats: its tile and the tile's seed
 # (tests/test_numerics_repro_stream.py holds them to the worker's).
@@ -46,10 +47,23 @@ def worst_phase(analysis: Analysis) -> PhaseNumerics | None:
         return None
 
     def key(pn: PhaseNumerics) -> tuple[int, float]:
-        m = pn.numerics.main
+        m = _main(pn)
         return (pn.verdict != "broken", -(m.ratio or 0.0) if m else 0.0)
 
     return sorted(worse, key=key)[0]
+
+
+def _main(pn: PhaseNumerics) -> OutputCall | None:
+    """The output a phase's figures are read from: a training step's worst group (its verdict's), else the main."""
+    if is_training(pn.phase):
+        w = worst(pn)
+        return w.call if w else pn.numerics.main
+    return pn.numerics.main
+
+
+# The grad mode a census call ran in (worker/replay.py GRAD_MODES), as the script's context: a training step's
+# backward runs without a graph but outside inference mode, where a kernel may take another path.
+GRAD_CONTEXTS = {"forward": "torch.enable_grad", "backward": "torch.no_grad", "optimizer": "torch.no_grad"}
 
 
 SCRIPT = '''#!/usr/bin/env python3
@@ -70,6 +84,9 @@ import torch
 
 DEFAULT_DEVICE = {device!r}
 WHAT = {what_literal}
+# The grad mode the model ran the call in (an inference phase's; a training step's part sets its own below): a
+# kernel may take another path under another.
+GRAD_MODE = torch.inference_mode
 
 
 {pick_device}
@@ -153,7 +170,7 @@ def main():
     parser.add_argument("--truth", help="the float64 result: computed and saved here if the file is absent, else read")
     args = parser.parse_args()
     device = pick_device(args.device)
-    with torch.inference_mode():
+    with GRAD_MODE():
         SEED[0], WIDE[0] = 0, False
         got = first_tensor(build(device)()).detach().to("cpu", torch.float64)
         if args.truth and os.path.exists(args.truth):
@@ -203,12 +220,13 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
     if pn is None:
         return None
     good, bad = f(analysis.baseline_torch), f(analysis.candidate_torch)
-    m = pn.numerics.main
+    m = _main(pn)
     top = pn.top_op
     what = f"{top.op} {top.shapes} ({top.dtypes})" if top else f"the {pn.phase} phase's {m.name if m else 'answer'}"
     ratio = top.numerics.main.ratio if top and top.numerics.main else (m.ratio if m else None)
     far = f"{_ratio(ratio)} further from float64" if ratio else pn.verdict
     title = f"[{f(analysis.device.upper())}] {f(what)} is {far} in torch {bad} than {good}"
+    step = " The phase is one training step (forward, loss, backward, optimizer step)." if is_training(pn.phase) else ""
     lines = [
         f"<!-- Suggested title: {title.replace('--', '- -')} -->",
         "",
@@ -216,12 +234,20 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
         "",
         f"On {f(analysis.machine)} ({f(analysis.device)}) the {f(pn.phase)} phase's answers are {pn.verdict} with "
         f"torch {bad} than with {good}: each build's error against a float64 reference computed on the CPU from "
-        "the same inputs and weights (relative root mean square error).",
+        "the same inputs and weights (relative root mean square error)." + step,
         "",
         "| what | error vs float64, good | error vs float64, bad | bad / good | verdict |",
         "|---|---|---|---|---|",
     ]
-    if m is not None:
+    if is_training(pn.phase):
+        # One fine-tuning step's answers, each its own row: the loss, each parameter group's gradient and weights.
+        for g in group_calls(pn):
+            c = g.call
+            lines.append(
+                f"| {f(pn.phase, table=True)}: {f(g.label, table=True)} | {_e(c.baseline_error)} | "
+                f"{_e(c.candidate_error)} | {_ratio(c.ratio)} | {c.verdict} |"
+            )
+    elif m is not None:
         lines.append(
             f"| {f(pn.phase, table=True)} ({f(m.name, table=True)}) | {_e(m.baseline_error)} | "
             f"{_e(m.candidate_error)} | {_ratio(m.ratio)} | {pn.verdict} |"
@@ -249,6 +275,9 @@ def accuracy_issue(analysis: Analysis, record: dict[str, Any], f: Any) -> Accura
             builder = None
         if builder:
             label = re.sub(r"[^\w ,.()x-]", "", what)[:120]
+            stage = str(call.get("stage") or "") if call else ""
+            if stage in GRAD_CONTEXTS:
+                builder += f"\n\nGRAD_MODE = {GRAD_CONTEXTS[stage]}  # the call ran in a training step's {stage}\n"
             script = SCRIPT.format(
                 what=label,
                 what_literal=repr(label),

@@ -25,6 +25,7 @@ from mpsup.report.findings import (
 )
 from mpsup.report.numerics import PhaseNumerics
 from mpsup.report.phases import PhaseChange, phase_verdict, stack_sentence
+from mpsup.report.training import is_training, training_clause
 from mpsup.stats import Interval
 from mpsup.units import fmt_bytes, fmt_interval
 
@@ -357,6 +358,8 @@ def _times(ratio: float) -> str:
 def numerics_clause(pn: PhaseNumerics, baseline_torch: str) -> str:
     """The phase's answers in a few words: "same accuracy"; "less accurate: linear 1x128x1024,1024x1024 (float32)
     is 40x further from float64 than in 2.13.0"; "answers not compared (why)"."""
+    if is_training(pn.phase):  # a training step names its worst parameter group
+        return training_clause(pn, baseline_torch)
     n = pn.numerics
     m = n.main
     code = f"; the model code differs too ({pn.libraries[0]} vs {pn.libraries[1]})" if pn.libraries else ""

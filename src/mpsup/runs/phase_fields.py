@@ -15,10 +15,15 @@ MAX_CENSUS_DIM = 2**31 - 1
 # A census shape beyond this many elements (per tensor) no storage holds: a repro of it would fail with
 # "Storage size calculation overflowed" (2^48 elements of 8 bytes is still under 2^63 bytes).
 MAX_CENSUS_ELEMENTS = 2**48
-_PHASE_COUNTS = ("tokens", "cache", "depth", "frames")
-_PHASE_TEXTS = ("phase", "library", "component", "weights", "path")
-_INFO_COUNTS = ("layers", "depth", "tokens", "cache", "logits_kept", "factor", "frames")
-_INFO_TEXTS = ("library", "library_version", "architecture", "attention", "latent")
+_PHASE_COUNTS = ("tokens", "cache", "depth", "frames", "batch")
+_PHASE_TEXTS = ("phase", "library", "component", "weights", "path", "train", "optimizer", "optimizer_impl")
+_INFO_COUNTS = ("layers", "depth", "tokens", "cache", "logits_kept", "factor", "frames", "batch")
+_INFO_TEXTS = ("library", "library_version", "architecture", "attention", "latent", "loss")
+# A training step's (worker/training.py): what trained, and the optimizer that ran.
+_TRAIN_COUNTS = ("parameters", "trainable_parameters")
+_TRAIN_TEXTS = ("mode", "dropout")
+_LORA_TEXTS = ("adapter_dtype", "peft_version")
+_OPTIMIZER_TEXTS = ("name", "requested", "implementation")
 
 
 def _scalars(d: Mapping[str, Any], where: str, counts: tuple[str, ...], texts: tuple[str, ...], flag: str) -> None:
@@ -62,10 +67,31 @@ def _census(doc: Any, where: str) -> None:
         fields._whole(entry.get("count"), f"{at}.count", high=fields.MAX_COUNT**2)
 
 
+def _training_info(d: Mapping[str, Any], where: str) -> None:
+    """A training step's `train` and `optimizer` objects, where the phase is one."""
+    train = fields._obj(d.get("train"), f"{where}.train", optional=True)
+    for k in _TRAIN_COUNTS:
+        fields._whole(train.get(k), f"{where}.train.{k}", high=fields.MAX_COUNT**2)
+    for k in _TRAIN_TEXTS:
+        fields._text(train.get(k), f"{where}.train.{k}")
+    lora = fields._obj(train.get("lora"), f"{where}.train.lora", optional=True)
+    fields._whole(lora.get("rank"), f"{where}.train.lora.rank")
+    fields._number(lora.get("scale"), f"{where}.train.lora.scale")
+    for k in _LORA_TEXTS:
+        fields._text(lora.get(k), f"{where}.train.lora.{k}")
+    for i, t in enumerate(fields._list(lora.get("targets"), f"{where}.train.lora.targets", 64, optional=True)):
+        fields._text(t, f"{where}.train.lora.targets[{i}]", optional=False)
+    optimizer = fields._obj(d.get("optimizer"), f"{where}.optimizer", optional=True)
+    for k in _OPTIMIZER_TEXTS:
+        fields._text(optimizer.get(k), f"{where}.optimizer.{k}")
+    fields._number(optimizer.get("lr"), f"{where}.optimizer.lr")
+
+
 def _phase_info(doc: Any, where: str) -> None:
     """What the worker said of one phase call (env.phase): the blocks run, the ops that fell back, the census."""
     d = fields._obj(doc, where)
     _scalars(d, where, _INFO_COUNTS, _INFO_TEXTS, "compiled")
+    _training_info(d, where)
     fallback = fields._list(d.get("fallback_ops"), f"{where}.fallback_ops", MAX_FALLBACK_OPS, optional=True)
     for i, op in enumerate(fallback):
         fields._text(op, f"{where}.fallback_ops[{i}]", optional=False)

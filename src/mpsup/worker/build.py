@@ -10,6 +10,8 @@ from .end_to_end import build_end_to_end
 from .metal import build_metal
 from .ops import BUILDERS
 from .replay import build_group, build_op
+from .training import PHASE as TRAIN_PHASE
+from .training import build_train_step
 from .whole_model import build_phase, forget
 
 
@@ -21,6 +23,8 @@ def build(spec: dict[str, Any], device: Device) -> Built:
         return build_metal(spec, device)
     if kind == "end_to_end":
         return build_end_to_end(spec["params"], device)
+    if kind == "model_phase" and spec["params"].get("phase") == TRAIN_PHASE:
+        return build_train_step(spec, device)
     if kind == "model_phase":
         return build_phase(spec, device)
     if kind == "op_replay":

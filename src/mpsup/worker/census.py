@@ -14,6 +14,12 @@ import torch
 from .replay import describe
 
 CENSUS_MAX_ENTRIES = 400  # distinct (op, shapes, dtypes) kept; the rest are counted as "other"
+# The part of a training step running now (forward, backward, optimizer), set by worker/training.py around each
+# part; "" outside one. A call is recorded with its part, which tells a backward's mm from a forward's and replays
+# it under the grad mode it ran in.
+STAGE = [""]
+# Parts whose calls are named with their part ("mm (backward)"): a forward's calls read as an inference's.
+NAMED_STAGES = ("backward", "optimizer")
 
 
 class _Census:
@@ -33,6 +39,8 @@ class _Census:
             call = {"overload": str(func), "args": describe(args, ranges, self.ranges)}
             if kwargs:
                 call["kwargs"] = describe(kwargs, ranges, self.ranges)
+            if STAGE[0]:
+                call["stage"] = STAGE[0]
         except Exception:
             return  # an argument replay cannot describe: the op stays counted, not replayed
         key = json.dumps(call, sort_keys=True)
@@ -57,10 +65,19 @@ class _Census:
 
         class Mode(TorchDispatchMode):  # type: ignore[misc]
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                if func.namespace == "profiler":  # record_function's markers (an optimizer's step): no work
+                    return func(*args, **(kwargs or {}))
+                name = str(func.overloadpacket.__name__)
+                if name == "_local_scalar_dense" and args and args[0].is_meta and args[0].dtype == torch.bool:
+                    # A host check of a mask (all ones? packed?) has no value on the meta device: answered as
+                    # true, the path a batch of full-length samples takes.
+                    return True
                 tensors = [a for a in args if isinstance(a, torch.Tensor)]
                 shapes = " ".join("x".join(str(d) for d in t.shape) or "scalar" for t in tensors)
                 dtypes = " ".join(sorted({str(t.dtype).removeprefix("torch.") for t in tensors}))
-                census.counts[(str(func.overloadpacket.__name__), shapes, dtypes)] += 1
+                if STAGE[0] in NAMED_STAGES:
+                    name = f"{name} ({STAGE[0]})"
+                census.counts[(name, shapes, dtypes)] += 1
                 if census.sync is None:
                     census._record_call(func, args, kwargs or {}, None)
                     return func(*args, **(kwargs or {}))

@@ -25,6 +25,8 @@ from .device import Device
 from .metal import answer_fields
 from .smoke import FEATURES, run_feature
 from .timing import calibrate_calls, time_block
+from .training import PHASE as TRAIN_PHASE
+from .training import census_train_step
 from .truth import compare
 from .whole_model import census_phase
 
@@ -242,7 +244,9 @@ class Worker:
     def census(self, req: dict[str, Any]) -> dict[str, Any]:
         """A whole-model phase's op census on the meta device (`bench --list`): nothing is set up or timed, and
         a phase that cannot be counted is an answer with its reason, not an error."""
-        doc, reason = census_phase(req["workload"])
+        spec = req["workload"]
+        training = (spec.get("params") or {}).get("phase") == TRAIN_PHASE
+        doc, reason = (census_train_step if training else census_phase)(spec)
         collect_and_freeze()  # the meta model is garbage now; transformers' modules stay, frozen
         return {"type": "census", "census": doc, **({"reason": reason} if doc is None else {})}
 

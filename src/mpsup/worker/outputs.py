@@ -20,10 +20,18 @@ MAX_ELEMENTS = 1 << 20  # per output: 8 MiB of float64 each side
 _ANSWERS = ("logits", "sample", "last_hidden_state", "pred_original_sample")
 
 
+class NamedAnswers(dict[str, torch.Tensor]):
+    """Answers under their own names, each already sampled: a training step's loss, each parameter group's
+    gradient and weights after the step."""
+
+
 def answer_tensors(out: Any) -> list[tuple[str, torch.Tensor]]:
     """The named tensors that carry a call's answer: a model's logits, image or hidden states; a VAE encoder's
     latent (its distribution's mean); an op's output, or each output of a multi-output op (an in-place op
-    returns the tensor it rewrote). Nothing where the call returns no tensor."""
+    returns the tensor it rewrote); a training step's named answers as they are. Nothing where the call returns
+    no tensor."""
+    if isinstance(out, NamedAnswers):
+        return list(out.items())
     if isinstance(out, torch.Tensor):
         return [("output", out)]
     if isinstance(out, dict):  # calls replayed together: each call's answer under its own prefix

@@ -267,13 +267,27 @@ def copies_for(params: dict[str, Any], max_bytes: int = ROTATE_MAX_BYTES) -> int
     return max(1, min(ROTATE_MAX_COPIES, math.ceil(reuse / own), max_bytes // own))
 
 
+# A training step's parts and the grad mode each ran its ops in: the forward records a graph, backward and the
+# optimizer's step run without one (as autograd's engine and torch.optim run them), none under inference mode.
+GRAD_MODES = {"forward": True, "backward": False, "optimizer": False}
+
+
+def grad_mode(params: dict[str, Any]) -> bool | None:
+    """The grad mode a census call ran in (a training step's part), or None: an inference phase's, replayed under
+    inference mode. A kernel may differ between them (a build's own override, a dispatch on the mode)."""
+    stage = params.get("stage")
+    return GRAD_MODES.get(stage) if isinstance(stage, str) else None
+
+
 def build_op(params: dict[str, Any], device: Device, copies: int | None = None) -> Built:
-    """A census entry as a workload: one call of the op per timed call, under inference mode (as the phases
-    run), on tensors made once (an in-place op rewrites the same ones call after call); each call takes the
-    next of `copies` sets of arguments (`copies_for` unless given), which differ in their parameters only."""
+    """A census entry as a workload: one call of the op per timed call, under inference mode (as the inference
+    phases run; a training step's call under its part's grad mode), on tensors made once (an in-place op rewrites
+    the same ones call after call); each call takes the next of `copies` sets of arguments (`copies_for` unless
+    given), which differ in their parameters only."""
     if values.TRUTH.on:
         copies = 1  # the reference calls it once: rotated copies would only cost float64 memory
-    with torch.inference_mode():
+    grad = grad_mode(params)
+    with torch.inference_mode() if grad is None else torch.no_grad():
         op, args, kwargs, tensors = rebuild_call(params, device)
         sets = [(args, kwargs)]
         made = list(tensors)
@@ -287,6 +301,9 @@ def build_op(params: dict[str, Any], device: Device, copies: int | None = None) 
     def fn() -> Any:
         call_args, call_kwargs = sets[turn[0]]
         turn[0] = (turn[0] + 1) % len(sets)
+        if grad is not None:  # a training step's call: under the grad mode it ran in, outside inference mode
+            with torch.set_grad_enabled(grad):
+                return op(*call_args, **call_kwargs)
         # The C guard, not torch.inference_mode(): its Python wrapper costs about a microsecond a call, a
         # share of the smallest ops that the phase does not pay per op.
         if guard is None:

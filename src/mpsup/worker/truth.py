@@ -8,6 +8,7 @@ answer as the builds sampled theirs (outputs.py), and compares every saved answe
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,10 @@ def truth_answer(spec: dict[str, Any], depth: int | None) -> tuple[Any, str]:
     define_missing_kernels()
     values.TRUTH.reset()
     values.TRUTH.on = True
+    # A training step's truth is its gradients: autograd on, no inference mode (worker/training.py).
+    training = (spec.get("params") or {}).get("phase") == "train_step"
     try:
-        with torch.inference_mode():
+        with contextlib.nullcontext() if training else torch.inference_mode():
             built = build(_truth_spec(spec, depth), Device("cpu"))
             out = built.first_output if built.has_first_output else built.fn()
     finally:

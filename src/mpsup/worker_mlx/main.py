@@ -1,13 +1,14 @@
-"""The MLX side of a paired run: a language model's prefill and decode under mlx_lm, timed with the same phase
-definitions as the torch worker's whole-model phases, answering the same JSON-lines protocol (hello, setup,
-sample, teardown, smoke, census) on two private pipes.
+"""The MLX side of a paired run: a language model's prefill, decode and training step under mlx_lm, timed with
+the same phase definitions as the torch worker's whole-model phases, answering the same JSON-lines protocol
+(hello, setup, sample, teardown, smoke, census) on two private pipes.
 
 Stdlib + mlx + mlx_lm only: this file runs inside the user's MLX environment, loaded by file location, and
 imports nothing of mpsup. The definitions, as the torch worker's:
 - prefill: P prompt tokens on a fresh cache, the head applied to the last position only (what generation
   needs), `mx.eval` of those logits and of the filled cache ending each call;
 - decode: one token on a cache of C tokens, rolled back by one (`trim_prompt_cache`) inside every call, so
-  every call sees the same cache length.
+  every call sees the same cache length;
+- train_step: one step of mlx_lm's LoRA trainer (worker_mlx/training.py, loaded beside this file).
 Random weights from config.json in the workload's dtype by default (`weights: real` loads the folder's
 safetensors through mlx_lm). `mlx_bits` quantises as `mlx_lm.convert -q` does (affine, group size 64)."""
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -41,6 +43,22 @@ GROUP_SIZE = 64  # mlx_lm.convert -q's default for affine quantisation
 
 class Unsupported(Exception):
     """This MLX environment cannot run the workload: a status, not a failure."""
+
+
+TRAIN_PHASE = "train_step"
+
+
+def _training() -> Any:
+    """worker_mlx/training.py (a training step under mlx_lm), loaded beside this file by its location, once."""
+    module = sys.modules.get("mpsup_mlx_training")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("mpsup_mlx_training", Path(__file__).with_name("training.py"))
+        if spec is None or spec.loader is None:
+            raise Unsupported("the MLX worker's training module is missing beside it")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["mpsup_mlx_training"] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def mlx_lm_version() -> str:
@@ -225,7 +243,7 @@ def _check_phase(spec: dict[str, Any], bits: int | None) -> tuple[str, Any]:
     if params.get("compile"):
         raise Unsupported("torch.compile has no MLX counterpart in this comparison")
     phase = params.get("phase")
-    if phase not in ("prefill", "decode"):
+    if phase not in ("prefill", "decode", TRAIN_PHASE):
         raise Unsupported(f"mlx_lm runs causal language models; phase {phase!r} (an encoder's forward) is not one")
     if bits is not None and bits not in BITS:
         raise ValueError(f"mlx_bits {bits!r}: expected 4 or 8")
@@ -266,6 +284,8 @@ def _fitting_depth(model: Any, p: _Phase, params: dict[str, Any]) -> int:
         return p.layers
     block = _bytes_of(blocks[0].parameters())
     itemsize = int(p.dtype.size)
+    if p.phase == TRAIN_PHASE:
+        return int(_training().training_depth(model, p.config, params, itemsize, _bytes_of, _depth_for))
     kv = _kv_bytes_per_block(p.config, p.cache_len + 1 if p.phase == "decode" else p.tokens, itemsize)
     return _depth_for(params, total + _activation_bytes(p.config, p.tokens, itemsize), block, kv, p.layers)
 
@@ -366,6 +386,13 @@ def build(spec: dict[str, Any], bits: int | None) -> tuple[Any, int, dict[str, A
     params = spec.get("params") or {}
     model, depth, weights = _load_model(p, params, bits)
     info = _phase_info(model, p, depth, weights, bits)
+    if p.phase == TRAIN_PHASE:
+        training = _training()
+        try:
+            fn, items = training.train_call(model, p.vocab, params, info)
+        except training.Unsupported as exc:
+            raise Unsupported(str(exc)) from None
+        return fn, items, info, model
     if p.phase == "decode":
         return _decode_call(model, p, info), 1, info, model
     return _prefill_call(model, p, info), p.tokens, info, model
