@@ -41,7 +41,7 @@ from mpsup.host.moved import run_conditions  # noqa: E402
 from mpsup.report.analysis import analyze  # noqa: E402
 from mpsup.runs.schema import RunRecord  # noqa: E402
 
-DEFAULT_ONLY = {"cpu": "linear/4096x4096/t1", "cuda": "linear/8192x8192/t16"}
+DEFAULT_ONLY = {"cpu": "linear/4096x4096/t1", "cuda": "linear/8192x8192/t512"}
 
 # The second process: it says "loading" once its first unit of work is done, then loops until killed.
 CPU_LOAD = "import sys\nprint('loading', flush=True)\nwhile True:\n    pass\n"

@@ -279,3 +279,12 @@ def test_real_size_makes_a_real_shape_without_weights_and_times_its_build(tmp_pa
     assert cost.returncode == 0, cost.stderr
     doc = json.loads(cost.stdout)
     assert len(doc["builds_s"]) == 2 and doc["depth"] == 1 and doc["peak_rss_gib"] > 0
+
+
+def test_machine_moveds_default_workload_is_in_each_devices_suite() -> None:
+    # Its CUDA default once named a token count the CUDA suite does not build: the H100 run failed at once.
+    from benchmarks.machine_moved import DEFAULT_ONLY
+    from mpsup.bench.suite import build_suite
+
+    for device, name in DEFAULT_ONLY.items():
+        assert name in {w.name for w in build_suite(device)}, (device, name)

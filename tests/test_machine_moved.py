@@ -186,6 +186,23 @@ def test_the_gpu_slowing_itself_and_another_process_on_it_are_said() -> None:
     assert line.endswith("both builds' times stayed within their intervals from the first visits to the last.")
 
 
+def test_visits_too_short_for_an_interval_claim_nothing_about_the_times() -> None:
+    # An H100 run at --budget 0.15 with a matmul loop on the GPU from its second pass: a visit held three calls a
+    # build, no interval, and the times tripled; the line must not say they stayed within their intervals.
+    doc = with_visits(
+        paired_record(1.0, count=1),
+        [{"baseline": 1.0, "candidate": 1.0}, {"baseline": 3.4, "candidate": 3.4}],
+        [({"gpu_processes": 2}, {"gpu_processes": 2}), ({"gpu_processes": 3}, {"gpu_processes": 3})],
+    )
+    for w in doc["workloads"]:
+        for v in w["visit_states"]:
+            for m in v["medians"].values():
+                m.update(n=3, low=None, high=None)
+    c = _cond(doc)
+    assert c.considered == 0 and not c.times_moved
+    assert c.line == "The processes on the GPU rose from 2 to 3 during the run."
+
+
 def test_the_power_source_and_energy_mode_changing_between_start_and_end_are_said() -> None:
     hyg = {
         "before": {"on_battery": False, "energy_mode": "automatic"},

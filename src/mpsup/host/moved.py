@@ -270,6 +270,9 @@ def _pressures(visits: list[_Visit]) -> list[Pressure]:
     return out
 
 
+BOUNDS = ("low", "high")
+
+
 def _drifts(visits: list[_Visit]) -> tuple[list[Drift], int]:
     """The workloads whose every build's last visit median lies past its first visit's interval, the same way and
     by more than DRIFT_FLOOR (those that went the way most went), and how many workloads could show it."""
@@ -284,6 +287,8 @@ def _drifts(visits: list[_Visit]) -> tuple[list[Drift], int]:
         labels = sorted(set(first.medians) & set(last.medians))
         if len(vs) < 2 or not labels or set(first.medians) != set(last.medians):
             continue
+        if not all(_is_number(v.medians[label].get(end)) for v in (first, last) for label in labels for end in BOUNDS):
+            continue  # a visit too short for an interval shows neither a drift nor its absence
         considered += 1
         ways, changes = set(), {}
         for label in labels:
