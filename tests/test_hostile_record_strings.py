@@ -58,7 +58,7 @@ def real_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     home = root / "home"
     res = run_cli(
         "bench", "--model", str(folder), "--device", "cpu", "--budget", "0.01", "--tokens", "1",
-        "--threads", "1", "--candidate", str(candidate), "--json",
+        "--threads", "1", "--visits", "2", "--candidate", str(candidate), "--json",
         env={"MPSUP_HOME": str(home)},
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]

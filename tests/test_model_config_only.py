@@ -69,7 +69,18 @@ def test_real_weights_and_layers_only_are_refused_for_a_config_alone(tmp_path: P
 def test_a_config_alone_is_measured_and_reported_by_phase(tmp_path: Path, mpsup_home: Path) -> None:
     folder = config_folder(tmp_path)
     bench = run_cli(
-        "bench", "--model", str(folder), "--aa", "--no-smoke", "--tokens", "8", "--budget", "0.05", "--json"
+        "bench",
+        "--model",
+        str(folder),
+        "--aa",
+        "--no-smoke",
+        "--tokens",
+        "8",
+        "--budget",
+        "0.05",
+        "--visits",
+        "2",
+        "--json",
     )
     assert bench.returncode == 0, bench.stderr
     assert "Traceback" not in bench.stderr

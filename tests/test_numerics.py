@@ -262,7 +262,7 @@ def test_a_build_whose_linear_computes_in_bf16_is_less_accurate_and_its_linear_i
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(BF16_LINEAR)
     candidate = _candidate(tmp_path, "bf16-linear-python", f'export PYTHONPATH="{hook}"\n')
-    doc = _paired_run(tmp_path, "--candidate", str(candidate))
+    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--visits", "2")
     numerics = doc["model_numerics"]
     for phase in ("prefill", "decode"):
         assert numerics[phase]["verdict"] == "less accurate", numerics[phase]
@@ -310,7 +310,7 @@ def test_a_build_whose_mul_rounds_through_bf16_names_it_even_where_it_is_replaye
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(BF16_MUL)
     candidate = _candidate(tmp_path, "bf16-mul-python", f'export PYTHONPATH="{hook}"\n')
-    doc = _paired_run(tmp_path, "--candidate", str(candidate))
+    doc = _paired_run(tmp_path, "--candidate", str(candidate), "--visits", "2")
     for phase in ("prefill", "decode"):
         n = doc["model_numerics"][phase]
         assert n["verdict"] == "less accurate", n

@@ -247,8 +247,9 @@ def aa_bench(model: str, only: str) -> Any:
     from tests.conftest import run_cli
 
     return run_cli(
-        "bench", "--model", model, "--aa", "--no-smoke", "--only", only, "--tokens", "1,8", "--budget", "0.05", "--json"
-    )
+        "bench", "--model", model, "--aa", "--no-smoke", "--only", only, "--tokens", "1,8", "--budget", "0.05",
+        "--visits", "2", "--json",
+    )  # fmt: skip
 
 
 def test_paired_bench_and_report_carry_the_phases(tmp_path: Path) -> None:
