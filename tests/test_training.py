@@ -417,3 +417,42 @@ def test_bisect_takes_the_training_step_to_every_step_and_journals_it_only_when_
     # A bisect without --train journals no train key: its journal key is the one it had before they existed.
     plain = journal_args(replace(req, train=None, train_batch=None, train_tokens=None, optimizer=None), [python], "cpu")
     assert not {"train", "train_batch", "train_tokens", "optimizer"} & set(plain)
+
+
+def test_the_lora_reference_streamed_a_block_at_a_time_gives_the_whole_models_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Streamed: the frozen weights drawn a module at a time, each block run again in the backward. Its float64
+    # answers must be the whole float64 model's, to float64's rounding: a weight buffer reused while autograd
+    # still held it, or a block recomputed on other values, would move them far more.
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft", reason="LoRA runs through the measured environment's peft")
+    from mpsup.worker import training, weights
+    from mpsup.worker.truth import truth_answer
+
+    # Wide enough that every projection, the embedding and the head are streamed (weights.STREAM_LEAST).
+    config = {**LLAMA, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "vocab_size": 512, "num_hidden_layers": 3}  # fmt: skip
+    spec = _spec(config, tokens=12)
+    streams: list[Any] = []
+    opened = weights.JustInTime.__init__
+
+    def watched(self: Any, *args: Any, **kwargs: Any) -> None:
+        opened(self, *args, **kwargs)
+        streams.append(self)
+
+    monkeypatch.setattr(weights.JustInTime, "__init__", watched)
+    streamed, streamed_digest = truth_answer(spec, None)
+    (stream,) = streams
+    assert stream.arena is None  # nothing reused: autograd may hold what was lent
+    # at most a block's weights and the head at once, never the model's
+    model_elements = 3 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512 + 2 * 256) + 2 * 512 * 256
+    assert 0 < stream.peak_elements < model_elements / 2
+    monkeypatch.setattr(training, "STREAM_LORA_REFERENCE", False)
+    whole, whole_digest = truth_answer(spec, None)
+    assert len(streams) == 1  # the whole model's reference streams nothing
+    assert streamed_digest == whole_digest and set(streamed) == set(whole)
+    for name, t in whole.items():
+        scale = float(t.pow(2).mean().sqrt())
+        assert scale > 0, name
+        assert float((streamed[name] - t).abs().max()) / scale < 1e-10, name

@@ -15,9 +15,12 @@ step, built in the measured environment with its own transformers or diffusers (
 
 The first step is the build's answer (numerics): the loss, each trainable parameter group's gradient by role
 (q_proj, v_proj, mlp, norms, embed...; by ranges of blocks where the model is deep) and each group's weights after
-the optimizer's step, sampled as outputs.py samples. The float64 reference builds the same step on the CPU with
-the whole model in float64 (its backward needs every block's activations at once); where that would take over
-half the machine's memory it says so, and the step's gradients are not compared."""
+the optimizer's step, sampled as outputs.py samples. The float64 reference builds the same step on the CPU. A
+language model's LoRA step is streamed: its frozen weights drawn a module at a time (weights.JustInTime), each block
+checkpointed (its forward run again in the backward, its weights drawn again), so it holds one block's weights and
+activations, the output head and each block's input, never the model. A full step (every weight's gradient and
+AdamW's moments) and a UNet's hold the whole model in float64. Where that would take over half the machine's
+memory it says so, and the step's gradients are not compared."""
 
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ from .whole_model import (
     _library,
     _set_depth,
     _unsupported_op,
+    _widen_buffers,
     forget,
 )
 
@@ -69,6 +73,8 @@ MAX_OUTPUTS = 60  # the record's numerics keep 64 outputs a workload (runs/numer
 SAVED_HIDDEN = 12
 SAVED_INTER = 3
 FULL_COPIES = 4  # a weight, its gradient and AdamW's two moments
+# The LoRA step's float64 reference streamed (one block at a time); off, it holds the whole model, as a full step's.
+STREAM_LORA_REFERENCE = True
 _BLOCK = re.compile(r"\.(?:layers|h|blocks|block|layer)\.(\d+)\.")
 
 
@@ -291,16 +297,42 @@ def _draw_adapters(named: list[tuple[str, torch.nn.Parameter]], value_dtype: tor
         p.copy_(drawn.to(p.device, p.dtype))
 
 
-def _reference_fits(need: int) -> None:
-    """The reference holds the whole model in float64 with its gradients and activations: refused, in one line,
-    where that is over REFERENCE_MEMORY_SHARE of the machine."""
+def _reference_fits(need: int, streamed: bool = False) -> None:
+    """The reference's float64 step (the whole model with its gradients and activations, or streamed: one block's
+    and the head's): refused, in one line, where that is over REFERENCE_MEMORY_SHARE of the machine."""
     machine = _capacity(Device("cpu"))
     if machine and need > REFERENCE_MEMORY_SHARE * machine:
-        raise MemoryError(
-            f"out of memory: the float64 training reference holds the whole model with its gradients and every "
-            f"block's activations, {need / 2**30:.1f} GiB, over {REFERENCE_MEMORY_SHARE:.0%} of this machine's "
-            f"{machine / 2**30:.1f} GiB (a streamed float64 backward is not built)"
+        holds = (
+            "one block's weights and activations, the output head and each block's input"
+            if streamed
+            else "the whole model with its gradients and every block's activations"
         )
+        raise MemoryError(
+            f"out of memory: the float64 training reference holds {holds}, {need / 2**30:.1f} GiB, over "
+            f"{REFERENCE_MEMORY_SHARE:.0%} of this machine's {machine / 2**30:.1f} GiB"
+        )
+
+
+def _adapters_in_memory(model: torch.nn.Module) -> None:
+    """A streamed model's adapters on the CPU: peft puts them where their base layer's weight is, the meta device."""
+    for sub in model.modules():
+        for key, p in list(sub._parameters.items()):
+            if p is not None and p.is_meta and p.requires_grad:
+                sub._parameters[key] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype), requires_grad=True)
+
+
+def _checkpointed(blocks: torch.nn.ModuleList) -> None:
+    """Each block's forward under activation checkpointing: the first pass keeps its input only, and the backward
+    runs it again, its weights drawn again, just before it needs them."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+        forward = block.forward
+
+        def again(*args: Any, _forward: Callable[..., Any] = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        block.forward = again  # type: ignore[method-assign]
 
 
 def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
@@ -321,6 +353,7 @@ def _lora(model: Any, params: dict[str, Any], peft: Any, value_dtype: torch.dtyp
             model.add_adapter(config)  # diffusers' own, as its LoRA training scripts call it
         else:
             model = peft.get_peft_model(model, config)
+    _adapters_in_memory(model)
     named = _trainable(model)
     if not named:
         raise Unsupported(f"LoRA: this model has no {', '.join(targets)} to adapt; --train full trains every parameter")
@@ -376,9 +409,16 @@ def _finish(step: Step, params: dict[str, Any], info: dict[str, Any], items: int
 
 
 def _lm_model(
-    auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device, value_dtype: torch.dtype
+    auto: Any,
+    config: Any,
+    params: dict[str, Any],
+    dtype: torch.dtype,
+    device: Device,
+    value_dtype: torch.dtype,
+    streamed: bool = False,
 ) -> Any:
-    """The whole model with its values, on the device (the reference's in float64 on the CPU, all at once)."""
+    """The whole model with its values, on the device; the reference's in float64 on the CPU, all at once or
+    (`streamed`) a module at a time as it runs."""
     if params.get("weights") == "real" and params.get("path"):
         on = values.TRUTH.on
         values.TRUTH.on = False  # loaded in the builds' dtype, noted as theirs, then widened (exactly)
@@ -386,19 +426,31 @@ def _lm_model(
             model = _hf_model(auto, config, params, value_dtype, Device("cpu") if on else device, value_dtype)
         finally:
             values.TRUTH.on = on
+        if on and streamed:
+            _widen_buffers(model)
+            weights.JustInTime(model, value_dtype, widen=True, for_backward=True)
+            return model
         return model.to(dtype) if on else model
     with torch.device(device.torch_device), weights.parameters_without_values():
         model = _construct(auto, config, dtype)
-    if device.kind != "meta":
+    if streamed:
+        weights.JustInTime(model, value_dtype, for_backward=True)
+    elif device.kind != "meta":
         weights.materialize(model, device.torch_device, value_dtype)
     return model
 
 
 def _lm_fit(
-    auto: Any, config: Any, params: dict[str, Any], dtype: torch.dtype, device: Device, fit: dict[str, Any]
+    auto: Any,
+    config: Any,
+    params: dict[str, Any],
+    dtype: torch.dtype,
+    device: Device,
+    fit: dict[str, Any],
+    streamed: bool = False,
 ) -> int:
     """Blocks to build: all, --depth, or as many as fit with the step's activations, gradients and optimizer
-    state (learnt on the meta device); the reference checks its own whole float64 model against the machine."""
+    state (learnt on the meta device); the reference checks what it holds against the machine."""
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     batch, tokens = int(params["batch"]), int(params["tokens"])
     full = params.get("train") == "full"
@@ -417,7 +469,12 @@ def _lm_fit(
     copies = FULL_COPIES if full else 1
     if values.TRUTH.on:
         depth = int(params.get("depth") or layers)
-        _reference_fits(copies * total * depth // max(1, layers) + depth * saved + logits)
+        if streamed:
+            head = vocab * hidden * itemsize
+            inputs = depth * batch * tokens * hidden * itemsize
+            _reference_fits(block + saved + head + inputs + logits, streamed=True)
+        else:
+            _reference_fits(copies * total * depth // max(1, layers) + depth * saved + logits)
         return depth
     depth = layers
     if block:
@@ -442,19 +499,25 @@ def _lm_step(params: dict[str, Any], device: Device, value_dtype: torch.dtype) -
         raise Unsupported("the config names no vocab_size")
     peft = _peft() if params.get("train") == "lora" else None
     dtype = torch.float64 if values.TRUTH.on else value_dtype
+    streamed = values.TRUTH.on and peft is not None and STREAM_LORA_REFERENCE
     auto = tf.AutoModelForCausalLM
     fit: dict[str, Any] = {}
-    depth = _lm_fit(auto, config, params, dtype, device, fit)
+    depth = _lm_fit(auto, config, params, dtype, device, fit, streamed)
     if depth < layers:
         _set_depth(config, depth)
     target = Device("cpu") if values.TRUTH.on else device
-    model = _lm_model(auto, config, params, dtype, target, value_dtype)
+    model = _lm_model(auto, config, params, dtype, target, value_dtype, streamed)
     model.eval()
     architecture = type(model).__name__
     attention = str(getattr(getattr(model, "config", config), "_attn_implementation", None) or "")
     adapter_dtype = ""
     if peft is not None:
         model, adapter_dtype = _lora(model, params, peft, value_dtype, unet=False)
+        if streamed:
+            blocks = _blocks(model, depth)
+            if blocks is None:
+                raise Unsupported("the streamed float64 reference finds no repeated blocks in this model")
+            _checkpointed(blocks)
     else:
         model.requires_grad_(True)
     named = _trainable(model)

@@ -9,7 +9,9 @@ drawn one), and then either
 - `materialize`: every such parameter made on the device and filled from the stream (values.py), for a build; or
 - `JustInTime`: each module's own parameters made in float64 just before its forward and dropped after it, for the
   float64 reference, which then holds one module's weights at a time (a large output head or embedding is drawn in
-  row blocks: `STREAM_CHUNK_ELEMENTS` at a time) instead of a float64 copy of the whole model.
+  row blocks: `STREAM_CHUNK_ELEMENTS` at a time) instead of a float64 copy of the whole model. For a backward
+  (`for_backward`: the LoRA training step's reference) each draw is a tensor of its own, which autograd keeps
+  while it needs it, and the blocks are recomputed in the backward (training.py checkpoints them).
 
 Both draw the same values, in the same order, under the same names, so their digests agree."""
 
@@ -122,14 +124,17 @@ class JustInTime:
     after it (forward hooks), so only one module's weights are in memory at a time. Holds the plan: the digest was
     noted when it was made, in the model's own order, as a build's `materialize` notes it."""
 
-    def __init__(self, model: torch.nn.Module, value_dtype: torch.dtype, *, widen: bool = False) -> None:
+    def __init__(
+        self, model: torch.nn.Module, value_dtype: torch.dtype, *, widen: bool = False, for_backward: bool = False
+    ) -> None:
         # widen: a loaded model (--real-weights), whose own values are widened to float64 a module at a time.
+        # for_backward: no buffer is reused, since autograd may still hold a released one for its backward.
         plans = [] if widen else values.plan_parameters(model, value_dtype)
         self.plans = {id(p): plan for p, plan in plans}
         for p, plan in plans:
             if not p.is_meta:  # small parameters hold memory already: drawn now, as a build draws them
                 values.fill(p, plan)
-        self.arena = _Arena()
+        self.arena = None if for_backward else _Arena()
         self.lent: dict[int, torch.Tensor] = {}  # by the data pointer of what was handed out: its whole buffer
         self.handles: list[Any] = []
         self.peak_elements = 0
@@ -154,7 +159,7 @@ class JustInTime:
     def _made(self, p: torch.Tensor, start: int = 0, count: int | None = None) -> torch.Tensor:
         """Elements [start, start + count) of a parameter in float64, in an arena buffer (count: all of it)."""
         n = p.numel() - start if count is None else count
-        buffer = self.arena.take(n)
+        buffer = self.arena.take(n) if self.arena is not None else torch.empty(n, dtype=torch.float64)
         out = buffer[:n]
         self.lent[out.data_ptr()] = buffer
         if not p.is_meta:
@@ -171,7 +176,8 @@ class JustInTime:
     def _release(self, t: torch.Tensor) -> None:
         buffer = self.lent.pop(t.data_ptr())
         self.live_elements -= buffer.numel()
-        self.arena.give(buffer)
+        if self.arena is not None:
+            self.arena.give(buffer)
 
     def _before(self, own: list[tuple[str, torch.nn.Parameter]]) -> Any:
         def hook(module: torch.nn.Module, _args: Any) -> None:
