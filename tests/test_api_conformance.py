@@ -439,6 +439,7 @@ MODULE_FILES = {
     "torch._dynamo": ("torch/_dynamo/__init__.py",),
     "torch._inductor.config": ("torch/_inductor/config.py",),
     "torch.utils._python_dispatch": ("torch/utils/_python_dispatch.py",),  # the whole-model op census
+    "torch.utils.checkpoint": ("torch/utils/checkpoint.py",),  # the streamed LoRA reference's blocks
     "torch.export.passes": ("torch/export/passes/__init__.py",),  # a .pt2 moved to the device
     "torch.library": ("torch/library.py",),  # the float64 reference's kernels by definition
 }
