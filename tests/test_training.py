@@ -195,7 +195,7 @@ def test_lora_without_peft_names_the_package_to_add(monkeypatch: pytest.MonkeyPa
 def test_a_deep_model_s_groups_are_split_by_blocks_and_sampled_alike() -> None:
     import torch
 
-    from mpsup.worker.training import parameter_groups, role_of, sample
+    from mpsup.worker.train_groups import parameter_groups, role_of, sample
 
     assert role_of("model.layers.3.self_attn.q_proj.lora_A.default.weight") == "q_proj"
     assert role_of("model.layers.3.self_attn.q_norm.weight") == "norms"

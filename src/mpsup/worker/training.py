@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,9 +39,9 @@ from . import census, outputs, values, weights
 from .census import _census_of, _census_strict
 from .core import Built, FallbackWatch, Unsupported, dtype_of, no_deprecations
 from .device import Device
+from .train_groups import parameter_groups, sample
 from .whole_model import (
     MAX_LAYERS,
-    REFERENCE_MEMORY_SHARE,
     TEXT_TOKENS,
     MetaDevice,
     _blocks,
@@ -59,112 +58,18 @@ from .whole_model import (
     _unsupported_op,
     _widen_buffers,
     forget,
+    over_reference_share,
 )
 
 PHASE = "train_step"
 # A small lora_B: the adapter moves each output by a few parts in a thousand, as after a few steps of training.
 LORA_B_BOUND = 1e-3
-# From this many blocks on, each role's group is split by ranges of blocks (at most MAX_SPLITS): an error that
-# grows toward the first blocks, as backward runs, shows as one range worse than the rest.
-DEEP = 8
-MAX_SPLITS = 4
-MAX_OUTPUTS = 60  # the record's numerics keep 64 outputs a workload (runs/numerics_fields.py)
 # Tensors of a block's width a step saves per token (norms, q, k, v, attention, residuals) and of the MLP's.
 SAVED_HIDDEN = 12
 SAVED_INTER = 3
 FULL_COPIES = 4  # a weight, its gradient and AdamW's two moments
 # The LoRA step's float64 reference streamed (one block at a time); off, it holds the whole model, as a full step's.
 STREAM_LORA_REFERENCE = True
-_BLOCK = re.compile(r"\.(?:layers|h|blocks|block|layer)\.(\d+)\.")
-
-
-# --- what a parameter is, for its group ---
-
-_LM_ROLES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("lm_head", frozenset({"lm_head", "embed_out"})),
-    ("embed", frozenset({"embed_tokens", "wte", "wpe", "word_embeddings", "embed_positions", "tok_embeddings"})),
-    ("mlp", frozenset({"mlp", "feed_forward", "gate_proj", "up_proj", "down_proj", "fc1", "fc2", "experts"})),
-    ("q_proj", frozenset({"q_proj", "query", "wq"})),
-    ("k_proj", frozenset({"k_proj", "key", "wk"})),
-    ("v_proj", frozenset({"v_proj", "value", "wv"})),
-    ("qkv_proj", frozenset({"qkv_proj", "c_attn", "query_key_value", "wqkv"})),
-    ("o_proj", frozenset({"o_proj", "out_proj", "c_proj", "dense", "wo"})),
-)
-_UNET_ROLES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("to_q", frozenset({"to_q"})),
-    ("to_k", frozenset({"to_k"})),
-    ("to_v", frozenset({"to_v"})),
-    ("to_out", frozenset({"to_out"})),
-    ("ff", frozenset({"ff", "feed_forward"})),
-    ("time_embedding", frozenset({"time_embedding", "time_proj", "add_embedding"})),
-)
-
-
-def role_of(name: str, unet: bool = False) -> str:
-    """A parameter's role from its name: the projection, MLP, norm, embedding or head it belongs to."""
-    parts = [p.lower() for p in name.split(".")]
-    if any("norm" in p or p.startswith("ln_") for p in parts) and not any(p.startswith("lora_") for p in parts):
-        return "norms"
-    for role, keys in _UNET_ROLES if unet else _LM_ROLES:
-        if keys.intersection(parts):
-            return role
-    if unet and any(p.startswith("conv") for p in parts):
-        return "conv"
-    return "other"
-
-
-def block_of(name: str) -> int | None:
-    m = _BLOCK.search(name)
-    return int(m.group(1)) if m else None
-
-
-def parameter_groups(
-    named: list[tuple[str, torch.nn.Parameter]], blocks: int, unet: bool = False
-) -> dict[str, list[torch.nn.Parameter]]:
-    """The trainable parameters by role, in the model's order; where the model is deep, each role inside the
-    blocks split by ranges of blocks ("q_proj[0-7]"), as many ranges as keep every group's two outputs (its
-    gradient and its weights after the step) and the loss within MAX_OUTPUTS."""
-    roles: dict[str, list[tuple[int | None, torch.nn.Parameter]]] = {}
-    for name, p in named:
-        roles.setdefault(role_of(name, unet), []).append((block_of(name), p))
-    inside = [r for r, ps in roles.items() if any(b is not None for b, _ in ps)]
-    splits = 1
-    if blocks >= DEEP and inside:
-        room = (MAX_OUTPUTS - 1 - 2 * (len(roles) - len(inside))) // (2 * len(inside))
-        splits = max(1, min(MAX_SPLITS, room, blocks))
-    span = math.ceil(blocks / splits) if blocks else 1
-    out: dict[str, list[torch.nn.Parameter]] = {}
-    for role, ps in roles.items():
-        for b, p in ps:
-            if splits == 1 or b is None:
-                key = role
-            else:
-                lo = (b // span) * span
-                key = f"{role}[{lo}-{min(blocks, lo + span) - 1}]"
-            out.setdefault(key, []).append(p)
-    return out
-
-
-# --- the answers: sampled as every side samples them ---
-
-
-def sample(tensors: list[torch.Tensor], limit: int = outputs.MAX_ELEMENTS) -> torch.Tensor:
-    """Every `stride`-th element of the tensors laid end to end (the stride fixed by their total size alone, so
-    every build and the reference take the same elements), on the CPU, in their common dtype."""
-    total = sum(t.numel() for t in tensors)
-    stride = outputs.stride_for(total, limit)
-    parts: list[torch.Tensor] = []
-    start = 0
-    for t in tensors:
-        flat = t.detach().reshape(-1)
-        parts.append(flat[(-start) % stride :: stride].to("cpu"))
-        start += flat.numel()
-    if not parts:
-        return torch.zeros(0)
-    dtype = parts[0].dtype
-    for p in parts[1:]:
-        dtype = torch.promote_types(dtype, p.dtype)
-    return torch.cat([p.to(dtype) for p in parts])
 
 
 def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
@@ -300,16 +205,14 @@ def _draw_adapters(named: list[tuple[str, torch.nn.Parameter]], value_dtype: tor
 def _reference_fits(need: int, streamed: bool = False) -> None:
     """The reference's float64 step (the whole model with its gradients and activations, or streamed: one block's
     and the head's): refused, in one line, where that is over REFERENCE_MEMORY_SHARE of the machine."""
-    machine = _capacity(Device("cpu"))
-    if machine and need > REFERENCE_MEMORY_SHARE * machine:
+    if over := over_reference_share(need):
         holds = (
             "one block's weights and activations, the output head and each block's input"
             if streamed
             else "the whole model with its gradients and every block's activations"
         )
         raise MemoryError(
-            f"out of memory: the float64 training reference holds {holds}, {need / 2**30:.1f} GiB, over "
-            f"{REFERENCE_MEMORY_SHARE:.0%} of this machine's {machine / 2**30:.1f} GiB"
+            f"out of memory: the float64 training reference holds {holds}, {need / 2**30:.1f} GiB, {over}"
         )
 
 

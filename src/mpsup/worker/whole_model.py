@@ -283,15 +283,20 @@ def _give_values(model: torch.nn.Module, device: Device, value_dtype: torch.dtyp
 REFERENCE_MEMORY_SHARE = 0.5
 
 
+def over_reference_share(need: int) -> str | None:
+    """Where the reference's `need` bytes are over REFERENCE_MEMORY_SHARE of this machine, the words that say so."""
+    machine = _capacity(Device("cpu"))
+    if machine and need > REFERENCE_MEMORY_SHARE * machine:
+        return f"over {REFERENCE_MEMORY_SHARE:.0%} of this machine's {machine / 2**30:.1f} GiB"
+    return None
+
+
 def _one_module_fits(model: torch.nn.Module) -> None:
     """The reference holds one module's weights in float64 at a time: a model whose largest module alone would
     take over REFERENCE_MEMORY_SHARE of the machine is not judged here, said so."""
-    need, machine = weights.meta_bytes(model), _capacity(Device("cpu"))
-    if machine and need > REFERENCE_MEMORY_SHARE * machine:
-        raise MemoryError(
-            f"out of memory: its largest module alone needs {need / 2**30:.1f} GiB in float64, over "
-            f"{REFERENCE_MEMORY_SHARE:.0%} of this machine's {machine / 2**30:.1f} GiB"
-        )
+    need = weights.meta_bytes(model)
+    if over := over_reference_share(need):
+        raise MemoryError(f"out of memory: its largest module alone needs {need / 2**30:.1f} GiB in float64, {over}")
 
 
 def _widen_buffers(model: torch.nn.Module) -> None:
